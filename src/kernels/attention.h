@@ -1,0 +1,45 @@
+// Causal attention of a flattened batch of sequences over paged K/V (read through block tables).
+// The transformer calls it once per layer after writing the new tokens' K/V into the cache.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/thread_pool.h"
+
+namespace inferd {
+
+// One sequence of the batch. Its new tokens are rows [query_start, query_start + num_queries)
+// of q; they sit at positions context_len - num_queries ... context_len - 1, and attend to
+// positions 0 ... their own (causal). Position p of the sequence lives in cache slot
+// block_table[p / block_size] * block_size + p % block_size.
+struct AttentionSequence {
+  int64_t query_start = 0;
+  int64_t num_queries = 0;
+  int64_t context_len = 0;
+  std::span<const int32_t> block_table;
+};
+
+// K/V of one layer: slot s holds key[s * kv_dim ...] and value[s * kv_dim ...], kv_dim =
+// num_kv_heads * head_dim.
+struct KvLayerView {
+  const float* key = nullptr;
+  const float* value = nullptr;
+  int64_t block_size = 0;
+};
+
+struct AttentionShape {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // query head h reads kv head h / (num_heads / num_kv_heads)
+  int64_t head_dim = 0;
+  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+};
+
+// out[t, h, :] = softmax(q[t, h, :] . K^T * scale) V over the causal context of token t.
+// q, out: [num_tokens, num_heads * head_dim]. token_sequence[t] is t's index in `sequences`.
+// Each (token, head) is computed in a fixed order, independent of the rest of the batch.
+void paged_attention(const float* q, std::span<const AttentionSequence> sequences,
+                     std::span<const int32_t> token_sequence, const KvLayerView& kv,
+                     const AttentionShape& shape, float* out, ThreadPool& pool);
+
+}  // namespace inferd

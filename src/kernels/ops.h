@@ -1,0 +1,26 @@
+// Element-wise and per-row operators of the transformer: RMSNorm, RoPE, SiLU-gating.
+// Scalar code with a fixed order of operations; the transformer calls them per token.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace inferd {
+
+// y = x / sqrt(mean(x^2) + eps) * weight, over one row of n values. y may alias x.
+void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
+
+// Inverse frequencies theta^(-2i/head_dim), i < head_dim/2, rounded as Hugging Face does in f32.
+std::vector<float> rope_inverse_frequencies(int64_t head_dim, double theta);
+
+enum class RopePairing { kNeox, kInterleaved };
+
+// Rotates each of `num_heads` heads of `x` ([num_heads, head_dim], in place) by position `pos`.
+// kNeox pairs dimension i with i + head_dim/2; kInterleaved pairs 2i with 2i + 1.
+void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, const float* inv_freq,
+          RopePairing pairing);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+}  // namespace inferd

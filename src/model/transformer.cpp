@@ -1,0 +1,165 @@
+#include "model/transformer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "tensor/dequantize.h"
+
+namespace inferd {
+
+Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool)
+    : weights_(weights),
+      pool_(pool),
+      inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)) {}
+
+void Transformer::reserve(int64_t n) {
+  if (n <= capacity_) return;
+  const ModelConfig& c = config();
+  auto grow = [n](std::vector<float>& v, int64_t width) { v.resize(static_cast<size_t>(n * width)); };
+  grow(hidden_, c.hidden_size);
+  grow(normed_, c.hidden_size);
+  grow(q_, c.q_dim());
+  grow(k_, c.kv_dim());
+  grow(v_, c.kv_dim());
+  grow(attn_, c.q_dim());
+  grow(gate_, c.intermediate_size);
+  grow(up_, c.intermediate_size);
+  grow(proj_, c.hidden_size);
+  capacity_ = n;
+}
+
+Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t logits_size) const {
+  const ModelConfig& c = config();
+  const size_t n = b.token_ids.size();
+  if (b.positions.size() != n || b.slot_mapping.size() != n || b.token_sequence.size() != n) {
+    return invalid_argument("batch arrays differ in length");
+  }
+  if (logits_size < b.logit_rows.size() * static_cast<size_t>(c.vocab_size)) {
+    return invalid_argument("logits buffer too small");
+  }
+  if (cache.num_layers() != c.num_layers || cache.kv_dim() != c.kv_dim()) {
+    return invalid_argument("KV cache shape does not match the model");
+  }
+  for (size_t t = 0; t < n; ++t) {
+    if (b.token_ids[t] < 0 || b.token_ids[t] >= c.vocab_size) {
+      return invalid_argument("token id " + std::to_string(b.token_ids[t]) +
+                              " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    }
+    if (b.slot_mapping[t] < 0 || b.slot_mapping[t] >= cache.num_slots()) {
+      return invalid_argument("KV slot " + std::to_string(b.slot_mapping[t]) + " is outside the cache");
+    }
+    if (b.token_sequence[t] < 0 || static_cast<size_t>(b.token_sequence[t]) >= b.sequences.size()) {
+      return invalid_argument("token " + std::to_string(t) + " names no sequence");
+    }
+    const AttentionSequence& s = b.sequences[static_cast<size_t>(b.token_sequence[t])];
+    const auto row = static_cast<int64_t>(t);
+    if (row < s.query_start || row >= s.query_start + s.num_queries ||
+        b.positions[t] != s.context_len - s.num_queries + (row - s.query_start)) {
+      return invalid_argument("token " + std::to_string(t) + " position disagrees with its sequence");
+    }
+  }
+  for (const AttentionSequence& s : b.sequences) {
+    if (s.num_queries < 1 || s.context_len < s.num_queries || s.query_start < 0 ||
+        s.query_start + s.num_queries > static_cast<int64_t>(n)) {
+      return invalid_argument("sequence query range is inconsistent");
+    }
+    const int64_t blocks_needed = (s.context_len + cache.block_size() - 1) / cache.block_size();
+    if (static_cast<int64_t>(s.block_table.size()) < blocks_needed) {
+      return invalid_argument("block table shorter than the context");
+    }
+    for (int64_t i = 0; i < blocks_needed; ++i) {
+      const int32_t block = s.block_table[static_cast<size_t>(i)];
+      if (block < 0 || block >= cache.num_blocks()) return invalid_argument("block id outside the cache");
+    }
+  }
+  for (int32_t r : b.logit_rows) {
+    if (r < 0 || static_cast<size_t>(r) >= n) return invalid_argument("logit row outside the batch");
+  }
+  return Status::ok();
+}
+
+void Transformer::embed(const ForwardBatch& b) {
+  const int64_t h = config().hidden_size;
+  const TensorView& e = weights_.token_embedding;
+  for (size_t t = 0; t < b.token_ids.size(); ++t) {
+    dequantize_row(e.dtype, e.row(b.token_ids[t]), hidden_.data() + static_cast<int64_t>(t) * h, h);
+  }
+}
+
+void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, const ForwardBatch& b,
+                                  KvCache& cache) {
+  const ModelConfig& c = config();
+  const auto n = static_cast<int64_t>(b.token_ids.size());
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t hd = c.head_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
+             eps);
+  }
+  auto bias = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  matmul(normed_.data(), n, l.wq, bias(l.bq), q_.data(), pool_);
+  matmul(normed_.data(), n, l.wk, bias(l.bk), k_.data(), pool_);
+  matmul(normed_.data(), n, l.wv, bias(l.bv), v_.data(), pool_);
+  for (int64_t t = 0; t < n; ++t) {
+    float* q = &q_[t * c.q_dim()];
+    float* k = &k_[t * c.kv_dim()];
+    if (c.qk_norm) {
+      for (int64_t h = 0; h < c.num_heads; ++h) rms_norm(q + h * hd, l.q_norm.data(), q + h * hd, hd, eps);
+      for (int64_t h = 0; h < c.num_kv_heads; ++h) rms_norm(k + h * hd, l.k_norm.data(), k + h * hd, hd, eps);
+    }
+    const int64_t pos = b.positions[static_cast<size_t>(t)];
+    rope(q, c.num_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
+    rope(k, c.num_kv_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
+    const int64_t slot = b.slot_mapping[static_cast<size_t>(t)];
+    std::memcpy(cache.key(layer_index, slot), k, sizeof(float) * static_cast<size_t>(c.kv_dim()));
+    std::memcpy(cache.value(layer_index, slot), &v_[t * c.kv_dim()],
+                sizeof(float) * static_cast<size_t>(c.kv_dim()));
+  }
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  paged_attention(q_.data(), b.sequences, b.token_sequence, cache.layer_view(layer_index), shape,
+                  attn_.data(), pool_);
+  matmul(attn_.data(), n, l.wo, nullptr, proj_.data(), pool_);
+  for (int64_t i = 0; i < n * c.hidden_size; ++i)
+    hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
+}
+
+void Transformer::mlp_block(const LayerWeights& l, int64_t n) {
+  const ModelConfig& c = config();
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  for (int64_t t = 0; t < n; ++t) {
+    rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size, eps);
+  }
+  matmul(normed_.data(), n, l.w_gate, nullptr, gate_.data(), pool_);
+  matmul(normed_.data(), n, l.w_up, nullptr, up_.data(), pool_);
+  silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.intermediate_size);
+  matmul(gate_.data(), n, l.w_down, nullptr, proj_.data(), pool_);
+  for (int64_t i = 0; i < n * c.hidden_size; ++i)
+    hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
+}
+
+Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<float> logits) {
+  INFERD_RETURN_IF_ERROR(validate(b, cache, logits.size()));
+  const ModelConfig& c = config();
+  const auto n = static_cast<int64_t>(b.token_ids.size());
+  if (n == 0) return Status::ok();
+  reserve(n);
+  embed(b);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];
+    attention_block(l, i, b, cache);
+    mlp_block(l, n);
+  }
+  // Final norm of the rows that want logits, gathered to the front of normed_.
+  const auto num_rows = static_cast<int64_t>(b.logit_rows.size());
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const int64_t t = b.logit_rows[static_cast<size_t>(r)];
+    rms_norm(&hidden_[t * c.hidden_size], weights_.final_norm.data(), &normed_[r * c.hidden_size],
+             c.hidden_size, static_cast<float>(c.rms_norm_eps));
+  }
+  matmul(normed_.data(), num_rows, weights_.lm_head, nullptr, logits.data(), pool_);
+  return Status::ok();
+}
+
+}  // namespace inferd

@@ -1,0 +1,68 @@
+// Transformer: the decoder-only forward pass (Llama / Qwen2 / Qwen3) over a flattened batch.
+// The model runner hands it a ForwardBatch (tokens of many sequences, concatenated, nothing
+// padded) and a KvCache; it writes each new token's K/V and returns logits for chosen rows.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "kernels/attention.h"
+#include "kv/kv_cache.h"
+#include "model/model_weights.h"
+
+namespace inferd {
+
+// One step's input. Token t (of num_tokens) is token_ids[t] at positions[t] of the sequence
+// sequences[token_sequence[t]], and its K/V go to cache slot slot_mapping[t].
+//
+//   token rows:  | seq 0: prefill chunk (5) | seq 1: decode (1) | seq 2: chunk (3) |
+//   query_start:   0                         5                   6
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;       // [num_tokens]
+  std::span<const int32_t> positions;       // [num_tokens]
+  std::span<const int64_t> slot_mapping;    // [num_tokens]
+  std::span<const int32_t> token_sequence;  // [num_tokens] index into sequences
+  std::span<const AttentionSequence> sequences;
+  std::span<const int32_t> logit_rows;  // token rows whose logits are wanted
+};
+
+class Transformer final {
+ public:
+  // weights and pool: not owned, must outlive the Transformer.
+  Transformer(const ModelWeights& weights, ThreadPool& pool);
+
+  const ModelConfig& config() const { return weights_.config; }
+
+  // Runs all layers over the batch; writes K/V of every token; logits: [logit_rows.size(),
+  // vocab]. Returns an error (and computes nothing) when the batch is inconsistent: ids out of
+  // the vocabulary, slots outside the cache, positions that disagree with the sequences.
+  // Engine thread only. Allocates only when the batch is larger than any before.
+  Status forward(const ForwardBatch& batch, KvCache& cache, std::span<float> logits);
+
+ private:
+  Status validate(const ForwardBatch& batch, const KvCache& cache, size_t logits_size) const;
+  void embed(const ForwardBatch& batch);
+  void attention_block(const LayerWeights& layer, int64_t layer_index, const ForwardBatch& batch,
+                       KvCache& cache);
+  void mlp_block(const LayerWeights& layer, int64_t num_tokens);
+  void reserve(int64_t num_tokens);
+
+  const ModelWeights& weights_;
+  ThreadPool& pool_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  int64_t capacity_ = 0;         // tokens the buffers below hold
+  std::vector<float> hidden_;    // [T, hidden] residual stream
+  std::vector<float> normed_;    // [T, hidden]
+  std::vector<float> q_;         // [T, q_dim]
+  std::vector<float> k_;         // [T, kv_dim]
+  std::vector<float> v_;         // [T, kv_dim]
+  std::vector<float> attn_;      // [T, q_dim]
+  std::vector<float> gate_;      // [T, intermediate]
+  std::vector<float> up_;        // [T, intermediate]
+  std::vector<float> proj_;      // [T, hidden]
+};
+
+}  // namespace inferd

@@ -1,0 +1,180 @@
+#include "tensor/dequantize.h"
+
+#include <cstring>
+
+#include "common/check.h"
+#include "common/half.h"
+
+namespace inferd {
+
+namespace {
+
+using u8 = uint8_t;
+
+// Q4_0: { f16 d; u8 qs[16] } -> x[j] = (lo nibble - 8) * d, x[j + 16] = (hi nibble - 8) * d.
+void dequant_q4_0(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const u8* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((qs[j] & 0x0f) - 8) * d;
+    y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+  }
+}
+
+// Q4_1: { f16 d; f16 m; u8 qs[16] } -> x = nibble * d + m.
+void dequant_q4_1(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const float m = load_f16(b + 2);
+  const u8* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(qs[j] & 0x0f) * d + m;
+    y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
+// Q5_0: { f16 d; u8 qh[4]; u8 qs[16] }; bit j of qh is the 5th bit of value j.
+void dequant_q5_0(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const uint32_t qh = load_u32(b + 2);
+  const u8* qs = b + 6;
+  for (int j = 0; j < 16; ++j) {
+    const int hi0 = static_cast<int>((qh >> j) & 1u) << 4;
+    const int hi1 = static_cast<int>((qh >> (j + 16)) & 1u) << 4;
+    y[j] = static_cast<float>(((qs[j] & 0x0f) | hi0) - 16) * d;
+    y[j + 16] = static_cast<float>(((qs[j] >> 4) | hi1) - 16) * d;
+  }
+}
+
+// Q5_1: { f16 d; f16 m; u8 qh[4]; u8 qs[16] } -> x = q5 * d + m.
+void dequant_q5_1(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const float m = load_f16(b + 2);
+  const uint32_t qh = load_u32(b + 4);
+  const u8* qs = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    const int hi0 = static_cast<int>((qh >> j) & 1u) << 4;
+    const int hi1 = static_cast<int>((qh >> (j + 16)) & 1u) << 4;
+    y[j] = static_cast<float>((qs[j] & 0x0f) | hi0) * d + m;
+    y[j + 16] = static_cast<float>((qs[j] >> 4) | hi1) * d + m;
+  }
+}
+
+// Q8_0: { f16 d; i8 qs[32] } -> x = q * d.
+void dequant_q8_0(const u8* b, float* y) {
+  const float d = load_f16(b);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+}
+
+// K-quant 6-bit scales and mins packed into 12 bytes (Q4_K, Q5_K): entry j of 8.
+void k_scale_min(int j, const u8* q, u8* scale, u8* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = static_cast<u8>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+    *min = static_cast<u8>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Q4_K: { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }, 8 sub-blocks of 32 values.
+void dequant_q4_k(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const float dmin = load_f16(b + 2);
+  const u8* scales = b + 4;
+  const u8* q = b + 16;
+  for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+    u8 sc, m;
+    k_scale_min(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    k_scale_min(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0f) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+  }
+}
+
+// Q5_K: { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128] }.
+void dequant_q5_k(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const float dmin = load_f16(b + 2);
+  const u8* scales = b + 4;
+  const u8* qh = b + 16;
+  const u8* ql = b + 48;
+  u8 u1 = 1, u2 = 2;
+  for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
+    u8 sc, m;
+    k_scale_min(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    k_scale_min(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) {
+      *y++ = d1 * static_cast<float>((ql[l] & 0x0f) + ((qh[l] & u1) ? 16 : 0)) - m1;
+    }
+    for (int l = 0; l < 32; ++l) {
+      *y++ = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    }
+    u1 = static_cast<u8>(u1 << 2);
+    u2 = static_cast<u8>(u2 << 2);
+  }
+}
+
+// Q6_K: { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d }, 16 sub-blocks of 16 values.
+void dequant_q6_k(const u8* b, float* y) {
+  const u8* ql = b;
+  const u8* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = load_f16(b + 208);
+  for (int n = 0; n < 256; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * static_cast<float>(sc[is] * q1);
+      y[l + 32] = d * static_cast<float>(sc[is + 2] * q2);
+      y[l + 64] = d * static_cast<float>(sc[is + 4] * q3);
+      y[l + 96] = d * static_cast<float>(sc[is + 6] * q4);
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+template <void (*Block)(const u8*, float*)>
+void dequant_blocks(const std::byte* src, float* dst, int64_t num_values, DType dtype) {
+  const DTypeInfo& info = dtype_info(dtype);
+  const int64_t num_blocks = num_values / info.block_values;
+  const u8* b = reinterpret_cast<const u8*>(src);
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    Block(b + i * info.block_bytes, dst + i * info.block_values);
+  }
+}
+
+}  // namespace
+
+void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_values) {
+  INFERD_CHECK(num_values % dtype_info(dtype).block_values == 0);
+  switch (dtype) {
+    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(num_values) * sizeof(float)); return;
+    case DType::kF16:
+      for (int64_t i = 0; i < num_values; ++i) dst[i] = load_f16(src + 2 * i);
+      return;
+    case DType::kBF16:
+      for (int64_t i = 0; i < num_values; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
+      return;
+    case DType::kQ4_0: return dequant_blocks<dequant_q4_0>(src, dst, num_values, dtype);
+    case DType::kQ4_1: return dequant_blocks<dequant_q4_1>(src, dst, num_values, dtype);
+    case DType::kQ5_0: return dequant_blocks<dequant_q5_0>(src, dst, num_values, dtype);
+    case DType::kQ5_1: return dequant_blocks<dequant_q5_1>(src, dst, num_values, dtype);
+    case DType::kQ8_0: return dequant_blocks<dequant_q8_0>(src, dst, num_values, dtype);
+    case DType::kQ4_K: return dequant_blocks<dequant_q4_k>(src, dst, num_values, dtype);
+    case DType::kQ5_K: return dequant_blocks<dequant_q5_k>(src, dst, num_values, dtype);
+    case DType::kQ6_K: return dequant_blocks<dequant_q6_k>(src, dst, num_values, dtype);
+  }
+  INFERD_CHECK_MSG(false, "unknown dtype");
+}
+
+}  // namespace inferd

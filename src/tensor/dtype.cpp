@@ -1,0 +1,35 @@
+#include "tensor/dtype.h"
+
+#include <array>
+
+namespace inferd {
+
+namespace {
+// Indexed by DType. Block layouts follow ggml's definitions (see docs/formats.md).
+constexpr std::array<DTypeInfo, 11> kInfos = {{
+    {"F32", 1, 4, 0},
+    {"F16", 1, 2, 1},
+    {"BF16", 1, 2, 30},
+    {"Q4_0", 32, 18, 2},
+    {"Q4_1", 32, 20, 3},
+    {"Q5_0", 32, 22, 6},
+    {"Q5_1", 32, 24, 7},
+    {"Q8_0", 32, 34, 8},
+    {"Q4_K", 256, 144, 12},
+    {"Q5_K", 256, 176, 13},
+    {"Q6_K", 256, 210, 14},
+}};
+}  // namespace
+
+const DTypeInfo& dtype_info(DType dtype) {
+  return kInfos[static_cast<size_t>(dtype)];
+}
+
+std::optional<DType> dtype_from_ggml(uint32_t ggml_type) {
+  for (size_t i = 0; i < kInfos.size(); ++i) {
+    if (kInfos[i].ggml_type == ggml_type) return static_cast<DType>(i);
+  }
+  return std::nullopt;
+}
+
+}  // namespace inferd

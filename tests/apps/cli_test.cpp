@@ -1,0 +1,108 @@
+// The inferd binary end to end: output, exit codes and one-line errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/generator.h"
+#include "model/model_loader.h"
+#include "test_support.h"
+
+namespace inferd {
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+Result run_inferd(const std::string& args) {
+  const std::string dir = test::temp_dir();
+  const std::string cmd = std::string(INFERD_BINARY) + " " + args + " >" + dir + "/out 2>" + dir + "/err";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = test::read_text(dir + "/out");
+  r.err = test::read_text(dir + "/err");
+  return r;
+}
+
+std::vector<int32_t> parse_ids(const std::string& line) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(line);
+  std::string item;
+  while (std::getline(ss, item, ',')) ids.push_back(std::stoi(item));
+  return ids;
+}
+
+void expect_one_line_error(const Result& r, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("inferd: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
+}
+
+TEST(CliTest, GreedyRunMatchesLibrary) {
+  const std::string model = test::fixture_path("tiny/llama_tied/model-f32.gguf");
+  Result r = run_inferd("run --model " + model + " --prompt-ids 1,2,3,4 -n 6 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto ids = parse_ids(r.out);
+  ASSERT_EQ(ids.size(), 6u) << r.out;
+  EXPECT_NE(r.err.find("tokens/s"), std::string::npos);
+
+  auto weights = load_model(model);
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(1);
+  Transformer t(**weights, pool);
+  std::vector<int32_t> expected;
+  GenerationOptions opts;
+  opts.max_tokens = 6;
+  ASSERT_TRUE(generate(t, {1, 2, 3, 4}, opts, [&](int32_t id) { expected.push_back(id); }).has_value());
+  EXPECT_EQ(ids, expected);
+}
+
+TEST(CliTest, SeededSamplingIsReproducible) {
+  const std::string args = "run --model " + test::fixture_path("tiny/qwen3") +
+                           " --prompt-ids 9,8,7 -n 12 --temperature 1.0 --top-k 50 --seed ";
+  Result a = run_inferd(args + "5"), b = run_inferd(args + "5"), c = run_inferd(args + "6");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+}
+
+TEST(CliTest, InfoPrintsConfig) {
+  Result r = run_inferd("info --model " + test::fixture_path("tiny/qwen2"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "qwen2");
+  EXPECT_EQ(j["num_layers"], 2);
+  EXPECT_EQ(j["format"], "safetensors");
+}
+
+TEST(CliTest, BadInputsGiveOneLineErrors) {
+  const std::string dir = test::temp_dir();
+  test::write_bytes(dir + "/junk.gguf", std::vector<std::byte>(64, std::byte{0x41}));
+  expect_one_line_error(run_inferd("run --model " + dir + "/junk.gguf --prompt-ids 1"),
+                        "junk.gguf: not a GGUF file");
+
+  auto good = test::read_bytes(test::fixture_path("tiny/qwen2/model-q8_0.gguf"));
+  good.resize(good.size() / 2);
+  test::write_bytes(dir + "/half.gguf", good);
+  expect_one_line_error(run_inferd("run --model " + dir + "/half.gguf --prompt-ids 1"), "half.gguf");
+
+  const std::string tiny = test::fixture_path("tiny/llama_tied/model-f16.gguf");
+  expect_one_line_error(run_inferd("run --model " + tiny + " --prompt-ids 1,x"), "'x' is not a token id");
+  expect_one_line_error(run_inferd("run --model " + tiny + " --prompt-ids 1,256"),
+                        "token id 256 is outside the vocabulary");
+  expect_one_line_error(run_inferd("run --model " + tiny + " --prompt-ids 1,2,3 -n 254"),
+                        "prompt (3 tokens) + max_tokens (254) exceeds the context window of 256");
+  expect_one_line_error(run_inferd("run --model /nonexistent.gguf --prompt-ids 1"), "/nonexistent.gguf");
+  Result usage = run_inferd("run --prompt-ids 1 --bogus-flag");
+  EXPECT_NE(usage.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace inferd

@@ -1,0 +1,107 @@
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "test_support.h"
+
+namespace inferd {
+namespace {
+
+// Naive causal attention over contiguous K/V of one sequence ([ctx, kv_dim]) for one query.
+void reference(const float* q, const std::vector<float>& k, const std::vector<float>& v, int64_t pos,
+               const AttentionShape& s, float* out) {
+  const int64_t kv_dim = s.num_kv_heads * s.head_dim;
+  for (int64_t h = 0; h < s.num_heads; ++h) {
+    const int64_t kvh = h / (s.num_heads / s.num_kv_heads);
+    std::vector<double> w(static_cast<size_t>(pos + 1));
+    double mx = -1e300;
+    for (int64_t p = 0; p <= pos; ++p) {
+      double d = 0;
+      for (int64_t i = 0; i < s.head_dim; ++i) {
+        d += static_cast<double>(q[h * s.head_dim + i]) *
+             k[static_cast<size_t>(p * kv_dim + kvh * s.head_dim + i)];
+      }
+      w[static_cast<size_t>(p)] = d * s.scale;
+      mx = std::max(mx, w[static_cast<size_t>(p)]);
+    }
+    double sum = 0;
+    for (auto& x : w) sum += (x = std::exp(x - mx));
+    for (int64_t i = 0; i < s.head_dim; ++i) {
+      double acc = 0;
+      for (int64_t p = 0; p <= pos; ++p)
+        acc += w[static_cast<size_t>(p)] / sum * v[static_cast<size_t>(p * kv_dim + kvh * s.head_dim + i)];
+      out[h * s.head_dim + i] = static_cast<float>(acc);
+    }
+  }
+}
+
+TEST(AttentionTest, PagedMatchesNaiveWithShuffledBlocksAndGqa) {
+  std::mt19937 rng(77);
+  const AttentionShape shape{6, 2, 10, 1.0f / std::sqrt(10.0f)};
+  const int64_t kv_dim = shape.num_kv_heads * shape.head_dim;
+  const int64_t q_dim = shape.num_heads * shape.head_dim;
+  const int64_t block_size = 4, num_blocks = 64;
+  std::vector<float> key_cache(static_cast<size_t>(num_blocks * block_size * kv_dim));
+  std::vector<float> value_cache(key_cache.size());
+  std::vector<int32_t> free_blocks(num_blocks);
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+
+  // Three sequences: a prefill chunk after 5 cached tokens, a decode at position 17, a fresh prompt.
+  struct Seq {
+    int64_t cached, queries;
+  };
+  const std::vector<Seq> seqs = {{5, 7}, {17, 1}, {0, 3}};
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> contiguous_k, contiguous_v;
+  std::vector<AttentionSequence> att;
+  std::vector<int32_t> token_seq;
+  int64_t row = 0;
+  size_t next_block = 0;
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const int64_t ctx = seqs[si].cached + seqs[si].queries;
+    std::vector<int32_t> table;
+    for (int64_t b = 0; b < (ctx + block_size - 1) / block_size; ++b)
+      table.push_back(free_blocks[next_block++]);
+    auto k = test::random_floats(static_cast<size_t>(ctx * kv_dim), rng);
+    auto v = test::random_floats(static_cast<size_t>(ctx * kv_dim), rng);
+    for (int64_t p = 0; p < ctx; ++p) {
+      const int64_t slot = table[static_cast<size_t>(p / block_size)] * block_size + p % block_size;
+      std::copy_n(k.begin() + p * kv_dim, kv_dim, key_cache.begin() + slot * kv_dim);
+      std::copy_n(v.begin() + p * kv_dim, kv_dim, value_cache.begin() + slot * kv_dim);
+    }
+    tables.push_back(table);
+    contiguous_k.push_back(k);
+    contiguous_v.push_back(v);
+    for (int64_t i = 0; i < seqs[si].queries; ++i) token_seq.push_back(static_cast<int32_t>(si));
+    row += seqs[si].queries;
+  }
+  row = 0;
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    att.push_back({row, seqs[si].queries, seqs[si].cached + seqs[si].queries, tables[si]});
+    row += seqs[si].queries;
+  }
+  const int64_t num_tokens = row;
+  auto q = test::random_floats(static_cast<size_t>(num_tokens * q_dim), rng);
+  std::vector<float> out(q.size());
+  ThreadPool pool(3);
+  paged_attention(q.data(), att, token_seq, KvLayerView{key_cache.data(), value_cache.data(), block_size},
+                  shape, out.data(), pool);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const AttentionSequence& s = att[static_cast<size_t>(token_seq[static_cast<size_t>(t)])];
+    const int64_t pos = s.context_len - s.num_queries + (t - s.query_start);
+    std::vector<float> want(static_cast<size_t>(q_dim));
+    const auto si = static_cast<size_t>(token_seq[static_cast<size_t>(t)]);
+    reference(q.data() + t * q_dim, contiguous_k[si], contiguous_v[si], pos, shape, want.data());
+    for (int64_t i = 0; i < q_dim; ++i)
+      ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 1e-5) << t;
+  }
+}
+
+}  // namespace
+}  // namespace inferd

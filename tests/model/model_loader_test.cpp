@@ -1,0 +1,161 @@
+#include "model/model_loader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include "test_support.h"
+
+namespace inferd {
+namespace {
+
+using test::GgufWriter;
+
+struct Spec {
+  std::string arch = "llama";
+  std::string skip_tensor;       // leave this tensor out
+  std::string bad_shape_tensor;  // give this tensor one row too many
+  std::string rope_scaling;      // rope.scaling.type when set
+};
+
+// A complete 1-layer model (hidden 8, 2 heads of 4, 1 kv head, ffn 16, vocab 10) as GGUF bytes.
+std::vector<std::byte> tiny_gguf(const Spec& s) {
+  GgufWriter w;
+  const std::string a = s.arch;
+  w.add_string("general.architecture", a);
+  w.add_u32(a + ".context_length", 64);
+  w.add_u32(a + ".embedding_length", 8);
+  w.add_u32(a + ".block_count", 1);
+  w.add_u32(a + ".feed_forward_length", 16);
+  w.add_u32(a + ".attention.head_count", 2);
+  w.add_u32(a + ".attention.head_count_kv", 1);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  if (!s.rope_scaling.empty()) w.add_string(a + ".rope.scaling.type", s.rope_scaling);
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    if (name == s.skip_tensor) return;
+    if (name == s.bad_shape_tensor) shape[0] += 1;
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<std::byte> data(static_cast<size_t>(n) * 4, std::byte{0});
+    w.add_tensor(name, shape, 0, data);
+  };
+  add("token_embd.weight", {10, 8});
+  add("output_norm.weight", {8});
+  add("blk.0.attn_norm.weight", {8});
+  add("blk.0.attn_q.weight", {8, 8});
+  add("blk.0.attn_k.weight", {4, 8});
+  add("blk.0.attn_v.weight", {4, 8});
+  add("blk.0.attn_output.weight", {8, 8});
+  if (a == "qwen3") {
+    add("blk.0.attn_q_norm.weight", {4});
+    add("blk.0.attn_k_norm.weight", {4});
+  }
+  add("blk.0.ffn_norm.weight", {8});
+  add("blk.0.ffn_gate.weight", {16, 8});
+  add("blk.0.ffn_up.weight", {16, 8});
+  add("blk.0.ffn_down.weight", {8, 16});
+  return w.bytes();
+}
+
+Expected<std::unique_ptr<ModelWeights>> load_spec(const Spec& s) {
+  const std::string path = test::temp_dir() + "/model.gguf";
+  test::write_bytes(path, tiny_gguf(s));
+  return load_model(path);
+}
+
+TEST(ModelLoaderTest, LoadsCraftedGguf) {
+  auto m = load_spec({});
+  ASSERT_TRUE(m.has_value()) << m.status().message();
+  const ModelConfig& c = (*m)->config;
+  EXPECT_EQ(c.arch, Architecture::kLlama);
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_EQ(c.vocab_size, 10);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope_pairing, RopePairing::kInterleaved);
+  EXPECT_EQ((*m)->lm_head.data, (*m)->token_embedding.data);
+}
+
+void expect_load_error(const Spec& s, const std::string& fragment) {
+  auto m = load_spec(s);
+  ASSERT_FALSE(m.has_value());
+  EXPECT_NE(m.status().message().find(fragment), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("model.gguf"), std::string::npos) << m.status().message();
+}
+
+TEST(ModelLoaderTest, MissingTensorNamed) {
+  expect_load_error({.skip_tensor = "blk.0.ffn_up.weight"}, "missing tensor 'blk.0.ffn_up.weight'");
+  expect_load_error({.arch = "qwen3", .skip_tensor = "blk.0.attn_k_norm.weight"}, "blk.0.attn_k_norm.weight");
+}
+
+TEST(ModelLoaderTest, ShapeMismatchNamed) {
+  expect_load_error({.bad_shape_tensor = "blk.0.attn_k.weight"},
+                    "'blk.0.attn_k.weight' has shape [5, 8], expected [4, 8]");
+}
+
+TEST(ModelLoaderTest, UnknownArchitectureAndFeatures) {
+  expect_load_error({.arch = "mamba"}, "unsupported architecture 'mamba'");
+  expect_load_error({.rope_scaling = "yarn"}, "rope scaling type 'yarn'");
+  auto none = load_spec({.rope_scaling = "none"});
+  EXPECT_TRUE(none.has_value());
+}
+
+TEST(ModelLoaderTest, MissingPathAndNotGguf) {
+  auto m = load_model("/nonexistent/x.gguf");
+  ASSERT_FALSE(m.has_value());
+  EXPECT_NE(m.status().message().find("no such file"), std::string::npos);
+  const std::string dir = test::temp_dir();
+  const std::string junk = dir + "/junk.gguf";
+  test::write_bytes(junk, std::vector<std::byte>(100, std::byte{7}));
+  auto j = load_model(junk);
+  ASSERT_FALSE(j.has_value());
+  EXPECT_NE(j.status().message().find("bad magic"), std::string::npos);
+  auto d = load_model(dir);  // a directory without config.json
+  ASSERT_FALSE(d.has_value());
+  EXPECT_NE(d.status().message().find("config.json"), std::string::npos);
+}
+
+const char* kQwen2Config = R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 100, "hidden_size": 64,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+  "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true})";
+
+TEST(ModelLoaderTest, HfConfig) {
+  auto c = parse_hf_config("config.json", kQwen2Config);
+  ASSERT_TRUE(c.has_value()) << c.status().message();
+  EXPECT_EQ(c->arch, Architecture::kQwen2);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_pairing, RopePairing::kNeox);
+
+  auto v5 = parse_hf_config("config.json", R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 100,
+    "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 32, "intermediate_size": 128, "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0}})");
+  ASSERT_TRUE(v5.has_value()) << v5.status().message();
+  EXPECT_TRUE(v5->qk_norm);
+  EXPECT_EQ(v5->head_dim, 32);
+  EXPECT_DOUBLE_EQ(v5->rope_theta, 5000.0);
+}
+
+TEST(ModelLoaderTest, HfConfigErrors) {
+  auto expect = [](const std::string& text, const std::string& fragment) {
+    auto c = parse_hf_config("config.json", text);
+    ASSERT_FALSE(c.has_value()) << text;
+    EXPECT_NE(c.status().message().find(fragment), std::string::npos) << c.status().message();
+  };
+  expect(R"({"architectures": ["MistralForCausalLM"]})", "unsupported architecture 'MistralForCausalLM'");
+  expect("{not json", "not a JSON object");
+  std::string scaled = kQwen2Config;
+  scaled.insert(1, R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0}, )");
+  expect(scaled, "rope scaling type 'yarn'");
+  std::string bad_heads = kQwen2Config;
+  bad_heads.replace(bad_heads.find("\"num_key_value_heads\": 2"), 24, "\"num_key_value_heads\": 3");
+  expect(bad_heads, "not a multiple of num_kv_heads");
+  std::string no_hidden = kQwen2Config;
+  no_hidden.replace(no_hidden.find("\"hidden_size\""), 13, "\"hidden_sizeX\"");
+  expect(no_hidden, "missing field 'hidden_size'");
+}
+
+}  // namespace
+}  // namespace inferd

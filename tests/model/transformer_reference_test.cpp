@@ -1,0 +1,164 @@
+// The forward pass against Hugging Face transformers' logits (tests/fixtures/tiny, written by
+// scripts/fixtures/make_tiny_models.py), for every architecture, dtype and file format.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "model/model_loader.h"
+#include "model/transformer.h"
+#include "model_test_util.h"
+#include "test_support.h"
+
+namespace inferd {
+namespace {
+
+struct Reference {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<float> logits;               // transformers in float32
+  std::vector<float> logits_bf16_compute;  // transformers run natively in bf16 (bf16 variants)
+  // transformers on the weights rounded as the F16 / Q8_0 GGUF files store them (f32 variants)
+  std::map<std::string, std::vector<float>> logits_rounded_weights;
+};
+
+Reference load_reference(const std::string& variant) {
+  const std::string dir = test::fixture_path("tiny/" + variant);
+  auto j = nlohmann::json::parse(test::read_text(dir + "/reference.json"));
+  Reference r;
+  for (const auto& p : j["prompts"]) r.prompts.push_back(p.get<std::vector<int32_t>>());
+  r.logits = test::read_f32(dir + "/" + j["logits_file"].get<std::string>());
+  if (j.contains("logits_file_bf16_compute")) {
+    r.logits_bf16_compute = test::read_f32(dir + "/" + j["logits_file_bf16_compute"].get<std::string>());
+  }
+  for (const char* label : {"f16", "q8_0"}) {
+    const std::string key = std::string("logits_file_") + label + "_weights";
+    if (j.contains(key))
+      r.logits_rounded_weights[label] = test::read_f32(dir + "/" + j[key].get<std::string>());
+  }
+  return r;
+}
+
+struct Case {
+  std::string variant;
+  std::string file;  // "" = the Hugging Face directory
+  double tolerance;  // max |diff| / max |ref| over all positions of all prompts
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+  return os << c.variant << "/" << c.file;
+}
+
+class ReferenceLogitsTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ReferenceLogitsTest, MatchesTransformers) {
+  const Case& tc = GetParam();
+  const Reference ref = load_reference(tc.variant);
+  std::string path = test::fixture_path("tiny/" + tc.variant);
+  if (!tc.file.empty()) path += "/" + tc.file;
+  auto weights = load_model(path);
+  ASSERT_TRUE(weights.has_value()) << weights.status().message();
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  auto got = test::all_logits(model, ref.prompts, 0, /*together=*/false);
+  ASSERT_EQ(got.size(), ref.logits.size());
+  const double err = test::relative_max_error(got.data(), ref.logits.data(), got.size());
+  std::printf("[ figures  ] %s/%s: max |diff| / max |ref| = %.3g (bound %.0e)\n", tc.variant.c_str(),
+              tc.file.empty() ? "safetensors" : tc.file.c_str(), err, tc.tolerance);
+  EXPECT_LT(err, tc.tolerance);
+  if (!ref.logits_bf16_compute.empty()) {
+    const double e16 = test::relative_max_error(got.data(), ref.logits_bf16_compute.data(), got.size());
+    std::printf("[ figures  ] %s vs transformers bf16 compute: %.3g (bound 3e-2)\n", tc.variant.c_str(), e16);
+    EXPECT_LT(e16, 3e-2);
+  }
+  // A quantized file must equal, to f32 rounding, transformers run on the very same rounded
+  // weights: this separates loader/kernel errors from the format's own rounding.
+  for (const auto& [label, rounded] : ref.logits_rounded_weights) {
+    if (tc.file != "model-" + label + ".gguf") continue;
+    const double e = test::relative_max_error(got.data(), rounded.data(), got.size());
+    std::printf("[ figures  ] %s/%s vs transformers on the same %s-rounded weights: %.3g (bound 1e-4)\n",
+                tc.variant.c_str(), tc.file.c_str(), label.c_str(), e);
+    EXPECT_LT(e, 1e-4);
+  }
+}
+
+// Bounds: F32 1e-4 (the issue's); BF16 weights computed in f32 1e-4 against transformers run in
+// f32 on the same bf16 weights, and 3e-2 against transformers' own bf16 arithmetic (which is
+// itself 1.3-1.7e-2 away from its f32 result on these models); GGUF F16 1e-2 and Q8_0 5e-2
+// against the f32 model (the formats' own rounding; see docs/model.md), and both 1e-4 against
+// transformers on identically rounded weights.
+INSTANTIATE_TEST_SUITE_P(
+    Tiny, ReferenceLogitsTest,
+    ::testing::Values(Case{"llama_tied", "", 1e-4}, Case{"llama_untied", "", 1e-4}, Case{"qwen2", "", 1e-4},
+                      Case{"qwen3", "", 1e-4}, Case{"llama_bf16", "", 1e-4}, Case{"qwen2_bf16", "", 1e-4},
+                      Case{"qwen3_bf16", "", 1e-4}, Case{"llama_tied", "model-f32.gguf", 1e-4},
+                      Case{"llama_untied", "model-f32.gguf", 1e-4}, Case{"qwen2", "model-f32.gguf", 1e-4},
+                      Case{"qwen3", "model-f32.gguf", 1e-4}, Case{"llama_tied", "model-f16.gguf", 1e-2},
+                      Case{"llama_untied", "model-f16.gguf", 1e-2}, Case{"qwen2", "model-f16.gguf", 1e-2},
+                      Case{"qwen3", "model-f16.gguf", 1e-2}, Case{"llama_tied", "model-q8_0.gguf", 5e-2},
+                      Case{"llama_untied", "model-q8_0.gguf", 5e-2}, Case{"qwen2", "model-q8_0.gguf", 5e-2},
+                      Case{"qwen3", "model-q8_0.gguf", 5e-2}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name =
+          info.param.variant + "_" + (info.param.file.empty() ? "safetensors" : info.param.file);
+      for (auto& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
+
+class BatchInvarianceTest : public ::testing::TestWithParam<std::string> {};
+
+// Several sequences of different lengths in one flattened batch give exactly (bitwise) the
+// logits each gives alone; so does any chunking of the prompts.
+TEST_P(BatchInvarianceTest, BatchedAndChunkedEqualAlone) {
+  const Reference ref = load_reference(GetParam());
+  auto weights = load_model(test::fixture_path("tiny/" + GetParam()));
+  ASSERT_TRUE(weights.has_value()) << weights.status().message();
+  ThreadPool pool(3);
+  Transformer model(**weights, pool);
+  const auto alone = test::all_logits(model, ref.prompts, 0, false);
+  ASSERT_FALSE(alone.empty());
+  EXPECT_EQ(test::all_logits(model, ref.prompts, 0, true), alone);
+  for (int64_t chunk : {1, 7, 16, 100}) {
+    auto chunked = test::all_logits(model, ref.prompts, chunk, true);
+    ASSERT_EQ(chunked.size(), alone.size());
+    EXPECT_LT(test::relative_max_error(chunked.data(), alone.data(), alone.size()), 1e-5)
+        << "chunk " << chunk;
+    EXPECT_EQ(chunked, alone) << "chunk " << chunk;
+  }
+  // Another block size changes where K/V live, not the result.
+  EXPECT_EQ(test::all_logits(model, ref.prompts, 5, true, /*block_size=*/3), alone);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, BatchInvarianceTest, ::testing::Values("llama_untied", "qwen2", "qwen3"));
+
+TEST(TransformerTest, RejectsInconsistentBatch) {
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value()) << weights.status().message();
+  ThreadPool pool(1);
+  Transformer model(**weights, pool);
+  const ModelConfig& c = model.config();
+  KvCache cache(c.num_layers, 2, 16, c.kv_dim());
+  std::vector<int32_t> table{0, 1};
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  int32_t id = 5, pos = 0, seq = 0, row = 0;
+  int64_t slot = 0;
+  AttentionSequence s{0, 1, 1, table};
+  auto run = [&] {
+    ForwardBatch b{{&id, 1}, {&pos, 1}, {&slot, 1}, {&seq, 1}, {&s, 1}, {&row, 1}};
+    return model.forward(b, cache, logits);
+  };
+  EXPECT_TRUE(run().is_ok());
+  id = static_cast<int32_t>(c.vocab_size);
+  EXPECT_NE(run().message().find("outside the vocabulary"), std::string::npos);
+  id = 5;
+  slot = 32;
+  EXPECT_NE(run().message().find("outside the cache"), std::string::npos);
+  slot = 0;
+  pos = 3;
+  EXPECT_NE(run().message().find("position"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace inferd

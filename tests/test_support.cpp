@@ -1,0 +1,210 @@
+#include "test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/half.h"
+
+namespace inferd::test {
+
+std::string fixture_path(const std::string& relative) {
+  return std::string(INFERD_FIXTURES_DIR) + "/" + relative;
+}
+
+std::vector<std::byte> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::vector<char> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(buf.size());
+  if (!buf.empty()) std::memcpy(out.data(), buf.data(), buf.size());
+  return out;
+}
+
+std::vector<float> read_f32(const std::string& path) {
+  auto bytes = read_bytes(path);
+  std::vector<float> out(bytes.size() / 4);
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_bytes(const std::string& path, const std::vector<std::byte>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string temp_dir() {
+  static int counter = 0;
+  auto dir = std::filesystem::temp_directory_path() /
+             ("inferd_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+namespace {
+void put_f16(std::byte* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+}  // namespace
+
+TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng,
+                         std::vector<std::byte>* storage) {
+  const DTypeInfo& info = dtype_info(dtype);
+  const size_t row_bytes = static_cast<size_t>(dtype_bytes(dtype, cols));
+  storage->assign(row_bytes * static_cast<size_t>(rows), std::byte{0});
+  std::uniform_int_distribution<int> byte_dist(0, 255);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::byte* p = storage->data();
+  const int64_t n = rows * cols;
+  switch (dtype) {
+    case DType::kF32:
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = value(rng);
+        std::memcpy(p + 4 * i, &v, 4);
+      }
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) put_f16(p + 2 * i, value(rng));
+      break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t b = f32_to_bf16(value(rng));
+        std::memcpy(p + 2 * i, &b, 2);
+      }
+      break;
+    default: {
+      for (auto& b : *storage) b = static_cast<std::byte>(byte_dist(rng));
+      const int64_t num_blocks = n / info.block_values;
+      for (int64_t i = 0; i < num_blocks; ++i) {
+        std::byte* blk = p + i * info.block_bytes;
+        switch (dtype) {
+          case DType::kQ4_1:
+          case DType::kQ5_1:
+          case DType::kQ4_K:
+          case DType::kQ5_K:
+            put_f16(blk, scale(rng));
+            put_f16(blk + 2, scale(rng));
+            break;
+          case DType::kQ6_K: put_f16(blk + 208, scale(rng)); break;
+          default: put_f16(blk, scale(rng)); break;
+        }
+      }
+    }
+  }
+  TensorView t;
+  t.name = "random";
+  t.dtype = dtype;
+  t.num_dims = 2;
+  t.shape = {rows, cols, 1, 1};
+  t.data = storage->data();
+  t.num_bytes = storage->size();
+  return t;
+}
+
+double relative_max_error(const float* a, const float* b, size_t n) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < n; ++i) {
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(b[i])));
+  }
+  return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+namespace {
+// resize + memcpy rather than insert: GCC 12 warns falsely about insert of a few bytes.
+void append_raw(std::vector<std::byte>* out, const void* p, size_t n) {
+  const size_t at = out->size();
+  out->resize(at + n);
+  if (n > 0) std::memcpy(out->data() + at, p, n);
+}
+template <typename T>
+void append(std::vector<std::byte>* out, T v) {
+  append_raw(out, &v, sizeof(T));
+}
+void append_string(std::vector<std::byte>* out, const std::string& s) {
+  append<uint64_t>(out, s.size());
+  append_raw(out, s.data(), s.size());
+}
+}  // namespace
+
+void GgufWriter::add_u32(const std::string& key, uint32_t v) {
+  append_string(&kv_, key);
+  append<uint32_t>(&kv_, 4);
+  append(&kv_, v);
+  ++num_kv_;
+}
+void GgufWriter::add_f32(const std::string& key, float v) {
+  append_string(&kv_, key);
+  append<uint32_t>(&kv_, 6);
+  append(&kv_, v);
+  ++num_kv_;
+}
+void GgufWriter::add_string(const std::string& key, const std::string& v) {
+  append_string(&kv_, key);
+  append<uint32_t>(&kv_, 8);
+  append_string(&kv_, v);
+  ++num_kv_;
+}
+void GgufWriter::add_string_array(const std::string& key, const std::vector<std::string>& v) {
+  append_string(&kv_, key);
+  append<uint32_t>(&kv_, 9);
+  append<uint32_t>(&kv_, 8);
+  append<uint64_t>(&kv_, v.size());
+  for (const auto& s : v) append_string(&kv_, s);
+  ++num_kv_;
+}
+void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> shape, uint32_t ggml_type,
+                            std::vector<std::byte> data) {
+  tensors_.push_back({name, std::move(shape), ggml_type, std::move(data)});
+}
+
+std::vector<std::byte> GgufWriter::bytes() const {
+  std::vector<std::byte> out;
+  append<uint32_t>(&out, 0x46554747);
+  append<uint32_t>(&out, 3);
+  append<uint64_t>(&out, tensors_.size());
+  append<uint64_t>(&out, num_kv_);
+  append_raw(&out, kv_.data(), kv_.size());
+  uint64_t offset = 0;
+  std::vector<uint64_t> offsets;
+  for (const auto& t : tensors_) {
+    append_string(&out, t.name);
+    append<uint32_t>(&out, static_cast<uint32_t>(t.shape.size()));
+    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it)
+      append<uint64_t>(&out, static_cast<uint64_t>(*it));
+    append<uint32_t>(&out, t.type);
+    append<uint64_t>(&out, offset);
+    offsets.push_back(offset);
+    offset += (t.data.size() + 31) / 32 * 32;
+  }
+  out.resize((out.size() + 31) / 32 * 32, std::byte{0});
+  const size_t base = out.size();
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    out.resize(base + offsets[i], std::byte{0});
+    append_raw(&out, tensors_[i].data.data(), tensors_[i].data.size());
+  }
+  return out;
+}
+
+}  // namespace inferd::test

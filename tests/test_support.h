@@ -1,0 +1,55 @@
+// Helpers shared by the tests: fixture paths, file I/O, random weights, a GGUF writer.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor_view.h"
+
+namespace inferd::test {
+
+std::string fixture_path(const std::string& relative);
+std::vector<std::byte> read_bytes(const std::string& path);
+std::vector<float> read_f32(const std::string& path);
+std::string read_text(const std::string& path);
+void write_bytes(const std::string& path, const std::vector<std::byte>& bytes);
+// A fresh empty directory under the system temp dir.
+std::string temp_dir();
+
+// Random weights of `dtype`, `rows` x `cols` (cols a multiple of the block size), with random
+// quant bytes and moderate finite scales. The TensorView points into `storage`.
+TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng,
+                         std::vector<std::byte>* storage);
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f);
+
+// max |a - b| / max |b|.
+double relative_max_error(const float* a, const float* b, size_t n);
+
+// Writes GGUF v3 bytes: add metadata and tensors, then bytes().
+class GgufWriter {
+ public:
+  void add_u32(const std::string& key, uint32_t v);
+  void add_f32(const std::string& key, float v);
+  void add_string(const std::string& key, const std::string& v);
+  void add_string_array(const std::string& key, const std::vector<std::string>& v);
+  // `data` holds the tensor's raw bytes; shape outermost first.
+  void add_tensor(const std::string& name, std::vector<int64_t> shape, uint32_t ggml_type,
+                  std::vector<std::byte> data);
+  std::vector<std::byte> bytes() const;
+
+ private:
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    uint32_t type;
+    std::vector<std::byte> data;
+  };
+  std::vector<std::byte> kv_;
+  uint64_t num_kv_ = 0;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace inferd::test
