@@ -1,0 +1,116 @@
+// The tokenizer against Hugging Face `tokenizers` (ids recorded by
+// scripts/fixtures/make_tokenizer_cases.py): SmolLM2's real vocabulary from the default model's
+// GGUF, and a tokenizer.json with Qwen2's pipeline (NFC, Split regex, added tokens).
+#include "tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "model/default_model.h"
+#include "test_support.h"
+#include "tokenizer/utf8.h"
+
+namespace inferd {
+namespace {
+
+std::string hex_to_bytes(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+std::unique_ptr<Tokenizer> smollm2_tokenizer() {
+  auto path = default_model_path();
+  if (!path) {
+    if (std::getenv("INFERD_REQUIRE_DEFAULT_MODEL") != nullptr) ADD_FAILURE() << path.status().message();
+    return nullptr;
+  }
+  auto file = GgufFile::open(*path);
+  EXPECT_TRUE(file.has_value());
+  auto vocab = vocab_from_gguf(*file);
+  EXPECT_TRUE(vocab.has_value()) << vocab.status().message();
+  auto tok = Tokenizer::create(std::move(*vocab));
+  EXPECT_TRUE(tok.has_value()) << tok.status().message();
+  return std::move(*tok);
+}
+
+void check_cases(const Tokenizer& tok, const std::string& cases_file, int min_cases) {
+  auto doc = nlohmann::json::parse(test::read_text(test::fixture_path("tokenizer/" + cases_file)));
+  int checked = 0, identical = 0;
+  for (const auto& c : doc["cases"]) {
+    const std::string text = c.contains("hex") ? hex_to_bytes(c["hex"]) : c["text"].get<std::string>();
+    const auto want = c["ids"].get<std::vector<int32_t>>();
+    const auto want_plain = c["ids_plain"].get<std::vector<int32_t>>();
+    const auto got = tok.encode(text, /*allow_special=*/true);
+    const auto got_plain = tok.encode(text, /*allow_special=*/false);
+    EXPECT_EQ(got, want) << "text: " << text;
+    EXPECT_EQ(got_plain, want_plain) << "text (specials as plain text): " << text;
+    if (got == want && got_plain == want_plain) ++identical;
+    if (!c.contains("hex")) {
+      // A normalizing tokenizer (NFC, Qwen2) round-trips to the normalized text, as tokenizers does.
+      const std::string expected = tok.vocab().nfc ? nfc_normalize(text) : text;
+      EXPECT_EQ(tok.decode(got), expected);
+      EXPECT_EQ(tok.decode(got_plain), expected);
+    } else {
+      EXPECT_EQ(tok.decode(got), sanitize_utf8(text));
+    }
+    ++checked;
+  }
+  std::printf("[ figures  ] %s: %d / %d strings give ids identical to tokenizers\n", cases_file.c_str(), identical, checked);
+  EXPECT_GE(checked, min_cases);
+}
+
+TEST(TokenizerTest, SmolLM2IdsIdenticalToHuggingFace) {
+  auto tok = smollm2_tokenizer();
+  if (!tok) GTEST_SKIP() << "default model not installed";
+  check_cases(*tok, "smollm2_cases.json", 300);
+}
+
+TEST(TokenizerTest, QwenStyleTokenizerJsonIdenticalToHuggingFace) {
+  auto vocab = vocab_from_hf_dir(test::fixture_path("tokenizer/tiny_qwen_style"));
+  ASSERT_TRUE(vocab.has_value()) << vocab.status().message();
+  EXPECT_TRUE(vocab->nfc);
+  ASSERT_TRUE(vocab->eos_id.has_value());
+  EXPECT_EQ(vocab->tokens[static_cast<size_t>(*vocab->eos_id)], "<|im_end|>");
+  EXPECT_FALSE(vocab->chat_template.empty());
+  auto tok = Tokenizer::create(std::move(*vocab));
+  ASSERT_TRUE(tok.has_value()) << tok.status().message();
+  check_cases(**tok, "tiny_qwen_style_cases.json", 300);
+}
+
+TEST(TokenizerTest, SpecialTokensOnlyWhenAllowed) {
+  auto tok = smollm2_tokenizer();
+  if (!tok) GTEST_SKIP() << "default model not installed";
+  const auto with = tok->encode("<|im_start|>user", true);
+  ASSERT_FALSE(with.empty());
+  EXPECT_EQ(with[0], 1);  // <|im_start|>
+  EXPECT_TRUE(tok->is_special(1));
+  const auto without = tok->encode("<|im_start|>user", false);
+  EXPECT_GT(without.size(), with.size());
+  for (int32_t id : without) EXPECT_FALSE(tok->is_special(id));
+  EXPECT_EQ(tok->decode(with, /*skip_special=*/true), "user");
+  ASSERT_FALSE(tok->vocab().stop_ids.empty());
+}
+
+TEST(TokenizerTest, HfLoaderErrors) {
+  const std::string dir = test::temp_dir();
+  auto missing = vocab_from_hf_dir(dir);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.status().message().find("tokenizer.json"), std::string::npos);
+  auto write = [&](const std::string& text) {
+    test::write_bytes(dir + "/tokenizer.json", std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
+                                                                        reinterpret_cast<const std::byte*>(text.data()) + text.size()));
+    return vocab_from_hf_dir(dir);
+  };
+  EXPECT_NE(write("{").status().message().find("not valid JSON"), std::string::npos);
+  EXPECT_NE(write(R"({"model": {"type": "Unigram"}})").status().message().find("Unigram"), std::string::npos);
+  EXPECT_NE(write(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Metaspace"}})").status().message().find("Metaspace"),
+            std::string::npos);
+  EXPECT_FALSE(write(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [5]}})").has_value());
+  EXPECT_FALSE(write(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": [1]})").has_value());
+}
+
+}  // namespace
+}  // namespace inferd
