@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -12,6 +14,8 @@
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace {
 
@@ -93,6 +97,7 @@ int run_info(const CommonFlags& flags) {
 
 struct RunFlags {
   std::string prompt_ids;
+  std::string prompt;
   int64_t max_tokens = 16;
   float temperature = 0.0f;
   int32_t top_k = 0;
@@ -100,27 +105,7 @@ struct RunFlags {
   std::optional<uint64_t> seed;
 };
 
-int run_generate(const CommonFlags& flags, const RunFlags& run) {
-  auto ids = parse_ids(run.prompt_ids);
-  if (!ids) return fail(ids.status().message());
-  double load_secs = 0;
-  auto m = load(flags, &load_secs);
-  if (!m) return fail(m.status().message());
-  ThreadPool pool(flags.threads);
-  Transformer model(**m, pool);
-  GenerationOptions opts;
-  opts.max_tokens = run.max_tokens;
-  opts.sampling = SamplingParams{run.temperature, run.top_k, run.top_p, run.seed};
-  bool first = true;
-  auto stats = generate(model, *ids, opts, [&](int32_t id) {
-    std::printf(first ? "%d" : ",%d", id);
-    std::fflush(stdout);
-    first = false;
-  });
-  std::printf("\n");
-  std::fflush(stdout);
-  if (!stats) return fail(stats.status().message());
-  const auto& s = *stats;
+void print_stats(double load_secs, const GenerationStats& s) {
   std::fprintf(
       stderr,
       "load %.3f s | prompt %lld tokens, TTFT %.1f ms, %.1f tokens/s | decode %lld tokens, %.1f tokens/s\n",
@@ -128,6 +113,96 @@ int run_generate(const CommonFlags& flags, const RunFlags& run) {
       static_cast<double>(s.prompt_tokens) / s.prefill_seconds,
       static_cast<long long>(s.generated_tokens - 1),
       s.generated_tokens > 1 ? static_cast<double>(s.generated_tokens - 1) / s.decode_seconds : 0.0);
+}
+
+int run_generate(const CommonFlags& flags, const RunFlags& run) {
+  std::vector<int32_t> ids;
+  if (!run.prompt_ids.empty()) {
+    auto parsed = parse_ids(run.prompt_ids);
+    if (!parsed) return fail(parsed.status().message());
+    ids = std::move(*parsed);
+  }
+  double load_secs = 0;
+  auto m = load(flags, &load_secs);
+  if (!m) return fail(m.status().message());
+  std::unique_ptr<Tokenizer> tokenizer;
+  GenerationOptions opts;
+  opts.max_tokens = run.max_tokens;
+  opts.sampling = SamplingParams{run.temperature, run.top_k, run.top_p, run.seed};
+  if (!run.prompt.empty()) {
+    auto t = load_tokenizer(**m);
+    if (!t) return fail(t.status().message());
+    tokenizer = std::move(*t);
+    // A raw prompt is the operator's own text: special tokens in it are honoured.
+    ids = tokenizer->encode_prompt(run.prompt, /*allow_special=*/true);
+    if (ids.empty()) return fail("--prompt encodes to no tokens");
+    opts.stop_token_ids = tokenizer->vocab().stop_ids;
+  }
+  ThreadPool pool(flags.threads);
+  Transformer model(**m, pool);
+  std::optional<IncrementalDetokenizer> detok;
+  if (tokenizer) detok.emplace(*tokenizer, std::vector<std::string>{});
+  bool first = true;
+  auto stats = generate(model, ids, opts, [&](int32_t id) {
+    if (detok) {
+      std::fputs(detok->push(id).text.c_str(), stdout);
+    } else {
+      std::printf(first ? "%d" : ",%d", id);
+    }
+    std::fflush(stdout);
+    first = false;
+  });
+  if (detok) std::fputs(detok->finish().text.c_str(), stdout);
+  std::printf("\n");
+  std::fflush(stdout);
+  if (!stats) return fail(stats.status().message());
+  print_stats(load_secs, *stats);
+  return 0;
+}
+
+struct TokenizeFlags {
+  std::string text;
+  std::string jsonl;  // a file of JSON strings, one per line: encode each, print totals
+  bool allow_special = false;
+};
+
+// Encodes every line of a JSONL file of strings; prints totals and single-thread throughput.
+int tokenize_file(const Tokenizer& tok, const TokenizeFlags& tf) {
+  std::ifstream in(tf.jsonl);
+  if (!in) return fail(tf.jsonl + ": cannot open");
+  std::vector<std::string> docs;
+  std::string line;
+  size_t bytes = 0;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_string())
+      return fail(tf.jsonl + ":" + std::to_string(n) + ": not a JSON string");
+    docs.push_back(j.get<std::string>());
+    bytes += docs.back().size();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t tokens = 0;
+  for (const auto& d : docs) tokens += tok.encode(d, tf.allow_special).size();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "{\"documents\": %zu, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.4f, \"mb_per_second\": %.3f, "
+      "\"tokens_per_second\": %.0f}\n",
+      docs.size(), bytes, tokens, secs, static_cast<double>(bytes) / 1e6 / secs,
+      static_cast<double>(tokens) / secs);
+  return 0;
+}
+
+int run_tokenize(const CommonFlags& flags, const TokenizeFlags& tf) {
+  double load_secs = 0;
+  auto m = load(flags, &load_secs);
+  if (!m) return fail(m.status().message());
+  auto t = load_tokenizer(**m);
+  if (!t) return fail(t.status().message());
+  if (!tf.jsonl.empty()) return tokenize_file(**t, tf);
+  const auto ids = (*t)->encode(tf.text, tf.allow_special);
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  std::printf("%s]\n", out.c_str());
   return 0;
 }
 
@@ -141,7 +216,11 @@ int main(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "generate tokens for one prompt");
   add_common(run_cmd, &common);
   RunFlags run;
-  run_cmd->add_option("--prompt-ids", run.prompt_ids, "prompt as comma-separated token ids")->required();
+  auto* ids_opt = run_cmd->add_option("--prompt-ids", run.prompt_ids, "prompt as comma-separated token ids");
+  auto* prompt_opt =
+      run_cmd->add_option("-p,--prompt", run.prompt, "prompt text (special tokens in it are honoured)");
+  ids_opt->excludes(prompt_opt);
+  prompt_opt->excludes(ids_opt);
   run_cmd->add_option("-n,--max-tokens", run.max_tokens, "tokens to generate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   run_cmd->add_option("--temperature", run.temperature, "0 = greedy (default)")
@@ -150,6 +229,17 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   run_cmd->add_option("--top-p", run.top_p, "nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
   run_cmd->add_option("--seed", run.seed, "random seed (same seed, same output)");
+
+  auto* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a text as JSON");
+  add_common(tokenize_cmd, &common);
+  TokenizeFlags tokenize;
+  auto* text_opt = tokenize_cmd->add_option("--text", tokenize.text, "text to tokenize");
+  auto* file_opt = tokenize_cmd->add_option(
+      "--jsonl", tokenize.jsonl, "encode every JSON string line of a file; print totals and speed");
+  text_opt->excludes(file_opt);
+  file_opt->excludes(text_opt);
+  tokenize_cmd->add_flag("--allow-special", tokenize.allow_special,
+                         "turn special-token text into special tokens");
 
   auto* info_cmd = app.add_subcommand("info", "print a model's configuration as JSON");
   add_common(info_cmd, &common);
@@ -160,8 +250,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    if (*run_cmd && run.prompt.empty() && run.prompt_ids.empty())
+      return fail("run needs --prompt or --prompt-ids");
     if (*run_cmd) return run_generate(common, run);
     if (*info_cmd) return run_info(common);
+    if (*tokenize_cmd) return run_tokenize(common, tokenize);
   } catch (const std::exception& e) {
     return fail(e.what());
   }

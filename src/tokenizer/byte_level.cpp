@@ -44,7 +44,9 @@ const Tables& tables() {
 
 }  // namespace
 
-const std::string& byte_to_unicode(uint8_t b) { return tables().to_unicode[b]; }
+const std::string& byte_to_unicode(uint8_t b) {
+  return tables().to_unicode[b];
+}
 
 bool byte_level_decode(std::string_view token, std::string* out) {
   const Tables& t = tables();

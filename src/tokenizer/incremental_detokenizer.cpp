@@ -6,8 +6,8 @@
 
 namespace inferd {
 
-IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                                               bool keep_special)
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
+                                               std::vector<std::string> stop_strings, bool keep_special)
     : tokenizer_(tokenizer), keep_special_(keep_special) {
   for (auto& s : stop_strings) {
     if (!s.empty()) stops_.push_back(std::move(s));

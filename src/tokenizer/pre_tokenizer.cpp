@@ -57,7 +57,8 @@ Expected<std::vector<std::string>> PreTokenizer::patterns_for_gguf_pre(const std
   if (pre == "smollm") return std::vector<std::string>{R"(\p{N})", kGpt2Pattern};
   if (pre == "qwen2" || pre == "deepseek-r1-qwen") return std::vector<std::string>{kQwen2Pattern};
   if (pre == "llama3" || pre == "llama-bpe") return std::vector<std::string>{kLlama3Pattern};
-  return unsupported("tokenizer pre-tokenizer '" + pre + "' is not supported (smollm, qwen2, llama-bpe, gpt-2)");
+  return unsupported("tokenizer pre-tokenizer '" + pre +
+                     "' is not supported (smollm, qwen2, llama-bpe, gpt-2)");
 }
 
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>* pieces) const {

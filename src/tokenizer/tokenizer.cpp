@@ -10,7 +10,9 @@ namespace inferd {
 
 namespace {
 constexpr size_t kMaxCacheEntries = 1 << 16;
-uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 }  // namespace
 
 Tokenizer::Tokenizer(Vocab vocab, PreTokenizer pre) : vocab_(std::move(vocab)), pre_(std::move(pre)) {}
@@ -40,7 +42,9 @@ Status Tokenizer::build() {
     added_by_first_byte_[static_cast<uint8_t>(a.content[0])].push_back(&a);
   }
   for (auto& list : added_by_first_byte_) {
-    std::stable_sort(list.begin(), list.end(), [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); });
+    std::stable_sort(list.begin(), list.end(), [](const AddedToken* x, const AddedToken* y) {
+      return x->content.size() > y->content.size();
+    });
   }
   byte_ids_.assign(256, -1);
   for (int b = 0; b < 256; ++b) {
@@ -150,14 +154,17 @@ void Tokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
     const int32_t right = sym[static_cast<size_t>(left)].next;
     if (left < 0 || right < 0) return;
     auto it = merges_.find(pair_key(sym[static_cast<size_t>(left)].id, sym[static_cast<size_t>(right)].id));
-    if (it != merges_.end()) queue.push({it->second.rank, left, sym[static_cast<size_t>(left)].id, sym[static_cast<size_t>(right)].id});
+    if (it != merges_.end())
+      queue.push(
+          {it->second.rank, left, sym[static_cast<size_t>(left)].id, sym[static_cast<size_t>(right)].id});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) push(i);
   while (!queue.empty()) {
     const Candidate c = queue.top();
     queue.pop();
     Symbol& l = sym[static_cast<size_t>(c.left)];
-    if (l.id != c.left_id || l.next < 0 || sym[static_cast<size_t>(l.next)].id != c.right_id) continue;  // stale
+    if (l.id != c.left_id || l.next < 0 || sym[static_cast<size_t>(l.next)].id != c.right_id)
+      continue;  // stale
     Symbol& r = sym[static_cast<size_t>(l.next)];
     l.id = merges_.at(pair_key(c.left_id, c.right_id)).merged_id;
     r.id = -1;  // dead
@@ -166,7 +173,8 @@ void Tokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
     push(l.prev);
     push(c.left);
   }
-  for (int32_t i = 0; i >= 0; i = sym[static_cast<size_t>(i)].next) out->push_back(sym[static_cast<size_t>(i)].id);
+  for (int32_t i = 0; i >= 0; i = sym[static_cast<size_t>(i)].next)
+    out->push_back(sym[static_cast<size_t>(i)].id);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

@@ -80,9 +80,12 @@ size_t utf8_complete_prefix(std::string_view t) {
     const auto b = static_cast<unsigned char>(t[n - back]);
     if ((b & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
     size_t need = 0;
-    if (b >= 0xC2 && b <= 0xDF) need = 2;
-    else if (b >= 0xE0 && b <= 0xEF) need = 3;
-    else if (b >= 0xF0 && b <= 0xF4) need = 4;
+    if (b >= 0xC2 && b <= 0xDF)
+      need = 2;
+    else if (b >= 0xE0 && b <= 0xEF)
+      need = 3;
+    else if (b >= 0xF0 && b <= 0xF4)
+      need = 4;
     if (need > back) {
       size_t subpart = 1;
       (void)sequence_length(t, n - back, &subpart);

@@ -22,7 +22,8 @@ void add_stop_ids(Vocab* v) {
   for (const auto& t : v->added_tokens) {
     if (t.content == "<|im_end|>" || t.content == "<|eot_id|>" || t.content == "<|eom_id|>" ||
         t.content == "<|endoftext|>") {
-      if (std::find(v->stop_ids.begin(), v->stop_ids.end(), t.id) == v->stop_ids.end()) v->stop_ids.push_back(t.id);
+      if (std::find(v->stop_ids.begin(), v->stop_ids.end(), t.id) == v->stop_ids.end())
+        v->stop_ids.push_back(t.id);
     }
   }
 }
@@ -30,11 +31,15 @@ void add_stop_ids(Vocab* v) {
 Status check_ids(const std::string& source, const Vocab& v) {
   const auto n = static_cast<int64_t>(v.tokens.size());
   for (auto id : {v.bos_id, v.eos_id, v.pad_id}) {
-    if (id && (*id < 0 || *id >= n)) return corrupt_file(source + ": special token id " + std::to_string(*id) + " is outside the vocabulary");
+    if (id && (*id < 0 || *id >= n))
+      return corrupt_file(source + ": special token id " + std::to_string(*id) +
+                          " is outside the vocabulary");
   }
   for (const auto& t : v.added_tokens) {
-    if (t.id < 0 || t.id >= n) return corrupt_file(source + ": added token id " + std::to_string(t.id) + " is outside the vocabulary");
-    if (t.content.empty()) return corrupt_file(source + ": added token " + std::to_string(t.id) + " is empty");
+    if (t.id < 0 || t.id >= n)
+      return corrupt_file(source + ": added token id " + std::to_string(t.id) + " is outside the vocabulary");
+    if (t.content.empty())
+      return corrupt_file(source + ": added token " + std::to_string(t.id) + " is empty");
   }
   return Status::ok();
 }
@@ -45,7 +50,9 @@ Expected<Vocab> vocab_from_gguf(const GgufFile& f) {
   const std::string& src = f.path();
   INFERD_ASSIGN_OR_RETURN(std::optional<std::string> model, f.get_string("tokenizer.ggml.model"));
   if (!model) return not_found(src + ": no tokenizer in the file (tokenizer.ggml.model missing)");
-  if (*model != "gpt2") return unsupported(src + ": tokenizer model '" + *model + "' is not supported (byte-level BPE 'gpt2' only)");
+  if (*model != "gpt2")
+    return unsupported(src + ": tokenizer model '" + *model +
+                       "' is not supported (byte-level BPE 'gpt2' only)");
   const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
   if (tokens == nullptr || tokens->type != GgufType::kArray || tokens->array_type != GgufType::kString) {
     return corrupt_file(src + ": tokenizer.ggml.tokens must be an array of strings");
@@ -63,7 +70,8 @@ Expected<Vocab> vocab_from_gguf(const GgufFile& f) {
     v.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
   }
   if (const GgufValue* types = f.find("tokenizer.ggml.token_type")) {
-    if (types->array_ints.size() != v.tokens.size()) return corrupt_file(src + ": tokenizer.ggml.token_type length differs from tokens");
+    if (types->array_ints.size() != v.tokens.size())
+      return corrupt_file(src + ": tokenizer.ggml.token_type length differs from tokens");
     for (size_t i = 0; i < v.tokens.size(); ++i) {
       const int64_t t = types->array_ints[i];
       if (t == kTokenTypeControl || t == kTokenTypeUserDefined) {
@@ -72,7 +80,8 @@ Expected<Vocab> vocab_from_gguf(const GgufFile& f) {
     }
   }
   INFERD_ASSIGN_OR_RETURN(std::optional<std::string> pre, f.get_string("tokenizer.ggml.pre"));
-  INFERD_ASSIGN_OR_RETURN(v.pre_tokenizer_patterns, PreTokenizer::patterns_for_gguf_pre(pre.value_or("default")));
+  INFERD_ASSIGN_OR_RETURN(v.pre_tokenizer_patterns,
+                          PreTokenizer::patterns_for_gguf_pre(pre.value_or("default")));
   v.nfc = pre && (*pre == "qwen2" || *pre == "deepseek-r1-qwen");
   v.ignore_merges = pre && (*pre == "llama-bpe" || *pre == "llama3");
   auto id = [&](const char* key) -> Expected<std::optional<int32_t>> {
@@ -111,11 +120,13 @@ Status hf_pre_tokenizer(const std::string& src, const json& node, std::vector<st
   if (node.is_null()) return Status::ok();
   const std::string type = node.value("type", "");
   if (type == "Sequence") {
-    for (const auto& p : node.value("pretokenizers", json::array())) INFERD_RETURN_IF_ERROR(hf_pre_tokenizer(src, p, out));
+    for (const auto& p : node.value("pretokenizers", json::array()))
+      INFERD_RETURN_IF_ERROR(hf_pre_tokenizer(src, p, out));
     return Status::ok();
   }
   if (type == "ByteLevel") {
-    if (node.value("add_prefix_space", false)) return unsupported(src + ": ByteLevel add_prefix_space is not supported");
+    if (node.value("add_prefix_space", false))
+      return unsupported(src + ": ByteLevel add_prefix_space is not supported");
     if (node.value("use_regex", true)) out->push_back(kGpt2Pattern);
     return Status::ok();
   }
@@ -125,7 +136,8 @@ Status hf_pre_tokenizer(const std::string& src, const json& node, std::vector<st
   }
   if (type == "Split") {
     const json& pattern = node.value("pattern", json::object());
-    if (node.value("behavior", "") != "Isolated" || node.value("invert", false) || !pattern.contains("Regex")) {
+    if (node.value("behavior", "") != "Isolated" || node.value("invert", false) ||
+        !pattern.contains("Regex")) {
       return unsupported(src + ": only Split with an isolated Regex pattern is supported");
     }
     out->push_back(pattern["Regex"].get<std::string>());
@@ -136,7 +148,8 @@ Status hf_pre_tokenizer(const std::string& src, const json& node, std::vector<st
 
 std::string token_text(const json& j) {
   if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string())
+    return j["content"].get<std::string>();
   return "";
 }
 
@@ -146,21 +159,26 @@ Expected<Vocab> vocab_from_hf_dir_unchecked(const std::string& dir) {
   const std::string src = tok_path.string();
   INFERD_ASSIGN_OR_RETURN(json tok, read_json(tok_path, true));
   INFERD_ASSIGN_OR_RETURN(json cfg, read_json(fs::path(dir) / "tokenizer_config.json", false));
-  if (!tok.is_object() || !tok.contains("model") || !tok["model"].is_object()) return corrupt_file(src + ": no 'model' object");
+  if (!tok.is_object() || !tok.contains("model") || !tok["model"].is_object())
+    return corrupt_file(src + ": no 'model' object");
   const json& model = tok["model"];
-  if (model.value("type", "") != "BPE") return unsupported(src + ": model type '" + model.value("type", "?") + "' is not supported (BPE only)");
+  if (model.value("type", "") != "BPE")
+    return unsupported(src + ": model type '" + model.value("type", "?") + "' is not supported (BPE only)");
   Vocab v;
   v.ignore_merges = model.value("ignore_merges", false);
   const json& vocab = model.value("vocab", json::object());
-  if (!vocab.is_object() || vocab.empty()) return corrupt_file(src + ": model.vocab must be a non-empty object");
+  if (!vocab.is_object() || vocab.empty())
+    return corrupt_file(src + ": model.vocab must be a non-empty object");
   size_t max_id = 0;
   for (const auto& [text, id] : vocab.items()) {
-    if (!id.is_number_unsigned() || id.get<uint64_t>() > (1u << 24)) return corrupt_file(src + ": bad id of token '" + text + "'");
+    if (!id.is_number_unsigned() || id.get<uint64_t>() > (1u << 24))
+      return corrupt_file(src + ": bad id of token '" + text + "'");
     max_id = std::max<size_t>(max_id, id.get<size_t>());
   }
   const json& added = tok.value("added_tokens", json::array());
   for (const auto& a : added) {
-    if (a.contains("id") && a["id"].is_number_unsigned() && a["id"].get<uint64_t>() <= (1u << 24)) max_id = std::max<size_t>(max_id, a["id"].get<size_t>());
+    if (a.contains("id") && a["id"].is_number_unsigned() && a["id"].get<uint64_t>() <= (1u << 24))
+      max_id = std::max<size_t>(max_id, a["id"].get<size_t>());
   }
   v.tokens.resize(max_id + 1);
   for (const auto& [text, id] : vocab.items()) v.tokens[id.get<size_t>()] = text;
@@ -177,7 +195,8 @@ Expected<Vocab> vocab_from_hf_dir_unchecked(const std::string& dir) {
     }
   }
   for (const auto& a : added) {
-    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() || !a.contains("content") || !a["content"].is_string()) {
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() || !a.contains("content") ||
+        !a["content"].is_string()) {
       return corrupt_file(src + ": added_tokens entries need id and content");
     }
     AddedToken t{a["id"].get<int32_t>(), a["content"].get<std::string>(), a.value("special", false)};
@@ -193,7 +212,8 @@ Expected<Vocab> vocab_from_hf_dir_unchecked(const std::string& dir) {
       return unsupported(src + ": normalizer '" + type + "' is not supported");
     }
   }
-  INFERD_RETURN_IF_ERROR(hf_pre_tokenizer(src, tok.value("pre_tokenizer", json()), &v.pre_tokenizer_patterns));
+  INFERD_RETURN_IF_ERROR(
+      hf_pre_tokenizer(src, tok.value("pre_tokenizer", json()), &v.pre_tokenizer_patterns));
   auto find_id = [&](const std::string& text) -> std::optional<int32_t> {
     for (const auto& t : v.added_tokens) {
       if (t.content == text) return t.id;
@@ -213,7 +233,8 @@ Expected<Vocab> vocab_from_hf_dir_unchecked(const std::string& dir) {
         v.chat_template = ct.get<std::string>();
       } else if (ct.is_array()) {
         for (const auto& e : ct) {
-          if (e.value("name", "") == "default" && e.contains("template")) v.chat_template = e["template"].get<std::string>();
+          if (e.value("name", "") == "default" && e.contains("template"))
+            v.chat_template = e["template"].get<std::string>();
         }
       }
     }

@@ -20,7 +20,7 @@ struct AddedToken {
 };
 
 struct Vocab {
-  std::vector<std::string> tokens;             // id -> token string (byte-level alphabet)
+  std::vector<std::string> tokens;                          // id -> token string (byte-level alphabet)
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
   std::vector<AddedToken> added_tokens;
   std::vector<std::string> pre_tokenizer_patterns;

@@ -8,8 +8,10 @@
 #include <sstream>
 
 #include "engine/generator.h"
+#include "model/default_model.h"
 #include "model/model_loader.h"
 #include "test_support.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace inferd {
 namespace {
@@ -82,6 +84,43 @@ TEST(CliTest, InfoPrintsConfig) {
   EXPECT_EQ(j["format"], "safetensors");
 }
 
+// Text in, streamed text out: equals the library's greedy generation decoded in one piece.
+TEST(CliTest, TextPromptStreamsDecodedText) {
+  auto path = default_model_path();
+  if (!path) GTEST_SKIP() << "default model not installed";
+  const std::string prompt = "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n";
+  Result r = run_inferd("run -n 24 -t 2 --prompt '" + prompt + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  auto weights = load_model(*path);
+  ASSERT_TRUE(weights.has_value());
+  auto tok = load_tokenizer(**weights);
+  ASSERT_TRUE(tok.has_value()) << tok.status().message();
+  ThreadPool pool(1);
+  Transformer t(**weights, pool);
+  GenerationOptions opts;
+  opts.max_tokens = 24;
+  opts.stop_token_ids = (*tok)->vocab().stop_ids;
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(generate(t, (*tok)->encode_prompt(prompt, true), opts, [&](int32_t id) {
+                ids.push_back(id);
+              }).has_value());
+  EXPECT_EQ(r.out, (*tok)->decode(ids, /*skip_special=*/true) + "\n");
+  EXPECT_FALSE(r.out.find_first_not_of(" \n") == std::string::npos) << "empty answer";
+}
+
+TEST(CliTest, TokenizePrintsIds) {
+  if (!default_model_path()) GTEST_SKIP() << "default model not installed";
+  Result plain = run_inferd("tokenize --text 'Hi <|im_end|> 42'");
+  Result special = run_inferd("tokenize --allow-special --text 'Hi <|im_end|> 42'");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto a = nlohmann::json::parse(plain.out).get<std::vector<int32_t>>();
+  auto b = nlohmann::json::parse(special.out).get<std::vector<int32_t>>();
+  EXPECT_GT(a.size(), b.size());
+  EXPECT_NE(std::find(b.begin(), b.end(), 2), b.end());  // <|im_end|> is id 2 in SmolLM2
+  EXPECT_EQ(std::find(a.begin(), a.end(), 2), a.end());
+}
+
 TEST(CliTest, BadInputsGiveOneLineErrors) {
   const std::string dir = test::temp_dir();
   test::write_bytes(dir + "/junk.gguf", std::vector<std::byte>(64, std::byte{0x41}));
@@ -100,6 +139,7 @@ TEST(CliTest, BadInputsGiveOneLineErrors) {
   expect_one_line_error(run_inferd("run --model " + tiny + " --prompt-ids 1,2,3 -n 254"),
                         "prompt (3 tokens) + max_tokens (254) exceeds the context window of 256");
   expect_one_line_error(run_inferd("run --model /nonexistent.gguf --prompt-ids 1"), "/nonexistent.gguf");
+  expect_one_line_error(run_inferd("run --model " + tiny + " --prompt hello"), "no tokenizer");
   Result usage = run_inferd("run --prompt-ids 1 --bogus-flag");
   EXPECT_NE(usage.exit_code, 0);
 }

