@@ -76,6 +76,16 @@ void k_scale_min(int j, const u8* q, u8* scale, u8* min) {
   }
 }
 
+// Scale and offset of sub-block j of a Q4_K / Q5_K block: value = scale * q - offset.
+struct SubBlock {
+  float scale, offset;
+};
+SubBlock k_sub_block(int j, const u8* scales, float d, float dmin) {
+  u8 sc, m;
+  k_scale_min(j, scales, &sc, &m);
+  return {d * sc, dmin * m};
+}
+
 // Q4_K: { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }, 8 sub-blocks of 32 values.
 void dequant_q4_k(const u8* b, float* y) {
   const float d = load_f16(b);
@@ -83,13 +93,9 @@ void dequant_q4_k(const u8* b, float* y) {
   const u8* scales = b + 4;
   const u8* q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
-    u8 sc, m;
-    k_scale_min(is, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    k_scale_min(is + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
-    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0f) - m1;
-    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    const SubBlock lo = k_sub_block(is, scales, d, dmin), hi = k_sub_block(is + 1, scales, d, dmin);
+    for (int l = 0; l < 32; ++l) *y++ = lo.scale * static_cast<float>(q[l] & 0x0f) - lo.offset;
+    for (int l = 0; l < 32; ++l) *y++ = hi.scale * static_cast<float>(q[l] >> 4) - hi.offset;
   }
 }
 
@@ -102,16 +108,12 @@ void dequant_q5_k(const u8* b, float* y) {
   const u8* ql = b + 48;
   u8 u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
-    u8 sc, m;
-    k_scale_min(is, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    k_scale_min(is + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    const SubBlock lo = k_sub_block(is, scales, d, dmin), hi = k_sub_block(is + 1, scales, d, dmin);
     for (int l = 0; l < 32; ++l) {
-      *y++ = d1 * static_cast<float>((ql[l] & 0x0f) + ((qh[l] & u1) ? 16 : 0)) - m1;
+      *y++ = lo.scale * static_cast<float>((ql[l] & 0x0f) + ((qh[l] & u1) ? 16 : 0)) - lo.offset;
     }
     for (int l = 0; l < 32; ++l) {
-      *y++ = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+      *y++ = hi.scale * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - hi.offset;
     }
     u1 = static_cast<u8>(u1 << 2);
     u2 = static_cast<u8>(u2 << 2);

@@ -151,8 +151,9 @@ void Tokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
   auto push = [&](int32_t left) {
+    if (left < 0) return;
     const int32_t right = sym[static_cast<size_t>(left)].next;
-    if (left < 0 || right < 0) return;
+    if (right < 0) return;
     auto it = merges_.find(pair_key(sym[static_cast<size_t>(left)].id, sym[static_cast<size_t>(right)].id));
     if (it != merges_.end())
       queue.push(

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "model/default_model.h"
 #include "test_support.h"
@@ -127,6 +128,28 @@ TEST(TokenizerTest, SpecialTokensOnlyWhenAllowed) {
   for (int32_t id : without) EXPECT_FALSE(tok->is_special(id));
   EXPECT_EQ(tok->decode(with, /*skip_special=*/true), "user");
   ASSERT_FALSE(tok->vocab().stop_ids.empty());
+}
+
+// Random byte strings (ill-formed UTF-8, special-token fragments, mixed scripts) never crash
+// and round-trip to their sanitized text.
+TEST(TokenizerTest, RandomBytesRoundTrip) {
+  auto tok = smollm2_tokenizer();
+  if (!tok) GTEST_SKIP() << "default model not installed";
+  const std::vector<std::string> atoms = {"a",    "Z",  " ",  "  ",     "\n",   "\r\n",         "\t",
+                                          "7",    "42", "'s", "<|",     "|>",   "<|im_start|>", "<|im_end",
+                                          "é",    "世", "😀",  "\u200d", "\xff", "\xe4\xbd",     "\xc3",
+                                          "\x80", "!",  "..."};
+  std::mt19937 rng(17);
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 24);
+    for (int i = 0; i < n; ++i) s += atoms[rng() % atoms.size()];
+    for (bool allow : {false, true}) {
+      const auto ids = tok->encode(s, allow);
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok->vocab_size());
+      ASSERT_EQ(tok->decode(ids), sanitize_utf8(s)) << "allow_special=" << allow;
+    }
+  }
 }
 
 TEST(TokenizerTest, HfLoaderErrors) {
