@@ -1,0 +1,50 @@
+// KVCacheManager: per-request block tables over a BlockPool. The scheduler asks it for room
+// before running a request's tokens (allocate_slots) and returns the blocks when the request
+// finishes, is aborted or preempted (free). Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_pool.h"
+
+namespace inferd {
+
+using RequestId = uint64_t;
+
+class KVCacheManager final {
+ public:
+  // pool: not owned. block_size: tokens per block.
+  KVCacheManager(BlockPool& pool, int32_t block_size);
+
+  int32_t block_size() const { return block_size_; }
+
+  // Makes the request's table cover `num_tokens` tokens, taking blocks as needed. Returns false
+  // (and changes nothing) when the pool has too few free blocks.
+  [[nodiscard]] bool allocate_slots(RequestId id, int64_t num_tokens);
+
+  // The blocks of `id` in position order (empty when it holds none).
+  std::span<const int32_t> block_table(RequestId id) const;
+
+  // Cache slot of position `pos` of request `id` (pos must be covered).
+  int64_t slot(RequestId id, int64_t pos) const;
+
+  // Blocks needed for `num_tokens` tokens of a request that holds none.
+  int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+
+  // Returns every block of `id` to the pool (tail blocks first). No-op for an unknown id.
+  void free(RequestId id);
+
+  int64_t num_requests() const { return static_cast<int64_t>(tables_.size()); }
+  // Share of the pool in use, 0..1.
+  double usage() const;
+
+ private:
+  BlockPool& pool_;
+  int32_t block_size_;
+  std::unordered_map<RequestId, std::vector<int32_t>> tables_;
+};
+
+}  // namespace inferd

@@ -1,0 +1,91 @@
+#include "kv/block_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "kv/kv_cache_manager.h"
+
+namespace inferd {
+namespace {
+
+TEST(BlockPoolTest, AllocateReleaseAndLruOrder) {
+  BlockPool pool(4);
+  EXPECT_EQ(pool.num_free_blocks(), 4);
+  auto a = pool.allocate(3);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(*a, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_FALSE(pool.allocate(2).has_value());  // only 1 free: nothing taken
+  EXPECT_EQ(pool.num_free_blocks(), 1);
+  pool.release(std::vector<int32_t>{2, 0});  // freed order: 3 (never used), 2, 0
+  auto b = pool.allocate(3);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(*b, (std::vector<int32_t>{3, 2, 0}));
+}
+
+TEST(BlockPoolTest, SharedBlocksFreeOnLastRelease) {
+  BlockPool pool(2);
+  auto a = pool.allocate(1);
+  ASSERT_TRUE(a.has_value());
+  pool.add_ref((*a)[0]);
+  EXPECT_EQ(pool.ref_count((*a)[0]), 2);
+  pool.release(*a);
+  EXPECT_EQ(pool.num_free_blocks(), 1);
+  pool.release(*a);
+  EXPECT_EQ(pool.num_free_blocks(), 2);
+}
+
+TEST(KVCacheManagerTest, TablesGrowAndSlotsMapThroughBlocks) {
+  BlockPool pool(8);
+  KVCacheManager m(pool, 4);
+  ASSERT_TRUE(m.allocate_slots(1, 5));  // 2 blocks
+  ASSERT_TRUE(m.allocate_slots(2, 1));  // 1 block
+  ASSERT_TRUE(m.allocate_slots(1, 8));  // still 2
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  ASSERT_TRUE(m.allocate_slots(1, 9));  // 3
+  const auto t = m.block_table(1);
+  EXPECT_EQ(m.slot(1, 0), t[0] * 4);
+  EXPECT_EQ(m.slot(1, 8), t[2] * 4);
+  EXPECT_EQ(m.slot(1, 7), t[1] * 4 + 3);
+  EXPECT_FALSE(m.allocate_slots(3, 4 * 5 + 1));  // needs 6, 4 free
+  EXPECT_TRUE(m.block_table(3).empty());
+  EXPECT_DOUBLE_EQ(m.usage(), 4.0 / 8);
+  m.free(1);
+  m.free(2);
+  m.free(99);
+  EXPECT_EQ(pool.num_free_blocks(), 8);
+  EXPECT_EQ(m.num_requests(), 0);
+}
+
+// Property: after any sequence of grow / free operations every block is free again and no
+// block is ever in two tables.
+TEST(KVCacheManagerTest, RandomWorkloadAccountsForEveryBlock) {
+  std::mt19937 rng(5);
+  BlockPool pool(37);
+  KVCacheManager m(pool, 3);
+  std::vector<int64_t> lengths(10, 0);
+  for (int step = 0; step < 20000; ++step) {
+    const auto r = static_cast<RequestId>(rng() % lengths.size());
+    if (rng() % 5 == 0) {
+      m.free(r);
+      lengths[r] = 0;
+    } else {
+      const int64_t want = lengths[r] + 1 + static_cast<int64_t>(rng() % 7);
+      if (m.allocate_slots(r, want)) lengths[r] = want;
+    }
+    std::vector<int> owner(37, 0);
+    int64_t used = 0;
+    for (RequestId q = 0; q < lengths.size(); ++q) {
+      const auto t = m.block_table(q);
+      ASSERT_EQ(static_cast<int64_t>(t.size()), m.blocks_for(lengths[q]));
+      for (int32_t b : t) ASSERT_EQ(owner[static_cast<size_t>(b)]++, 0);
+      used += static_cast<int64_t>(t.size());
+    }
+    ASSERT_EQ(used, pool.num_used_blocks());
+  }
+  for (RequestId q = 0; q < lengths.size(); ++q) m.free(q);
+  EXPECT_EQ(pool.num_free_blocks(), 37);
+}
+
+}  // namespace
+}  // namespace inferd
