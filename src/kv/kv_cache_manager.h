@@ -37,6 +37,7 @@ class KVCacheManager final {
   // Returns every block of `id` to the pool (tail blocks first). No-op for an unknown id.
   void free(RequestId id);
 
+  int64_t num_blocks_total() const { return pool_.num_blocks(); }
   int64_t num_requests() const { return static_cast<int64_t>(tables_.size()); }
   // Share of the pool in use, 0..1.
   double usage() const;

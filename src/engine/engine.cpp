@@ -1,0 +1,85 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace inferd {
+
+Status EngineOptions::validate() const {
+  INFERD_RETURN_IF_ERROR(scheduler.validate());
+  if (block_size < 1 || block_size > 1024) return invalid_argument("block_size must be in [1, 1024]");
+  if (num_kv_blocks < 1) return invalid_argument("the KV cache must hold at least one block");
+  return Status::ok();
+}
+
+Engine::Engine(Transformer& model, const EngineOptions& options)
+    : options_(options),
+      model_(model),
+      cache_(model.config().num_layers, options.num_kv_blocks, options.block_size, model.config().kv_dim()),
+      pool_(static_cast<int32_t>(options.num_kv_blocks)),
+      kv_(pool_, options.block_size),
+      scheduler_(options.scheduler, kv_),
+      runner_(model, cache_, kv_) {
+  INFERD_CHECK(options.validate().is_ok());
+}
+
+RequestId Engine::add(RequestSpec spec) {
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->prompt = std::move(spec.prompt);
+  r->sampling = spec.sampling;
+  r->limits = std::move(spec.limits);
+  r->priority = spec.priority;
+  r->arrival_order = next_arrival_++;
+  const RequestId id = r->id;
+  for (int32_t t : r->prompt) {
+    if (t < 0 || t >= model_.config().vocab_size) {
+      r->error = "token id " + std::to_string(t) + " is outside the vocabulary";
+      break;
+    }
+  }
+  if (r->error.empty()) {
+    Status s = r->sampling.validate();
+    if (!s.is_ok()) r->error = s.message();
+  }
+  samplers_.emplace(id, Sampler(r->sampling));
+  scheduler_.add(std::move(r));
+  return id;
+}
+
+void Engine::abort(RequestId id) {
+  scheduler_.abort(id);
+}
+
+std::vector<StepOutput> Engine::step() {
+  std::vector<StepOutput> out;
+  const ScheduledBatch batch = scheduler_.schedule();
+  if (!batch.empty()) {
+    Status s = runner_.execute(batch);
+    INFERD_CHECK_MSG(s.is_ok(), s.message().c_str());  // batches are built by us: a failure is a bug
+    sampled_.assign(batch.items.size(), -1);
+    const auto items = runner_.sample_items();
+    for (size_t k = 0; k < items.size(); ++k) {
+      const Request& r = *batch.items[static_cast<size_t>(items[k])].request;
+      sampled_[static_cast<size_t>(items[k])] = samplers_.at(r.id).sample(runner_.logits_row(k));
+      out.push_back({r.id, {sampled_[static_cast<size_t>(items[k])]}, false, FinishReason::kNone, {}});
+    }
+    scheduler_.update(batch, sampled_);
+  }
+  collect_finished(&out);
+  return out;
+}
+
+void Engine::collect_finished(std::vector<StepOutput>* out) {
+  for (auto& r : scheduler_.take_finished()) {
+    samplers_.erase(r->id);
+    auto it = std::find_if(out->begin(), out->end(), [&](const StepOutput& o) { return o.id == r->id; });
+    if (it == out->end()) it = out->insert(out->end(), StepOutput{r->id, {}, false, FinishReason::kNone, {}});
+    it->finished = true;
+    it->finish_reason = r->finish_reason;
+    it->error = r->error;
+  }
+}
+
+}  // namespace inferd

@@ -1,0 +1,81 @@
+// Engine: the step loop of continuous batching — schedule → execute → sample → update → emit.
+// This class is the synchronous core driven by one thread (tests, offline batch); the threaded
+// front end with submit/abort queues wraps it. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "kv/block_pool.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_cache_manager.h"
+#include "model/transformer.h"
+
+namespace inferd {
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  int32_t block_size = 16;
+  int64_t num_kv_blocks = 256;
+
+  Status validate() const;
+};
+
+// What one step produced for one request.
+struct StepOutput {
+  RequestId id = 0;
+  std::vector<int32_t> new_tokens;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;
+};
+
+struct RequestSpec {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  GenerationLimits limits;
+  int32_t priority = 0;
+};
+
+class Engine final {
+ public:
+  // model: not owned. Allocates the KV cache once, here.
+  Engine(Transformer& model, const EngineOptions& options);
+
+  // Queues a request; it joins at the next step. Returns its id.
+  RequestId add(RequestSpec spec);
+  // Ends a request now and frees its blocks.
+  void abort(RequestId id);
+  // Runs one step (nothing when idle) and returns the outputs of the requests it touched.
+  std::vector<StepOutput> step();
+
+  bool has_work() const { return scheduler_.has_work(); }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const BlockPool& block_pool() const { return pool_; }
+  int64_t max_tokens_in_cache() const {
+    return pool_.num_blocks() * static_cast<int64_t>(options_.block_size);
+  }
+
+ private:
+  void collect_finished(std::vector<StepOutput>* out);
+
+  EngineOptions options_;
+  Transformer& model_;
+  KvCache cache_;
+  BlockPool pool_;
+  KVCacheManager kv_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  std::unordered_map<RequestId, Sampler> samplers_;
+  RequestId next_id_ = 1;
+  uint64_t next_arrival_ = 0;
+  std::vector<int32_t> sampled_;
+};
+
+}  // namespace inferd

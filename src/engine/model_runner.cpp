@@ -1,0 +1,43 @@
+#include "engine/model_runner.h"
+
+namespace inferd {
+
+ModelRunner::ModelRunner(Transformer& model, KvCache& cache, const KVCacheManager& kv)
+    : model_(model), cache_(cache), kv_(kv) {}
+
+Status ModelRunner::execute(const ScheduledBatch& batch) {
+  ids_.clear();
+  positions_.clear();
+  token_sequence_.clear();
+  logit_rows_.clear();
+  sample_items_.clear();
+  slots_.clear();
+  sequences_.clear();
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    const Request& r = *batch.items[i].request;
+    const int64_t first = r.num_computed_tokens;
+    const int64_t n = batch.items[i].num_new_tokens;
+    sequences_.push_back({static_cast<int64_t>(ids_.size()), n, first + n, kv_.block_table(r.id)});
+    for (int64_t p = first; p < first + n; ++p) {
+      ids_.push_back(r.token_at(p));
+      positions_.push_back(static_cast<int32_t>(p));
+      slots_.push_back(kv_.slot(r.id, p));
+      token_sequence_.push_back(static_cast<int32_t>(i));
+    }
+    if (first + n == r.num_tokens()) {
+      logit_rows_.push_back(static_cast<int32_t>(ids_.size() - 1));
+      sample_items_.push_back(static_cast<int32_t>(i));
+    }
+  }
+  const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+  if (logits_.size() < logit_rows_.size() * vocab) logits_.resize(logit_rows_.size() * vocab);
+  ForwardBatch fb{ids_, positions_, slots_, token_sequence_, sequences_, logit_rows_};
+  return model_.forward(fb, cache_, logits_);
+}
+
+std::span<const float> ModelRunner::logits_row(size_t i) const {
+  const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+  return std::span<const float>(logits_).subspan(i * vocab, vocab);
+}
+
+}  // namespace inferd

@@ -1,0 +1,38 @@
+// ModelRunner: turns the scheduler's plan into the transformer's flattened batch (token ids,
+// positions, KV slots, block tables) and runs it. Knows no request policy. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_cache_manager.h"
+#include "model/transformer.h"
+
+namespace inferd {
+
+class ModelRunner final {
+ public:
+  // All not owned.
+  ModelRunner(Transformer& model, KvCache& cache, const KVCacheManager& kv);
+
+  // Runs one step. On success `sample_items` lists the indices of batch items that reached the
+  // end of their tokens and `logits()` holds one row of vocab logits for each, in that order.
+  Status execute(const ScheduledBatch& batch);
+  std::span<const int32_t> sample_items() const { return sample_items_; }
+  std::span<const float> logits_row(size_t i) const;
+
+ private:
+  Transformer& model_;
+  KvCache& cache_;
+  const KVCacheManager& kv_;
+  // Reused across steps: no allocation once the largest batch has been seen.
+  std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, sample_items_;
+  std::vector<int64_t> slots_;
+  std::vector<AttentionSequence> sequences_;
+  std::vector<float> logits_;
+};
+
+}  // namespace inferd

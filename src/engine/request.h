@@ -1,0 +1,51 @@
+// Request: one generation request as the engine thread tracks it: its tokens, how many of them
+// are computed (their K/V in the cache), its sampling settings and its state. Owned by the
+// Scheduler; the engine thread alone reads and writes it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "kv/kv_cache_manager.h"
+
+namespace inferd {
+
+enum class RequestState { kWaiting, kRunning, kFinished };
+
+enum class FinishReason { kNone, kStop, kLength, kAborted, kError };
+
+struct GenerationLimits {
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+};
+
+struct Request {
+  RequestId id = 0;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;
+  SamplingParams sampling;
+  GenerationLimits limits;
+  int32_t priority = 0;        // lower runs earlier (as in vLLM)
+  uint64_t arrival_order = 0;  // ties in priority go to the earlier arrival
+
+  RequestState state = RequestState::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                // set with kError
+  int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  int64_t num_preemptions = 0;
+  int64_t scheduled_in_step = -1;  // the scheduler's step counter when last scheduled
+
+  // No phases: a request just has tokens, some computed. Prefill = many uncomputed tokens.
+  int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
+  int64_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+  int32_t token_at(int64_t pos) const {
+    const auto p = static_cast<size_t>(pos);
+    return p < prompt.size() ? prompt[p] : output[p - prompt.size()];
+  }
+};
+
+}  // namespace inferd

@@ -1,0 +1,199 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/check.h"
+
+namespace inferd {
+
+namespace {
+// Earlier in the waiting queue: lower priority value, then earlier arrival.
+bool runs_before(const Request* a, const Request* b) {
+  return a->priority != b->priority ? a->priority < b->priority : a->arrival_order < b->arrival_order;
+}
+}  // namespace
+
+Status SchedulerOptions::validate() const {
+  if (max_num_batched_tokens < 1) return invalid_argument("max_num_batched_tokens must be >= 1");
+  if (max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1");
+  if (max_prefill_tokens < 1) return invalid_argument("max_prefill_tokens must be >= 1");
+  if (max_model_len < 2) return invalid_argument("max_model_len must be >= 2");
+  return Status::ok();
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, KVCacheManager& kv) : options_(options), kv_(kv) {
+  INFERD_CHECK(options.validate().is_ok());
+}
+
+void Scheduler::add(std::unique_ptr<Request> request) {
+  Request* r = request.get();
+  INFERD_CHECK(requests_.find(r->id) == requests_.end());
+  requests_.emplace(r->id, std::move(request));
+  const int64_t total = static_cast<int64_t>(r->prompt.size()) + r->limits.max_tokens;
+  if (!r->error.empty()) {
+    // rejected by the caller already (bad token id, bad sampling field)
+  } else if (r->prompt.empty()) {
+    r->error = "the prompt is empty";
+  } else if (total > options_.max_model_len) {
+    r->error = "prompt (" + std::to_string(r->prompt.size()) + " tokens) + max_tokens (" +
+               std::to_string(r->limits.max_tokens) + ") exceeds the context window of " +
+               std::to_string(options_.max_model_len);
+  } else if (kv_.blocks_for(total) > kv_.num_blocks_total()) {
+    r->error = "prompt + max_tokens (" + std::to_string(total) +
+               " tokens) needs more KV cache than exists (" +
+               std::to_string(kv_.num_blocks_total() * kv_.block_size()) + " tokens)";
+  }
+  if (!r->error.empty()) {
+    finish(r, FinishReason::kError);
+    return;
+  }
+  insert_waiting(r);
+}
+
+void Scheduler::insert_waiting(Request* r) {
+  r->state = RequestState::kWaiting;
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), r, runs_before), r);
+}
+
+void Scheduler::abort(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  finish(it->second.get(), FinishReason::kAborted);
+}
+
+ScheduledBatch Scheduler::schedule() {
+  ++step_;
+  ScheduledBatch batch;
+  int64_t budget = options_.max_num_batched_tokens;
+  if (options_.policy == SchedulePolicy::kDecodeFirst) {
+    schedule_running(&batch, &budget);
+    admit_waiting(&batch, &budget, budget);
+  } else {
+    admit_waiting(&batch, &budget, std::min(options_.max_prefill_tokens, budget));
+    schedule_running(&batch, &budget);
+  }
+  return batch;
+}
+
+void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget) {
+  const std::vector<Request*> order = running_;  // preemption edits running_
+  for (Request* r : order) {
+    if (*budget <= 0) break;
+    if (r->state != RequestState::kRunning || r->scheduled_in_step == step_) continue;
+    const int64_t n = std::min(r->num_uncomputed_tokens(), *budget);
+    bool fits = true;
+    while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
+      if (!preempt_one(r, std::numeric_limits<int32_t>::min(), batch, budget)) {
+        preempt(r, batch, budget);  // nobody else to take blocks from: r waits
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) continue;
+    r->scheduled_in_step = step_;
+    batch->items.push_back({r, n});
+    batch->num_tokens += n;
+    *budget -= n;
+  }
+}
+
+void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t prefill_cap) {
+  int64_t prefill = 0;
+  while (!waiting_.empty() && *budget > 0 && prefill < prefill_cap &&
+         static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
+    Request* r = waiting_.front();
+    const int64_t n = std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill});
+    bool fits = true;
+    // Blocks short: only a strictly lower-priority running request may give way.
+    while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
+      if (!preempt_one(r, r->priority, batch, budget)) {
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) break;  // strict order: later arrivals do not jump ahead
+    waiting_.pop_front();
+    r->state = RequestState::kRunning;
+    r->scheduled_in_step = step_;
+    running_.push_back(r);
+    batch->items.push_back({r, n});
+    batch->num_tokens += n;
+    *budget -= n;
+    prefill += n;
+  }
+}
+
+bool Scheduler::preempt_one(const Request* keep, int32_t above_priority, ScheduledBatch* batch,
+                            int64_t* budget) {
+  Request* victim = nullptr;
+  for (Request* r : running_) {
+    if (r == keep || r->priority <= above_priority) continue;
+    if (victim == nullptr || runs_before(victim, r)) victim = r;  // lowest priority, latest arrival
+  }
+  if (victim == nullptr) return false;
+  preempt(victim, batch, budget);
+  return true;
+}
+
+void Scheduler::preempt(Request* victim, ScheduledBatch* batch, int64_t* budget) {
+  // Undo its place in this step's batch, if it had one.
+  for (auto it = batch->items.begin(); it != batch->items.end(); ++it) {
+    if (it->request == victim) {
+      *budget += it->num_new_tokens;
+      batch->num_tokens -= it->num_new_tokens;
+      batch->items.erase(it);
+      break;
+    }
+  }
+  kv_.free(victim->id);
+  victim->num_computed_tokens = 0;
+  ++victim->num_preemptions;
+  ++num_preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  insert_waiting(victim);
+  batch->preempted.push_back(victim->id);
+}
+
+void Scheduler::update(const ScheduledBatch& batch, std::span<const int32_t> sampled) {
+  INFERD_CHECK(sampled.size() == batch.items.size());
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    Request* r = batch.items[i].request;
+    if (r->state != RequestState::kRunning) continue;
+    r->num_computed_tokens += batch.items[i].num_new_tokens;
+    if (r->num_computed_tokens < r->num_tokens()) continue;  // still prefilling
+    r->output.push_back(sampled[i]);
+    if (is_stop_token(*r, sampled[i])) {
+      finish(r, FinishReason::kStop);
+    } else if (static_cast<int64_t>(r->output.size()) >= r->limits.max_tokens ||
+               r->num_tokens() >= options_.max_model_len) {
+      finish(r, FinishReason::kLength);
+    }
+  }
+}
+
+bool Scheduler::is_stop_token(const Request& r, int32_t token) {
+  if (r.limits.ignore_eos) return false;
+  return std::find(r.limits.stop_token_ids.begin(), r.limits.stop_token_ids.end(), token) !=
+         r.limits.stop_token_ids.end();
+}
+
+void Scheduler::finish(Request* r, FinishReason reason) {
+  kv_.free(r->id);
+  if (r->state == RequestState::kRunning) running_.erase(std::find(running_.begin(), running_.end(), r));
+  if (r->state == RequestState::kWaiting) {
+    auto it = std::find(waiting_.begin(), waiting_.end(), r);
+    if (it != waiting_.end()) waiting_.erase(it);
+  }
+  r->state = RequestState::kFinished;
+  r->finish_reason = reason;
+  auto it = requests_.find(r->id);
+  finished_.push_back(std::move(it->second));
+  requests_.erase(it);
+}
+
+std::vector<std::unique_ptr<Request>> Scheduler::take_finished() {
+  return std::exchange(finished_, {});
+}
+
+}  // namespace inferd

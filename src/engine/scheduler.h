@@ -1,0 +1,99 @@
+// Scheduler: decides each step which requests run and how many of their tokens, within a token
+// budget, a sequence limit and the KV blocks free, preempting when blocks run out. The engine
+// loop calls schedule() then, after the model ran, update(). Engine thread only.
+//
+//   waiting (priority, arrival) ──admit──▶ running ──finish/abort──▶ freed
+//        ▲                                   │
+//        └──────────── preempt (blocks freed, recomputed later) ◀──┘
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/request.h"
+#include "kv/kv_cache_manager.h"
+
+namespace inferd {
+
+enum class SchedulePolicy {
+  kDecodeFirst,   // running requests first, then fill the budget with waiting prefills
+  kPrefillFirst,  // admit waiting prefills first (up to max_prefill_tokens), then decodes
+};
+
+struct SchedulerOptions {
+  int64_t max_num_batched_tokens = 2048;  // tokens per step
+  int64_t max_num_seqs = 64;              // running requests at once
+  int64_t max_prefill_tokens = 2048;      // prefill tokens per step under kPrefillFirst
+  SchedulePolicy policy = SchedulePolicy::kDecodeFirst;
+  int64_t max_model_len = 4096;  // prompt + output must fit
+
+  Status validate() const;
+};
+
+struct ScheduledItem {
+  Request* request;        // not owned
+  int64_t num_new_tokens;  // tokens of this request computed in this step
+};
+
+// One step's plan: plain data for the model runner.
+struct ScheduledBatch {
+  std::vector<ScheduledItem> items;
+  std::vector<RequestId> preempted;  // sent back to waiting this step
+  int64_t num_tokens = 0;
+  bool empty() const { return items.empty(); }
+};
+
+class Scheduler final {
+ public:
+  // kv: not owned.
+  Scheduler(const SchedulerOptions& options, KVCacheManager& kv);
+
+  // Queues a request. A request that arrives with `error` set, or that can never fit (longer than
+  // max_model_len or than the whole KV pool) is finished at once with kError and returned by take_finished().
+  void add(std::unique_ptr<Request> request);
+  // Finishes a request wherever it is (kAborted) and frees its blocks now.
+  void abort(RequestId id);
+
+  // Plans the next step.
+  ScheduledBatch schedule();
+
+  // Records the step: computed tokens advance; each item whose request reached the end of its
+  // known tokens gets the sampled token appended (sampled[i] belongs to items[i]; ignored for
+  // items still prefilling). Requests that finish free their blocks.
+  void update(const ScheduledBatch& batch, std::span<const int32_t> sampled);
+
+  // Requests finished since the last call (ownership passes to the caller).
+  std::vector<std::unique_ptr<Request>> take_finished();
+
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+
+ private:
+  void schedule_running(ScheduledBatch* batch, int64_t* budget);
+  void admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t prefill_cap);
+  // Preempts the lowest-priority, latest running request other than `keep` whose priority
+  // value is above `above_priority`; false when there is none.
+  bool preempt_one(const Request* keep, int32_t above_priority, ScheduledBatch* batch, int64_t* budget);
+  void preempt(Request* victim, ScheduledBatch* batch, int64_t* budget);
+  void finish(Request* r, FinishReason reason);
+  static bool is_stop_token(const Request& r, int32_t token);
+  void insert_waiting(Request* r);
+
+  SchedulerOptions options_;
+  KVCacheManager& kv_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::deque<Request*> waiting_;   // ordered by (priority, arrival)
+  std::vector<Request*> running_;  // in admission order
+  std::vector<std::unique_ptr<Request>> finished_;
+  int64_t num_preemptions_ = 0;
+  int64_t step_ = 0;
+};
+
+}  // namespace inferd
