@@ -23,6 +23,7 @@ struct EngineOptions {
   SchedulerOptions scheduler;
   int32_t block_size = 16;
   int64_t num_kv_blocks = 256;
+  KvDType kv_dtype = KvDType::kF16;  // K/V storage; attention math is f32
 
   Status validate() const;
 };

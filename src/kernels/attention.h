@@ -20,12 +20,16 @@ struct AttentionSequence {
   std::span<const int32_t> block_table;
 };
 
-// K/V of one layer: slot s holds key[s * kv_dim ...] and value[s * kv_dim ...], kv_dim =
-// num_kv_heads * head_dim.
+// Element type of the KV cache; attention math is f32 whatever it is.
+enum class KvDType { kF32, kF16, kBF16 };
+
+// K/V of one layer: slot s holds key[s * kv_dim ...] and value[s * kv_dim ...] (elements of
+// `dtype`), kv_dim = num_kv_heads * head_dim.
 struct KvLayerView {
-  const float* key = nullptr;
-  const float* value = nullptr;
+  const void* key = nullptr;
+  const void* value = nullptr;
   int64_t block_size = 0;
+  KvDType dtype = KvDType::kF32;
 };
 
 struct AttentionShape {

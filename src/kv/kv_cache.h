@@ -1,38 +1,54 @@
-// KvCache: the memory that holds every layer's keys and values, as slots grouped in blocks.
-// The transformer writes new tokens' K/V to slots and attention reads them through block
-// tables; which request owns which block is decided above it (engine/, kv/ block manager).
+// KvCache: the memory that holds every layer's keys and values, as slots grouped in blocks,
+// stored as f16 (default), bf16 or f32. The transformer writes new tokens' K/V to slots and
+// attention reads them through block tables; which request owns which block is decided above
+// it (BlockPool / KVCacheManager). Allocated once; engine thread only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.h"
 
 namespace inferd {
 
+// "f16", "bf16", "f32" -> KvDType.
+std::optional<KvDType> kv_dtype_from_name(const std::string& name);
+size_t kv_dtype_bytes(KvDType dtype);
+
 class KvCache final {
  public:
-  // Allocates num_blocks * block_size slots of kv_dim floats for K and for V, per layer.
-  KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim);
+  // Allocates num_blocks * block_size slots of kv_dim elements for K and for V, per layer.
+  KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim,
+          KvDType dtype = KvDType::kF32);
+
+  // Bytes one token's K and V take over all layers.
+  static int64_t bytes_per_token(int64_t num_layers, int64_t kv_dim, KvDType dtype) {
+    return 2 * num_layers * kv_dim * static_cast<int64_t>(kv_dtype_bytes(dtype));
+  }
 
   int64_t num_layers() const { return num_layers_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t num_slots() const { return num_blocks_ * block_size_; }
   int64_t kv_dim() const { return kv_dim_; }
+  KvDType dtype() const { return dtype_; }
 
-  float* key(int64_t layer, int64_t slot) { return keys_.data() + offset(layer, slot); }
-  float* value(int64_t layer, int64_t slot) { return values_.data() + offset(layer, slot); }
+  // Stores one token's K and V ([kv_dim] f32 each) in `slot` of `layer`, rounding to dtype.
+  void write(int64_t layer, int64_t slot, const float* key, const float* value);
   KvLayerView layer_view(int64_t layer) const;
 
  private:
-  size_t offset(int64_t layer, int64_t slot) const {
-    return static_cast<size_t>((layer * num_slots() + slot) * kv_dim_);
+  size_t offset_bytes(int64_t layer, int64_t slot) const {
+    return static_cast<size_t>((layer * num_slots() + slot) * kv_dim_) * kv_dtype_bytes(dtype_);
   }
 
   int64_t num_layers_, num_blocks_, block_size_, kv_dim_;
-  std::vector<float> keys_;    // [layers, slots, kv_dim]
-  std::vector<float> values_;  // [layers, slots, kv_dim]
+  KvDType dtype_;
+  std::vector<std::byte> keys_;    // [layers, slots, kv_dim]
+  std::vector<std::byte> values_;  // [layers, slots, kv_dim]
 };
 
 }  // namespace inferd

@@ -113,9 +113,7 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
     rope(q, c.num_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
     rope(k, c.num_kv_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
     const int64_t slot = b.slot_mapping[static_cast<size_t>(t)];
-    std::memcpy(cache.key(layer_index, slot), k, sizeof(float) * static_cast<size_t>(c.kv_dim()));
-    std::memcpy(cache.value(layer_index, slot), &v_[t * c.kv_dim()],
-                sizeof(float) * static_cast<size_t>(c.kv_dim()));
+    cache.write(layer_index, slot, k, &v_[t * c.kv_dim()]);
   }
   const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   paged_attention(q_.data(), b.sequences, b.token_sequence, cache.layer_view(layer_index), shape,

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/half.h"
 #include "test_support.h"
 
 namespace inferd {
@@ -90,8 +91,22 @@ TEST(AttentionTest, PagedMatchesNaiveWithShuffledBlocksAndGqa) {
   auto q = test::random_floats(static_cast<size_t>(num_tokens * q_dim), rng);
   std::vector<float> out(q.size());
   ThreadPool pool(3);
-  paged_attention(q.data(), att, token_seq, KvLayerView{key_cache.data(), value_cache.data(), block_size},
-                  shape, out.data(), pool);
+  paged_attention(q.data(), att, token_seq,
+                  KvLayerView{key_cache.data(), value_cache.data(), block_size, KvDType::kF32}, shape,
+                  out.data(), pool);
+  // The same K/V stored as f16 and bf16: attention within the storage rounding of f32's.
+  for (KvDType dtype : {KvDType::kF16, KvDType::kBF16}) {
+    std::vector<uint16_t> k16(key_cache.size()), v16(value_cache.size());
+    for (size_t i = 0; i < k16.size(); ++i) {
+      k16[i] = dtype == KvDType::kF16 ? f32_to_f16(key_cache[i]) : f32_to_bf16(key_cache[i]);
+      v16[i] = dtype == KvDType::kF16 ? f32_to_f16(value_cache[i]) : f32_to_bf16(value_cache[i]);
+    }
+    std::vector<float> out16(q.size());
+    paged_attention(q.data(), att, token_seq, KvLayerView{k16.data(), v16.data(), block_size, dtype}, shape,
+                    out16.data(), pool);
+    const double bound = dtype == KvDType::kF16 ? 2e-3 : 2e-2;
+    EXPECT_LT(test::relative_max_error(out16.data(), out.data(), out.size()), bound);
+  }
   for (int64_t t = 0; t < num_tokens; ++t) {
     const AttentionSequence& s = att[static_cast<size_t>(token_seq[static_cast<size_t>(t)])];
     const int64_t pos = s.context_len - s.num_queries + (t - s.query_start);

@@ -12,7 +12,8 @@ namespace inferd::test {
 // step takes the next `chunk` tokens of every unfinished prompt (chunk 0 = whole prompts), all
 // prompts together in one flattened batch when `together`, else one prompt at a time.
 inline std::vector<float> all_logits(Transformer& model, const std::vector<std::vector<int32_t>>& prompts,
-                                     int64_t chunk, bool together, int64_t block_size = 16) {
+                                     int64_t chunk, bool together, int64_t block_size = 16,
+                                     KvDType kv_dtype = KvDType::kF32) {
   const ModelConfig& c = model.config();
   int64_t max_len = 0, total = 0;
   for (const auto& p : prompts) {
@@ -20,7 +21,8 @@ inline std::vector<float> all_logits(Transformer& model, const std::vector<std::
     total += static_cast<int64_t>(p.size());
   }
   const int64_t blocks_per_seq = (max_len + block_size - 1) / block_size;
-  KvCache cache(c.num_layers, blocks_per_seq * static_cast<int64_t>(prompts.size()), block_size, c.kv_dim());
+  KvCache cache(c.num_layers, blocks_per_seq * static_cast<int64_t>(prompts.size()), block_size, c.kv_dim(),
+                kv_dtype);
   // Sequence s owns blocks s, s + n, s + 2n, ...: interleaved, so tables are not contiguous.
   std::vector<std::vector<int32_t>> tables(prompts.size());
   for (size_t s = 0; s < prompts.size(); ++s) {

@@ -133,6 +133,24 @@ TEST_P(BatchInvarianceTest, BatchedAndChunkedEqualAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, BatchInvarianceTest, ::testing::Values("llama_untied", "qwen2", "qwen3"));
 
+// K/V stored as f16 or bf16 (the engine's default is f16): logits stay close to f32 storage.
+TEST(TransformerTest, HalfPrecisionKvCacheStaysClose) {
+  const Reference ref = load_reference("qwen3");
+  auto weights = load_model(test::fixture_path("tiny/qwen3"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  for (KvDType dtype : {KvDType::kF16, KvDType::kBF16}) {
+    auto got = test::all_logits(model, ref.prompts, 0, false, 16, dtype);
+    ASSERT_EQ(got.size(), ref.logits.size());
+    const double err = test::relative_max_error(got.data(), ref.logits.data(), got.size());
+    std::printf("[ figures  ] qwen3 with %s KV cache vs transformers f32: %.3g\n",
+                dtype == KvDType::kF16 ? "f16" : "bf16", err);
+    EXPECT_LT(err, dtype == KvDType::kF16 ? 2e-3 : 2e-2);
+    EXPECT_EQ(test::all_logits(model, ref.prompts, 7, true, 16, dtype), got);  // still batch-invariant
+  }
+}
+
 TEST(TransformerTest, RejectsInconsistentBatch) {
   auto weights = load_model(test::fixture_path("tiny/qwen2"));
   ASSERT_TRUE(weights.has_value()) << weights.status().message();
