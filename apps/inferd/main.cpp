@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "engine/offline_batch.h"
+#include "engine_flags.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
@@ -206,6 +208,83 @@ int run_tokenize(const CommonFlags& flags, const TokenizeFlags& tf) {
   return 0;
 }
 
+struct GenerateFlags {
+  std::string input, output;
+  int64_t max_tokens = 256;
+};
+
+void progress_bar(size_t done, size_t total, double seconds) {
+  constexpr int kWidth = 30;
+  const int filled = total == 0 ? kWidth : static_cast<int>(kWidth * done / total);
+  std::fprintf(stderr, "\r[%s%s] %zu/%zu requests, %.1f s",
+               std::string(static_cast<size_t>(filled), '=').c_str(),
+               std::string(static_cast<size_t>(kWidth - filled), ' ').c_str(), done, total, seconds);
+  if (done == total) std::fputc('\n', stderr);
+}
+
+int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const GenerateFlags& g) {
+  std::ifstream in(g.input);
+  if (!in) return fail(g.input + ": cannot open");
+  std::vector<BatchItem> items;
+  std::vector<std::string> line_errors;  // per input line; "" when it parsed
+  std::string line;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    auto item = j.is_discarded() ? Expected<BatchItem>(invalid_argument("not valid JSON"))
+                                 : parse_batch_item(j, g.max_tokens);
+    line_errors.push_back(item ? "" : g.input + ":" + std::to_string(n) + ": " + item.status().message());
+    items.push_back(item ? std::move(*item) : BatchItem{});
+  }
+  double load_secs = 0;
+  auto m = load(flags, &load_secs);
+  if (!m) return fail(m.status().message());
+  auto tok = load_tokenizer(**m);
+  auto options = engine_options(engine_flags, (*m)->config);
+  if (!options) return fail(options.status().message());
+  ThreadPool pool(flags.threads);
+  Transformer model(**m, pool);
+  Engine engine(model, *options);
+  std::fprintf(stderr, "KV cache: %lld blocks of %d tokens = %lld tokens max (%s)\n",
+               static_cast<long long>(options->num_kv_blocks), options->block_size,
+               static_cast<long long>(engine.max_tokens_in_cache()), engine_flags.kv_cache_dtype.c_str());
+  // Lines that did not parse are reported as errors without reaching the engine.
+  std::vector<BatchItem> runnable;
+  std::vector<size_t> runnable_index;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (line_errors[i].empty()) {
+      runnable.push_back(items[i]);
+      runnable_index.push_back(i);
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto results = run_offline_batch(engine, tok ? tok->get() : nullptr, runnable,
+                                   [&](size_t d, size_t t) { progress_bar(d, t, elapsed()); });
+  const double secs = elapsed();
+  std::ofstream out(g.output, std::ios::trunc);
+  if (!out) return fail(g.output + ": cannot write");
+  int64_t generated = 0, prompt_tokens = 0;
+  size_t next = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    BatchResult r;
+    if (!line_errors[i].empty()) {
+      r.finish_reason = "error";
+      r.error = line_errors[i];
+    } else {
+      r = results[next++];
+    }
+    generated += static_cast<int64_t>(r.token_ids.size());
+    prompt_tokens += r.prompt_tokens;
+    out << batch_result_json(r, i).dump() << "\n";
+  }
+  std::fprintf(stderr,
+               "%zu requests, %lld prompt + %lld generated tokens in %.2f s: %.1f generated tokens/s\n",
+               items.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(generated), secs,
+               static_cast<double>(generated) / secs);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -241,6 +320,20 @@ int main(int argc, char** argv) {
   tokenize_cmd->add_flag("--allow-special", tokenize.allow_special,
                          "turn special-token text into special tokens");
 
+  auto* generate_cmd =
+      app.add_subcommand("generate", "run a JSONL file of requests through the engine at once");
+  add_common(generate_cmd, &common);
+  EngineFlags engine_flags;
+  add_engine_flags(generate_cmd, &engine_flags);
+  GenerateFlags gen;
+  generate_cmd
+      ->add_option("-i,--input", gen.input,
+                   "JSONL: {\"prompt\": ...} or {\"prompt_ids\": [...]} + sampling fields")
+      ->required();
+  generate_cmd->add_option("-o,--output", gen.output, "JSONL results, in input order")->required();
+  generate_cmd->add_option("-n,--max-tokens", gen.max_tokens, "default max_tokens per request")
+      ->check(CLI::PositiveNumber);
+
   auto* info_cmd = app.add_subcommand("info", "print a model's configuration as JSON");
   add_common(info_cmd, &common);
 
@@ -255,6 +348,7 @@ int main(int argc, char** argv) {
     if (*run_cmd) return run_generate(common, run);
     if (*info_cmd) return run_info(common);
     if (*tokenize_cmd) return run_tokenize(common, tokenize);
+    if (*generate_cmd) return run_batch(common, engine_flags, gen);
   } catch (const std::exception& e) {
     return fail(e.what());
   }

@@ -121,6 +121,41 @@ TEST(CliTest, TokenizePrintsIds) {
   EXPECT_EQ(std::find(a.begin(), a.end(), 2), a.end());
 }
 
+// Offline batch: every line answered, in order, with the asked lengths; a bad line fails alone.
+TEST(CliTest, GenerateRunsABatchFile) {
+  const std::string dir = test::temp_dir();
+  const std::string model = test::fixture_path("tiny/qwen2/model-f32.gguf");
+  std::string lines;
+  for (int i = 0; i < 12; ++i) {
+    lines += "{\"prompt_ids\": [" + std::to_string(i + 1) + ", 7, " + std::to_string(3 * i) +
+             "], \"max_tokens\": " + std::to_string(2 + i % 5) + "}\n";
+  }
+  lines += "{\"prompt_ids\": \"oops\"}\n";
+  test::write_bytes(dir + "/in.jsonl",
+                    std::vector<std::byte>(reinterpret_cast<const std::byte*>(lines.data()),
+                                           reinterpret_cast<const std::byte*>(lines.data()) + lines.size()));
+  Result r = run_inferd("generate --model " + model + " -i " + dir + "/in.jsonl -o " + dir +
+                        "/out.jsonl --kv-cache-memory 1MiB --max-num-batched-tokens 16 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("KV cache:"), std::string::npos);
+  const std::string out = test::read_text(dir + "/out.jsonl");
+  std::stringstream ss(out);
+  std::string line;
+  for (int i = 0; i < 13; ++i) {
+    ASSERT_TRUE(std::getline(ss, line)) << "missing line " << i;
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["index"], i);
+    if (i == 12) {
+      EXPECT_EQ(j["finish_reason"], "error");
+      EXPECT_NE(j["error"].get<std::string>().find(":13: field 'prompt_ids'"), std::string::npos);
+      continue;
+    }
+    EXPECT_EQ(j["finish_reason"], "length");
+    EXPECT_EQ(j["completion_tokens"], 2 + i % 5);
+    EXPECT_LE(j["ttft_s"].get<double>(), j["e2e_s"].get<double>());
+  }
+}
+
 TEST(CliTest, BadInputsGiveOneLineErrors) {
   const std::string dir = test::temp_dir();
   test::write_bytes(dir + "/junk.gguf", std::vector<std::byte>(64, std::byte{0x41}));
@@ -140,6 +175,12 @@ TEST(CliTest, BadInputsGiveOneLineErrors) {
                         "prompt (3 tokens) + max_tokens (254) exceeds the context window of 256");
   expect_one_line_error(run_inferd("run --model /nonexistent.gguf --prompt-ids 1"), "/nonexistent.gguf");
   expect_one_line_error(run_inferd("run --model " + tiny + " --prompt hello"), "no tokenizer");
+  expect_one_line_error(run_inferd("generate --model " + tiny + " -i /nonexistent.jsonl -o /tmp/x.jsonl"),
+                        "/nonexistent.jsonl: cannot open");
+  test::write_bytes(dir + "/one.jsonl", std::vector<std::byte>(3, std::byte{'{'}));
+  expect_one_line_error(run_inferd("generate --model " + tiny + " -i " + dir + "/one.jsonl -o " + dir +
+                                   "/o.jsonl --kv-cache-memory 10B"),
+                        "smaller than one KV block");
   Result usage = run_inferd("run --prompt-ids 1 --bogus-flag");
   EXPECT_NE(usage.exit_code, 0);
 }

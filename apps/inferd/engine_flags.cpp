@@ -1,0 +1,50 @@
+#include "engine_flags.h"
+
+#include "common/byte_size.h"
+#include "kv/kv_cache.h"
+
+namespace inferd {
+
+void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
+  cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
+                  "KV cache size: bytes (2GiB, 512MB) or a fraction of free RAM (0.3)");
+  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV storage: f16, bf16 or f32");
+  cmd->add_option("--block-size", f->block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "token budget per step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-seqs", f->max_num_seqs, "running requests at once")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-prefill-tokens", f->max_prefill_tokens, "prefill tokens per step (prefill-first)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule-policy", f->schedule_policy, "decode-first or prefill-first")
+      ->check(CLI::IsMember({"decode-first", "prefill-first"}));
+  cmd->add_option("--max-model-len", f->max_model_len,
+                  "longest prompt + output (default: the model's context)");
+}
+
+Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& model) {
+  EngineOptions o;
+  auto dtype = kv_dtype_from_name(f.kv_cache_dtype);
+  if (!dtype)
+    return invalid_argument("--kv-cache-dtype '" + f.kv_cache_dtype + "' (expected f16, bf16 or f32)");
+  o.kv_dtype = *dtype;
+  o.block_size = f.block_size;
+  INFERD_ASSIGN_OR_RETURN(int64_t bytes, parse_byte_size(f.kv_cache_memory, available_memory_bytes()));
+  const int64_t per_block =
+      KvCache::bytes_per_token(model.num_layers, model.kv_dim(), o.kv_dtype) * f.block_size;
+  o.num_kv_blocks = bytes / per_block;
+  if (o.num_kv_blocks < 1) {
+    return invalid_argument("--kv-cache-memory " + f.kv_cache_memory + " is smaller than one KV block (" +
+                            std::to_string(per_block) + " bytes)");
+  }
+  o.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
+  o.scheduler.max_num_seqs = f.max_num_seqs;
+  o.scheduler.max_prefill_tokens = f.max_prefill_tokens;
+  o.scheduler.policy =
+      f.schedule_policy == "prefill-first" ? SchedulePolicy::kPrefillFirst : SchedulePolicy::kDecodeFirst;
+  o.scheduler.max_model_len = f.max_model_len > 0 ? std::min(f.max_model_len, model.max_position_embeddings)
+                                                  : model.max_position_embeddings;
+  INFERD_RETURN_IF_ERROR(o.validate());
+  return o;
+}
+
+}  // namespace inferd

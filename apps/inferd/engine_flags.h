@@ -1,0 +1,30 @@
+// Engine flags shared by every subcommand that runs the engine, mapped onto EngineOptions in
+// this one place.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "common/status.h"
+#include "engine/engine.h"
+#include "model/model_config.h"
+
+namespace inferd {
+
+struct EngineFlags {
+  std::string kv_cache_memory = "1GiB";
+  std::string kv_cache_dtype = "f16";
+  int32_t block_size = 16;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_num_seqs = 64;
+  int64_t max_prefill_tokens = 2048;
+  std::string schedule_policy = "decode-first";
+  int64_t max_model_len = 0;  // 0 = the model's context length
+};
+
+void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
+
+// Validated options for `model`; the KV cache block count comes from the memory budget.
+Expected<EngineOptions> engine_options(const EngineFlags& flags, const ModelConfig& model);
+
+}  // namespace inferd

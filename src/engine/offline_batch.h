@@ -1,0 +1,49 @@
+// Offline batch generation (`inferd generate`): parse JSONL requests, run them all through the
+// engine at once (continuous batching), and report text, token counts, finish reason and
+// per-request TTFT / end-to-end latency. Runs on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferd {
+
+struct BatchItem {
+  std::string prompt;               // raw text (special tokens honoured), or
+  std::vector<int32_t> prompt_ids;  // token ids
+  SamplingParams sampling;
+  GenerationLimits limits;
+  std::vector<std::string> stop;  // stop strings
+  int32_t priority = 0;
+};
+
+struct BatchResult {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  int64_t prompt_tokens = 0;
+  std::string finish_reason;  // "stop", "length", "error"
+  std::string error;
+  double ttft_seconds = 0;
+  double e2e_seconds = 0;
+};
+
+// One JSONL line: {"prompt": "..."} or {"prompt_ids": [...]}, optional max_tokens, temperature,
+// top_p, top_k, seed, stop (string or list), priority, ignore_eos. Errors name the field.
+Expected<BatchItem> parse_batch_item(const nlohmann::json& line, int64_t default_max_tokens);
+
+nlohmann::json batch_result_json(const BatchResult& r, size_t index);
+
+// Runs every item; progress(done, total) after each completion. Results in input order.
+std::vector<BatchResult> run_offline_batch(Engine& engine, const Tokenizer* tokenizer,
+                                           const std::vector<BatchItem>& items,
+                                           const std::function<void(size_t, size_t)>& progress);
+
+}  // namespace inferd
