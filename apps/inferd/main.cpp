@@ -282,6 +282,16 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
                "%zu requests, %lld prompt + %lld generated tokens in %.2f s: %.1f generated tokens/s\n",
                items.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(generated), secs,
                static_cast<double>(generated) / secs);
+  const EngineStats& st = engine.stats();
+  std::fprintf(stderr,
+               "engine: %lld steps, %.2f ms per step; forward %.1f%%, sampling %.1f%%, scheduler + "
+               "bookkeeping %.2f%%; "
+               "%lld preemptions\n",
+               static_cast<long long>(st.steps),
+               st.steps ? 1e3 * st.total_seconds() / static_cast<double>(st.steps) : 0.0,
+               100 * st.execute_seconds / st.total_seconds(), 100 * st.sample_seconds / st.total_seconds(),
+               100 * st.schedule_seconds / st.total_seconds(),
+               static_cast<long long>(engine.scheduler().num_preemptions()));
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "common/check.h"
 
@@ -53,12 +54,22 @@ void Engine::abort(RequestId id) {
   scheduler_.abort(id);
 }
 
+namespace {
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
 std::vector<StepOutput> Engine::step() {
+  using Clock = std::chrono::steady_clock;
   std::vector<StepOutput> out;
+  const auto t0 = Clock::now();
   const ScheduledBatch batch = scheduler_.schedule();
+  auto t1 = Clock::now(), t2 = t1, t3 = t1;
   if (!batch.empty()) {
     Status s = runner_.execute(batch);
     INFERD_CHECK_MSG(s.is_ok(), s.message().c_str());  // batches are built by us: a failure is a bug
+    t2 = Clock::now();
     sampled_.assign(batch.items.size(), -1);
     const auto items = runner_.sample_items();
     for (size_t k = 0; k < items.size(); ++k) {
@@ -66,9 +77,16 @@ std::vector<StepOutput> Engine::step() {
       sampled_[static_cast<size_t>(items[k])] = samplers_.at(r.id).sample(runner_.logits_row(k));
       out.push_back({r.id, {sampled_[static_cast<size_t>(items[k])]}, false, FinishReason::kNone, {}});
     }
+    t3 = Clock::now();
     scheduler_.update(batch, sampled_);
+    ++stats_.steps;
+    stats_.tokens += batch.num_tokens;
   }
   collect_finished(&out);
+  const auto t4 = Clock::now();
+  stats_.schedule_seconds += seconds_between(t0, t1) + seconds_between(t3, t4);
+  stats_.execute_seconds += seconds_between(t1, t2);
+  stats_.sample_seconds += seconds_between(t2, t3);
   return out;
 }
 

@@ -37,6 +37,16 @@ struct StepOutput {
   std::string error;
 };
 
+// Where the engine thread's time went (seconds, summed over steps).
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t tokens = 0;           // tokens computed
+  double schedule_seconds = 0;  // schedule + update + finishing: the bookkeeping
+  double execute_seconds = 0;   // the forward pass
+  double sample_seconds = 0;
+  double total_seconds() const { return schedule_seconds + execute_seconds + sample_seconds; }
+};
+
 struct RequestSpec {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -59,6 +69,7 @@ class Engine final {
   bool has_work() const { return scheduler_.has_work(); }
   const Scheduler& scheduler() const { return scheduler_; }
   const BlockPool& block_pool() const { return pool_; }
+  const EngineStats& stats() const { return stats_; }
   int64_t max_tokens_in_cache() const {
     return pool_.num_blocks() * static_cast<int64_t>(options_.block_size);
   }
@@ -77,6 +88,7 @@ class Engine final {
   RequestId next_id_ = 1;
   uint64_t next_arrival_ = 0;
   std::vector<int32_t> sampled_;
+  EngineStats stats_;
 };
 
 }  // namespace inferd
