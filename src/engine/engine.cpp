@@ -26,9 +26,9 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
   INFERD_CHECK(options.validate().is_ok());
 }
 
-RequestId Engine::add(RequestSpec spec) {
+RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   auto r = std::make_unique<Request>();
-  r->id = next_id_++;
+  r->id = id_in ? *id_in : next_id_++;
   r->prompt = std::move(spec.prompt);
   r->sampling = spec.sampling;
   r->limits = std::move(spec.limits);

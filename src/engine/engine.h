@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,8 +60,9 @@ class Engine final {
   // model: not owned. Allocates the KV cache once, here.
   Engine(Transformer& model, const EngineOptions& options);
 
-  // Queues a request; it joins at the next step. Returns its id.
-  RequestId add(RequestSpec spec);
+  // Queues a request; it joins at the next step. Returns its id (`id` when given: callers that
+  // hand out ids themselves must keep them unique).
+  RequestId add(RequestSpec spec, std::optional<RequestId> id = std::nullopt);
   // Ends a request now and frees its blocks.
   void abort(RequestId id);
   // Runs one step (nothing when idle) and returns the outputs of the requests it touched.

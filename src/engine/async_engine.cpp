@@ -1,0 +1,79 @@
+#include "engine/async_engine.h"
+
+namespace inferd {
+
+AsyncEngine::AsyncEngine(Transformer& model, const EngineOptions& options) : engine_(model, options) {
+  num_free_blocks_ = engine_.block_pool().num_free_blocks();
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncEngine::~AsyncEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+RequestId AsyncEngine::submit(RequestSpec spec, OutputCallback on_output) {
+  const RequestId id = next_id_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    submissions_.push_back({id, std::move(spec), std::move(on_output)});
+  }
+  wake_.notify_one();
+  return id;
+}
+
+void AsyncEngine::abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborts_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+void AsyncEngine::take_commands() {
+  std::vector<Submission> subs;
+  std::vector<RequestId> aborts;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    subs.swap(submissions_);
+    aborts.swap(aborts_);
+  }
+  for (auto& s : subs) {
+    callbacks_.emplace(s.id, std::move(s.callback));
+    engine_.add(std::move(s.spec), s.id);
+  }
+  for (RequestId id : aborts) engine_.abort(id);
+}
+
+void AsyncEngine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(
+          lock, [&] { return stopping_ || !submissions_.empty() || !aborts_.empty() || engine_.has_work(); });
+      if (stopping_) break;
+    }
+    take_commands();
+    for (const StepOutput& out : engine_.step()) {
+      auto it = callbacks_.find(out.id);
+      if (it == callbacks_.end()) continue;
+      it->second(out);
+      if (out.finished) callbacks_.erase(it);
+    }
+    num_running_ = engine_.scheduler().num_running();
+    num_waiting_ = engine_.scheduler().num_waiting();
+    num_free_blocks_ = engine_.block_pool().num_free_blocks();
+  }
+  // Shutting down: every request still known ends as aborted.
+  for (auto& [id, cb] : callbacks_) engine_.abort(id);
+  for (const StepOutput& out : engine_.step()) {
+    auto it = callbacks_.find(out.id);
+    if (it != callbacks_.end()) it->second(out);
+  }
+}
+
+}  // namespace inferd

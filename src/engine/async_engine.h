@@ -1,0 +1,64 @@
+// AsyncEngine: the engine on its own thread. Any thread may submit() or abort(); a request
+// submitted mid-run joins at the next step; outputs are delivered to each request's callback
+// on the engine thread (which must return quickly: push to a queue, never block on I/O).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace inferd {
+
+class AsyncEngine final {
+ public:
+  using OutputCallback = std::function<void(const StepOutput&)>;
+
+  // model: not owned. Starts the engine thread.
+  AsyncEngine(Transformer& model, const EngineOptions& options);
+  // Aborts what is left and joins the engine thread.
+  ~AsyncEngine();
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  // Queues a request; its outputs go to `on_output` (the last one has finished = true).
+  // Thread-safe.
+  RequestId submit(RequestSpec spec, OutputCallback on_output);
+  // Ends a request at the next step boundary and frees its blocks there. Thread-safe; unknown
+  // or finished ids are ignored.
+  void abort(RequestId id);
+
+  // Counters for metrics, updated after every step. Thread-safe.
+  int64_t num_running() const { return num_running_.load(); }
+  int64_t num_waiting() const { return num_waiting_.load(); }
+  int64_t num_free_blocks() const { return num_free_blocks_.load(); }
+  int64_t num_blocks() const { return engine_.block_pool().num_blocks(); }
+
+ private:
+  struct Submission {
+    RequestId id;
+    RequestSpec spec;
+    OutputCallback callback;
+  };
+  void loop();
+  void take_commands();
+
+  Engine engine_;  // engine thread only, after construction
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Submission> submissions_;  // guarded by mutex_
+  std::vector<RequestId> aborts_;        // guarded by mutex_
+  bool stopping_ = false;                // guarded by mutex_
+  std::atomic<RequestId> next_id_{1};
+  std::unordered_map<RequestId, OutputCallback> callbacks_;  // engine thread only
+  std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0};
+  std::thread thread_;
+};
+
+}  // namespace inferd

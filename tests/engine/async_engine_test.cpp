@@ -1,0 +1,122 @@
+#include "engine/async_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <random>
+
+#include "model/model_loader.h"
+#include "test_support.h"
+
+namespace inferd {
+namespace {
+
+EngineOptions small_options() {
+  EngineOptions o;
+  o.num_kv_blocks = 128;
+  o.block_size = 8;
+  o.scheduler.max_num_batched_tokens = 32;
+  o.scheduler.max_model_len = 256;
+  return o;
+}
+
+struct Collector {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::map<RequestId, std::vector<int32_t>> tokens;
+  std::map<RequestId, FinishReason> finished;
+
+  AsyncEngine::OutputCallback callback() {
+    return [this](const StepOutput& out) {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto& t = tokens[out.id];
+      t.insert(t.end(), out.new_tokens.begin(), out.new_tokens.end());
+      if (out.finished) finished[out.id] = out.finish_reason;
+      cv.notify_all();
+    };
+  }
+  bool wait(size_t n) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished.size() >= n; });
+  }
+};
+
+TEST(AsyncEngineTest, ConcurrentSubmittersGetTheSameTokensAsTheSyncEngine) {
+  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  std::vector<RequestSpec> specs;
+  std::mt19937 rng(8);
+  for (int i = 0; i < 24; ++i) {
+    RequestSpec s;
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 20); k < n; ++k)
+      s.prompt.push_back(static_cast<int32_t>(rng() % 256));
+    s.limits.max_tokens = 1 + static_cast<int64_t>(rng() % 12);
+    specs.push_back(s);
+  }
+  // Reference: the synchronous engine, one request at a time.
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& s : specs) {
+    Engine e(model, small_options());
+    e.add(s);
+    std::vector<int32_t> t;
+    while (e.has_work()) {
+      for (const auto& o : e.step()) t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+    expected.push_back(t);
+  }
+  Collector c;
+  std::map<RequestId, size_t> index;
+  std::mutex index_mutex;
+  {
+    AsyncEngine engine(model, small_options());
+    std::vector<std::thread> submitters;
+    for (int th = 0; th < 3; ++th) {
+      submitters.emplace_back([&, th] {
+        for (size_t i = static_cast<size_t>(th); i < specs.size(); i += 3) {
+          std::lock_guard<std::mutex> lock(index_mutex);  // id and index recorded together
+          index[engine.submit(specs[i], c.callback())] = i;
+        }
+      });
+    }
+    for (auto& t : submitters) t.join();
+    ASSERT_TRUE(c.wait(specs.size()));
+    for (int spin = 0; spin < 1000 && engine.num_free_blocks() != engine.num_blocks(); ++spin) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(engine.num_free_blocks(), engine.num_blocks());
+  }
+  for (const auto& [id, i] : index) {
+    EXPECT_EQ(c.tokens[id], expected[i]) << "request " << i;
+    EXPECT_EQ(c.finished[id], FinishReason::kLength);
+  }
+}
+
+TEST(AsyncEngineTest, AbortMidDecodeFreesBlocks) {
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(1);
+  Transformer model(**weights, pool);
+  AsyncEngine engine(model, small_options());
+  Collector c;
+  RequestSpec long_one{{1, 2, 3, 4}, {}, {200, {}, true}, 0};
+  const RequestId id = engine.submit(long_one, c.callback());
+  {
+    std::unique_lock<std::mutex> lock(c.mutex);
+    ASSERT_TRUE(c.cv.wait_for(lock, std::chrono::seconds(30), [&] { return c.tokens[id].size() >= 3; }));
+  }
+  EXPECT_LT(engine.num_free_blocks(), engine.num_blocks());
+  engine.abort(id);
+  ASSERT_TRUE(c.wait(1));
+  EXPECT_EQ(c.finished[id], FinishReason::kAborted);
+  EXPECT_LT(c.tokens[id].size(), 200u);
+  for (int spin = 0; spin < 1000 && engine.num_free_blocks() != engine.num_blocks(); ++spin) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(engine.num_free_blocks(), engine.num_blocks());
+}
+
+}  // namespace
+}  // namespace inferd
