@@ -73,9 +73,18 @@ std::vector<StepOutput> Engine::step() {
     sampled_.assign(batch.items.size(), -1);
     const auto items = runner_.sample_items();
     for (size_t k = 0; k < items.size(); ++k) {
-      const Request& r = *batch.items[static_cast<size_t>(items[k])].request;
-      sampled_[static_cast<size_t>(items[k])] = samplers_.at(r.id).sample(runner_.logits_row(k));
-      out.push_back({r.id, {sampled_[static_cast<size_t>(items[k])]}, false, FinishReason::kNone, {}});
+      const auto item = static_cast<size_t>(items[k]);
+      const Request& r = *batch.items[item].request;
+      SampleResult res = samplers_.at(r.id).sample(runner_.logits_row(k), r.prompt, r.output);
+      sampled_[item] = res.token;
+      StepOutput o;
+      o.id = r.id;
+      o.new_tokens.push_back(res.token);
+      if (r.sampling.logprobs >= 0) {
+        o.logprobs.push_back(res.logprob);
+        o.top_logprobs.push_back(std::move(res.top_logprobs));
+      }
+      out.push_back(std::move(o));
     }
     t3 = Clock::now();
     scheduler_.update(batch, sampled_);
@@ -94,7 +103,11 @@ void Engine::collect_finished(std::vector<StepOutput>* out) {
   for (auto& r : scheduler_.take_finished()) {
     samplers_.erase(r->id);
     auto it = std::find_if(out->begin(), out->end(), [&](const StepOutput& o) { return o.id == r->id; });
-    if (it == out->end()) it = out->insert(out->end(), StepOutput{r->id, {}, false, FinishReason::kNone, {}});
+    if (it == out->end()) {
+      StepOutput o;
+      o.id = r->id;
+      it = out->insert(out->end(), std::move(o));
+    }
     it->finished = true;
     it->finish_reason = r->finish_reason;
     it->error = r->error;

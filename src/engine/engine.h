@@ -33,6 +33,8 @@ struct EngineOptions {
 struct StepOutput {
   RequestId id = 0;
   std::vector<int32_t> new_tokens;
+  std::vector<float> logprobs;  // one per new token when the request asked for logprobs
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;

@@ -59,6 +59,11 @@ Expected<BatchItem> parse_batch_item(const json& j, int64_t default_max_tokens) 
   INFERD_RETURN_IF_ERROR(read_number(j, "top_p", &item.sampling.top_p));
   INFERD_RETURN_IF_ERROR(read_number(j, "top_k", &item.sampling.top_k));
   INFERD_RETURN_IF_ERROR(read_number(j, "priority", &item.priority));
+  INFERD_RETURN_IF_ERROR(read_number(j, "min_p", &item.sampling.min_p));
+  INFERD_RETURN_IF_ERROR(read_number(j, "repetition_penalty", &item.sampling.repetition_penalty));
+  INFERD_RETURN_IF_ERROR(read_number(j, "presence_penalty", &item.sampling.presence_penalty));
+  INFERD_RETURN_IF_ERROR(read_number(j, "frequency_penalty", &item.sampling.frequency_penalty));
+  INFERD_RETURN_IF_ERROR(read_number(j, "logprobs", &item.sampling.logprobs));
   if (auto s = j.find("seed"); s != j.end() && !s->is_null()) {
     if (!s->is_number_integer()) return invalid_argument("field 'seed' must be an integer");
     item.sampling.seed = s->get<uint64_t>();
@@ -92,6 +97,7 @@ json batch_result_json(const BatchResult& r, size_t index) {
             {"ttft_s", r.ttft_seconds},
             {"e2e_s", r.e2e_seconds}};
   if (!r.error.empty()) j["error"] = r.error;
+  if (!r.logprobs.empty()) j["logprobs"] = r.logprobs;
   return j;
 }
 
@@ -136,6 +142,7 @@ std::vector<BatchResult> run_offline_batch(Engine& engine, const Tokenizer* toke
     for (const StepOutput& out : engine.step()) {
       const size_t i = index.at(out.id);
       BatchResult& r = results[i];
+      r.logprobs.insert(r.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
       for (int32_t t : out.new_tokens) {
         if (r.token_ids.empty()) r.ttft_seconds = since_start();
         r.token_ids.push_back(t);

@@ -28,6 +28,7 @@ struct BatchItem {
 struct BatchResult {
   std::string text;
   std::vector<int32_t> token_ids;
+  std::vector<float> logprobs;  // of each generated token, when asked
   int64_t prompt_tokens = 0;
   std::string finish_reason;  // "stop", "length", "error"
   std::string error;
@@ -36,7 +37,8 @@ struct BatchResult {
 };
 
 // One JSONL line: {"prompt": "..."} or {"prompt_ids": [...]}, optional max_tokens, temperature,
-// top_p, top_k, seed, stop (string or list), priority, ignore_eos. Errors name the field.
+// top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, logprobs, seed,
+// stop (string or list), priority, ignore_eos. Errors name the field.
 Expected<BatchItem> parse_batch_item(const nlohmann::json& line, int64_t default_max_tokens);
 
 nlohmann::json batch_result_json(const BatchResult& r, size_t index);

@@ -10,6 +10,16 @@ Status SamplingParams::validate() const {
     return invalid_argument("temperature must be >= 0");
   if (top_k < 0) return invalid_argument("top_k must be >= 0");
   if (!(top_p > 0.0f && top_p <= 1.0f)) return invalid_argument("top_p must be in (0, 1]");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return invalid_argument("min_p must be in [0, 1]");
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    return invalid_argument("repetition_penalty must be > 0");
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    return invalid_argument("presence_penalty must be in [-2, 2]");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return invalid_argument("frequency_penalty must be in [-2, 2]");
+  }
+  if (logprobs < -1 || logprobs > 20) return invalid_argument("logprobs must be in [0, 20]");
   return Status::ok();
 }
 
@@ -25,6 +35,66 @@ Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
 
 int32_t Sampler::sample(std::span<const float> logits) {
+  return draw(logits);
+}
+
+SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output) {
+  const bool penalize = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                        params_.frequency_penalty != 0.0f;
+  SampleResult r;
+  if (!penalize) {
+    r.token = draw(logits);
+  } else {
+    const size_t vocab = logits.size();
+    adjusted_.assign(logits.begin(), logits.end());
+    counts_.assign(vocab, 0);
+    seen_.assign(vocab, 0);
+    for (int32_t t : prompt) {
+      if (t >= 0 && static_cast<size_t>(t) < vocab) seen_[static_cast<size_t>(t)] = 1;
+    }
+    for (int32_t t : output) {
+      if (t >= 0 && static_cast<size_t>(t) < vocab) {
+        seen_[static_cast<size_t>(t)] = 1;
+        ++counts_[static_cast<size_t>(t)];
+      }
+    }
+    for (size_t i = 0; i < vocab; ++i) {
+      float& x = adjusted_[i];
+      if (seen_[i] && params_.repetition_penalty != 1.0f) {
+        x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
+      }
+      if (counts_[i] > 0)
+        x -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(counts_[i]);
+    }
+    r.token = draw(adjusted_);
+  }
+  if (params_.logprobs >= 0) fill_logprobs(logits, &r);
+  return r;
+}
+
+void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) const {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x - max_logit));
+  const double log_z = static_cast<double>(max_logit) + std::log(sum);
+  r->logprob = static_cast<float>(logits[static_cast<size_t>(r->token)] - log_z);
+  const auto k = static_cast<size_t>(params_.logprobs);
+  if (k == 0) return;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  const size_t n = std::min(k, ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+                    });
+  for (size_t i = 0; i < n; ++i) {
+    r->top_logprobs.emplace_back(ids[i], static_cast<float>(logits[static_cast<size_t>(ids[i])] - log_z));
+  }
+}
+
+int32_t Sampler::draw(std::span<const float> logits) {
   if (params_.temperature == 0.0f) return argmax(logits);
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i)
@@ -56,6 +126,14 @@ int32_t Sampler::sample(std::span<const float> logits) {
         break;
       }
     }
+    total = 0;
+    for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
+  }
+  if (params_.min_p > 0.0f) {
+    // candidates_[0] holds the top probability's weight exp(0) = 1.
+    size_t k = 1;
+    while (k < keep && candidates_[k].first >= params_.min_p) ++k;
+    keep = k;
     total = 0;
     for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
   }

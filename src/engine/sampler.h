@@ -17,9 +17,21 @@ struct SamplingParams {
   int32_t top_k = 0;         // 0 = off
   float top_p = 1.0f;        // 1 = off
   std::optional<uint64_t> seed;
+  float min_p = 0.0f;               // drop tokens below min_p x the top probability (0 = off)
+  float repetition_penalty = 1.0f;  // > 1 discourages tokens of the prompt and output (1 = off)
+  float presence_penalty = 0.0f;    // subtracted once from tokens already generated
+  float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
+  int32_t logprobs = -1;            // -1: none; 0: the chosen token's; k: also the top k
 
   // Checks the ranges; names the offending field.
   Status validate() const;
+};
+
+// A sampled token, with log-probabilities (of the model's raw distribution) when asked.
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // best first
 };
 
 class Sampler final {
@@ -31,10 +43,21 @@ class Sampler final {
   // when the vocabulary grows.
   int32_t sample(std::span<const float> logits);
 
+  // As above, with penalties over the request's `prompt` and `output` so far, and logprobs.
+  // Order: penalties, temperature, top-k, top-p, min-p, draw.
+  SampleResult sample(std::span<const float> logits, std::span<const int32_t> prompt,
+                      std::span<const int32_t> output);
+
  private:
+  int32_t draw(std::span<const float> logits);
+  void fill_logprobs(std::span<const float> logits, SampleResult* r) const;
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<float> adjusted_;  // logits after penalties
+  std::vector<int32_t> counts_;  // occurrences in the output, per token
+  std::vector<uint8_t> seen_;    // token in prompt or output
 };
 
 // Index of the largest value (lowest index on ties).

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 namespace inferd {
@@ -55,6 +56,63 @@ TEST(SamplerTest, ValidateRanges) {
   EXPECT_FALSE((SamplingParams{1.0f, -1, 1.0f, {}}).validate().is_ok());
   EXPECT_FALSE((SamplingParams{1.0f, 0, 0.0f, {}}).validate().is_ok());
   EXPECT_TRUE((SamplingParams{0.7f, 40, 0.9f, {}}).validate().is_ok());
+}
+
+TEST(SamplerTest, RepetitionPenaltyAsInHuggingFace) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p);
+  // Token 0 leads but was in the prompt: 3.0 / 2 = 1.5 < 2.0. Token 2 is negative and seen:
+  // -1 * 2 = -2. Greedy then picks token 1.
+  const std::vector<float> logits{3.0f, 2.0f, -1.0f};
+  const std::vector<int32_t> prompt{0, 2};
+  EXPECT_EQ(s.sample(logits, prompt, {}).token, 1);
+  EXPECT_EQ(Sampler(SamplingParams{}).sample(logits, prompt, {}).token, 0);  // off: untouched
+}
+
+TEST(SamplerTest, PresenceAndFrequencyPenaltiesCountOutputOnly) {
+  const std::vector<float> logits{2.0f, 1.5f};
+  SamplingParams p;
+  p.frequency_penalty = 0.3f;
+  const std::vector<int32_t> out_once{0}, out_twice{0, 0};
+  EXPECT_EQ(Sampler(p).sample(logits, {}, out_once).token, 0);   // 2.0 - 0.3 > 1.5
+  EXPECT_EQ(Sampler(p).sample(logits, {}, out_twice).token, 1);  // 2.0 - 0.6 < 1.5
+  p.frequency_penalty = 0;
+  p.presence_penalty = 0.6f;
+  EXPECT_EQ(Sampler(p).sample(logits, {}, out_once).token, 1);   // 1.4 < 1.5
+  EXPECT_EQ(Sampler(p).sample(logits, out_twice, {}).token, 0);  // prompt tokens are not penalised
+}
+
+TEST(SamplerTest, MinPDropsUnlikelyTokens) {
+  SamplingParams p{1.0f, 0, 1.0f, 3};
+  p.min_p = 0.5f;
+  Sampler s(p);
+  // Probabilities proportional to 1, 0.6, 0.1: min_p 0.5 keeps tokens 0 and 1 only.
+  const std::vector<float> logits{0.0f, std::log(0.6f), std::log(0.1f)};
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 3000; ++i) seen[s.sample(logits)]++;
+  EXPECT_EQ(seen.count(2), 0u);
+  EXPECT_NEAR(seen[1] / 3000.0, 0.6 / 1.6, 0.03);
+}
+
+TEST(SamplerTest, LogprobsOfRawDistribution) {
+  SamplingParams p;
+  p.logprobs = 2;
+  const std::vector<float> logits{1.0f, 3.0f, 2.0f};
+  const auto r = Sampler(p).sample(logits, {}, {});
+  const double z = std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.0));
+  EXPECT_EQ(r.token, 1);
+  EXPECT_NEAR(r.logprob, 3.0 - z, 1e-5);
+  ASSERT_EQ(r.top_logprobs.size(), 2u);
+  EXPECT_EQ(r.top_logprobs[0].first, 1);
+  EXPECT_EQ(r.top_logprobs[1].first, 2);
+  EXPECT_NEAR(r.top_logprobs[1].second, 2.0 - z, 1e-5);
+  SamplingParams bad;
+  bad.logprobs = 21;
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad.logprobs = -1;
+  bad.min_p = 1.5f;
+  EXPECT_FALSE(bad.validate().is_ok());
 }
 
 }  // namespace
