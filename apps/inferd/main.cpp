@@ -16,6 +16,7 @@
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
+#include "tokenizer/chat_encoder.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer_loader.h"
 
@@ -100,6 +101,8 @@ int run_info(const CommonFlags& flags) {
 struct RunFlags {
   std::string prompt_ids;
   std::string prompt;
+  std::string chat;    // a user message, wrapped in the chat template
+  std::string system;  // optional system message for --chat
   int64_t max_tokens = 16;
   float temperature = 0.0f;
   int32_t top_k = 0;
@@ -131,14 +134,26 @@ int run_generate(const CommonFlags& flags, const RunFlags& run) {
   GenerationOptions opts;
   opts.max_tokens = run.max_tokens;
   opts.sampling = SamplingParams{run.temperature, run.top_k, run.top_p, run.seed};
-  if (!run.prompt.empty()) {
+  if (!run.prompt.empty() || !run.chat.empty()) {
     auto t = load_tokenizer(**m);
     if (!t) return fail(t.status().message());
     tokenizer = std::move(*t);
+    opts.stop_token_ids = tokenizer->vocab().stop_ids;
+  }
+  if (!run.prompt.empty()) {
     // A raw prompt is the operator's own text: special tokens in it are honoured.
     ids = tokenizer->encode_prompt(run.prompt, /*allow_special=*/true);
     if (ids.empty()) return fail("--prompt encodes to no tokens");
-    opts.stop_token_ids = tokenizer->vocab().stop_ids;
+  } else if (!run.chat.empty()) {
+    auto ct = load_chat_template(**m, *tokenizer);
+    if (!ct) return fail(ct.status().message());
+    if (!*ct) return fail((*m)->source_path + ": the model has no chat template; use --prompt");
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!run.system.empty()) messages.push_back({{"role", "system"}, {"content", run.system}});
+    messages.push_back({{"role", "user"}, {"content", run.chat}});
+    auto chat = encode_chat(*tokenizer, **ct, messages, ChatOptions{});
+    if (!chat) return fail(chat.status().message());
+    ids = std::move(chat->ids);
   }
   ThreadPool pool(flags.threads);
   Transformer model(**m, pool);
@@ -230,7 +245,7 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   std::string line;
   for (size_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
+    auto j = nlohmann::ordered_json::parse(line, nullptr, false);
     auto item = j.is_discarded() ? Expected<BatchItem>(invalid_argument("not valid JSON"))
                                  : parse_batch_item(j, g.max_tokens);
     line_errors.push_back(item ? "" : g.input + ":" + std::to_string(n) + ": " + item.status().message());
@@ -240,6 +255,12 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   auto m = load(flags, &load_secs);
   if (!m) return fail(m.status().message());
   auto tok = load_tokenizer(**m);
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (tok) {
+    auto ct = load_chat_template(**m, **tok);
+    if (!ct) return fail(ct.status().message());
+    chat_template = std::move(*ct);
+  }
   auto options = engine_options(engine_flags, (*m)->config);
   if (!options) return fail(options.status().message());
   ThreadPool pool(flags.threads);
@@ -259,7 +280,7 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  auto results = run_offline_batch(engine, tok ? tok->get() : nullptr, runnable,
+  auto results = run_offline_batch(engine, tok ? tok->get() : nullptr, chat_template.get(), runnable,
                                    [&](size_t d, size_t t) { progress_bar(d, t, elapsed()); });
   const double secs = elapsed();
   std::ofstream out(g.output, std::ios::trunc);
@@ -308,8 +329,11 @@ int main(int argc, char** argv) {
   auto* ids_opt = run_cmd->add_option("--prompt-ids", run.prompt_ids, "prompt as comma-separated token ids");
   auto* prompt_opt =
       run_cmd->add_option("-p,--prompt", run.prompt, "prompt text (special tokens in it are honoured)");
-  ids_opt->excludes(prompt_opt);
-  prompt_opt->excludes(ids_opt);
+  auto* chat_opt =
+      run_cmd->add_option("-c,--chat", run.chat, "a user message, formatted with the model's chat template");
+  run_cmd->add_option("--system", run.system, "system message for --chat")->needs(chat_opt);
+  ids_opt->excludes(prompt_opt)->excludes(chat_opt);
+  prompt_opt->excludes(chat_opt);
   run_cmd->add_option("-n,--max-tokens", run.max_tokens, "tokens to generate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   run_cmd->add_option("--temperature", run.temperature, "0 = greedy (default)")
@@ -353,8 +377,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*run_cmd && run.prompt.empty() && run.prompt_ids.empty())
-      return fail("run needs --prompt or --prompt-ids");
+    if (*run_cmd && run.prompt.empty() && run.prompt_ids.empty() && run.chat.empty()) {
+      return fail("run needs --chat, --prompt or --prompt-ids");
+    }
     if (*run_cmd) return run_generate(common, run);
     if (*info_cmd) return run_info(common);
     if (*tokenize_cmd) return run_tokenize(common, tokenize);

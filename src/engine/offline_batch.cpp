@@ -4,13 +4,14 @@
 #include <optional>
 #include <unordered_map>
 
+#include "tokenizer/chat_encoder.h"
 #include "tokenizer/incremental_detokenizer.h"
 
 namespace inferd {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 template <typename T>
@@ -48,10 +49,11 @@ Expected<BatchItem> parse_batch_item(const json& j, int64_t default_max_tokens) 
       if (!v.is_number_integer()) return invalid_argument("field 'prompt_ids' must be an array of token ids");
       item.prompt_ids.push_back(v.get<int32_t>());
     }
-  } else if (j.contains("messages")) {
-    return unsupported("field 'messages' needs chat templates, not available yet; give 'prompt'");
+  } else if (auto m = j.find("messages"); m != j.end()) {
+    if (!m->is_array() || m->empty()) return invalid_argument("field 'messages' must be a non-empty array");
+    item.messages = *m;
   } else {
-    return invalid_argument("a line needs 'prompt' or 'prompt_ids'");
+    return invalid_argument("a line needs 'prompt', 'prompt_ids' or 'messages'");
   }
   INFERD_RETURN_IF_ERROR(read_number(j, "max_tokens", &item.limits.max_tokens));
   if (item.limits.max_tokens < 1) return invalid_argument("field 'max_tokens' must be >= 1");
@@ -88,20 +90,21 @@ Expected<BatchItem> parse_batch_item(const json& j, int64_t default_max_tokens) 
   return item;
 }
 
-json batch_result_json(const BatchResult& r, size_t index) {
-  json j = {{"index", index},
-            {"text", r.text},
-            {"prompt_tokens", r.prompt_tokens},
-            {"completion_tokens", r.token_ids.size()},
-            {"finish_reason", r.finish_reason},
-            {"ttft_s", r.ttft_seconds},
-            {"e2e_s", r.e2e_seconds}};
+nlohmann::json batch_result_json(const BatchResult& r, size_t index) {
+  nlohmann::json j = {{"index", index},
+                      {"text", r.text},
+                      {"prompt_tokens", r.prompt_tokens},
+                      {"completion_tokens", r.token_ids.size()},
+                      {"finish_reason", r.finish_reason},
+                      {"ttft_s", r.ttft_seconds},
+                      {"e2e_s", r.e2e_seconds}};
   if (!r.error.empty()) j["error"] = r.error;
   if (!r.logprobs.empty()) j["logprobs"] = r.logprobs;
   return j;
 }
 
 std::vector<BatchResult> run_offline_batch(Engine& engine, const Tokenizer* tokenizer,
+                                           const ChatTemplate* chat_template,
                                            const std::vector<BatchItem>& items,
                                            const std::function<void(size_t, size_t)>& progress) {
   std::vector<BatchResult> results(items.size());
@@ -119,7 +122,21 @@ std::vector<BatchResult> run_offline_batch(Engine& engine, const Tokenizer* toke
   for (size_t i = 0; i < items.size(); ++i) {
     const BatchItem& it = items[i];
     RequestSpec spec;
-    if (!it.prompt.empty() || it.prompt_ids.empty()) {
+    if (!it.messages.is_null()) {
+      if (tokenizer == nullptr || chat_template == nullptr) {
+        results[i].error = "the model has no chat template: give prompt or prompt_ids";
+        complete(i, "error");
+        continue;
+      }
+      auto chat = encode_chat(*tokenizer, *chat_template, it.messages, ChatOptions{});
+      if (!chat) {
+        results[i].error = chat.status().message();
+        complete(i, "error");
+        continue;
+      }
+      spec.prompt = std::move(chat->ids);
+      detok[i].emplace(*tokenizer, it.stop);
+    } else if (!it.prompt.empty() || it.prompt_ids.empty()) {
       if (tokenizer == nullptr) {
         results[i].error = "the model has no tokenizer: give prompt_ids";
         complete(i, "error");

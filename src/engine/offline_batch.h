@@ -12,13 +12,15 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd {
 
 struct BatchItem {
   std::string prompt;               // raw text (special tokens honoured), or
-  std::vector<int32_t> prompt_ids;  // token ids
+  std::vector<int32_t> prompt_ids;  // token ids, or
+  nlohmann::ordered_json messages;  // a conversation, rendered with the chat template
   SamplingParams sampling;
   GenerationLimits limits;
   std::vector<std::string> stop;  // stop strings
@@ -36,15 +38,17 @@ struct BatchResult {
   double e2e_seconds = 0;
 };
 
-// One JSONL line: {"prompt": "..."} or {"prompt_ids": [...]}, optional max_tokens, temperature,
-// top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, logprobs, seed,
+// One JSONL line: {"prompt": "..."}, {"prompt_ids": [...]} or {"messages": [...]}, optional max_tokens,
+// temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, logprobs, seed,
 // stop (string or list), priority, ignore_eos. Errors name the field.
-Expected<BatchItem> parse_batch_item(const nlohmann::json& line, int64_t default_max_tokens);
+Expected<BatchItem> parse_batch_item(const nlohmann::ordered_json& line, int64_t default_max_tokens);
 
 nlohmann::json batch_result_json(const BatchResult& r, size_t index);
 
 // Runs every item; progress(done, total) after each completion. Results in input order.
+// tokenizer and chat_template may be null (then text prompts / messages fail per item).
 std::vector<BatchResult> run_offline_batch(Engine& engine, const Tokenizer* tokenizer,
+                                           const ChatTemplate* chat_template,
                                            const std::vector<BatchItem>& items,
                                            const std::function<void(size_t, size_t)>& progress);
 

@@ -62,15 +62,35 @@ Status Tokenizer::build() {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
+  return encode_impl(text, allow_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text,
+                                       std::span<const std::pair<size_t, size_t>> plain_ranges) const {
+  return encode_impl(text, true, plain_ranges);
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool allow_special,
+                                            std::span<const std::pair<size_t, size_t>> plain_ranges) const {
   std::vector<int32_t> out;
-  const std::string clean = is_valid_utf8(text) ? std::string(text) : sanitize_utf8(text);
+  // Ranges refer to the caller's bytes: they stay valid only if sanitizing changes nothing.
+  const bool valid = is_valid_utf8(text);
+  if (!valid && !plain_ranges.empty()) allow_special = false;  // ranges unusable: allow none
+  if (!valid) plain_ranges = {};
+  const std::string clean = valid ? std::string(text) : sanitize_utf8(text);
+  size_t next_range = 0;
+  auto overlaps_plain = [&](size_t begin, size_t end) {
+    while (next_range < plain_ranges.size() && plain_ranges[next_range].second <= begin) ++next_range;
+    return next_range < plain_ranges.size() && plain_ranges[next_range].first < end;
+  };
   const std::string_view s(clean);
   size_t segment_start = 0;
   size_t i = 0;
   while (i < s.size()) {
     const AddedToken* hit = nullptr;
     for (const AddedToken* a : added_by_first_byte_[static_cast<uint8_t>(s[i])]) {
-      if ((allow_special || !a->special) && s.compare(i, a->content.size(), a->content) == 0) {
+      if ((allow_special || !a->special) && s.compare(i, a->content.size(), a->content) == 0 &&
+          !(a->special && overlaps_plain(i, i + a->content.size()))) {
         hit = a;
         break;
       }

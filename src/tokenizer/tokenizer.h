@@ -29,6 +29,12 @@ class Tokenizer final {
   // Ill-formed UTF-8 is first replaced by U+FFFD per maximal subpart. Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool allow_special) const;
 
+  // encode() with specials allowed except where they would overlap one of `plain_ranges`
+  // ([begin, end) byte offsets, sorted): a rendered chat prompt whose message contents must not
+  // inject control tokens.
+  std::vector<int32_t> encode(std::string_view text,
+                              std::span<const std::pair<size_t, size_t>> plain_ranges) const;
+
   // encode() with the model's BOS in front when its tokenizer config asks for one.
   std::vector<int32_t> encode_prompt(std::string_view text, bool allow_special) const;
 
@@ -45,6 +51,8 @@ class Tokenizer final {
  private:
   Tokenizer(Vocab vocab, PreTokenizer pre);
   Status build();
+  std::vector<int32_t> encode_impl(std::string_view text, bool allow_special,
+                                   std::span<const std::pair<size_t, size_t>> plain_ranges) const;
   void encode_text(std::string_view text, std::vector<int32_t>* out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>* out) const;
   void bpe(std::string_view piece, std::vector<int32_t>* out) const;

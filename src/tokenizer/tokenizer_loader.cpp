@@ -13,4 +13,13 @@ Expected<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelWeights& model) {
   return Tokenizer::create(std::move(*vocab));
 }
 
+Expected<std::unique_ptr<ChatTemplate>> load_chat_template(const ModelWeights& model,
+                                                           const Tokenizer& tokenizer) {
+  const std::string& source = tokenizer.vocab().chat_template;
+  if (source.empty()) return std::unique_ptr<ChatTemplate>();
+  auto compiled = ChatTemplate::compile(source);
+  if (!compiled) return compiled.status().with_context(model.source_path + ": chat template");
+  return std::make_unique<ChatTemplate>(std::move(*compiled));
+}
+
 }  // namespace inferd

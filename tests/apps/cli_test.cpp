@@ -109,6 +109,28 @@ TEST(CliTest, TextPromptStreamsDecodedText) {
   EXPECT_FALSE(r.out.find_first_not_of(" \n") == std::string::npos) << "empty answer";
 }
 
+TEST(CliTest, ChatUsesTheTemplateAndGenerateTakesMessages) {
+  if (!default_model_path()) GTEST_SKIP() << "default model not installed";
+  Result chat = run_inferd("run -n 12 --chat 'What is 2+2?' --system 'Answer briefly.'");
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+  EXPECT_GT(chat.out.size(), 1u);
+  const std::string dir = test::temp_dir();
+  const std::string line =
+      "{\"messages\": [{\"role\": \"system\", \"content\": \"Answer briefly.\"}, {\"role\": \"user\", "
+      "\"content\": \"What is 2+2?\"}], \"max_tokens\": 12}\n";
+  test::write_bytes(dir + "/in.jsonl",
+                    std::vector<std::byte>(reinterpret_cast<const std::byte*>(line.data()),
+                                           reinterpret_cast<const std::byte*>(line.data()) + line.size()));
+  Result gen =
+      run_inferd("generate -i " + dir + "/in.jsonl -o " + dir + "/out.jsonl --kv-cache-memory 64MiB");
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  auto j = nlohmann::json::parse(test::read_text(dir + "/out.jsonl"));
+  // The same conversation, greedy: the batch path and the single path agree.
+  EXPECT_EQ(j["text"].get<std::string>() + "\n", chat.out);
+  Result no_template = run_inferd("run --model " + test::fixture_path("tiny/qwen2") + " --chat hi");
+  EXPECT_NE(no_template.exit_code, 0);
+}
+
 TEST(CliTest, TokenizePrintsIds) {
   if (!default_model_path()) GTEST_SKIP() << "default model not installed";
   Result plain = run_inferd("tokenize --text 'Hi <|im_end|> 42'");

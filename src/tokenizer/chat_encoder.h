@@ -1,0 +1,36 @@
+// Chat prompts: render a conversation with the model's chat template and tokenize it so that
+// only the template's own markers become special tokens — text inside message contents that
+// merely looks like "<|im_start|>" is encoded as plain text. Used by `inferd run --chat`,
+// `inferd generate` (messages) and the server.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferd {
+
+struct ChatOptions {
+  bool add_generation_prompt = true;
+  std::optional<bool> enable_thinking;  // passed to templates that read it (Qwen3)
+  nlohmann::ordered_json tools;         // null, or the OpenAI-style tool list
+};
+
+struct ChatPrompt {
+  std::string text;  // the rendered prompt
+  std::vector<int32_t> ids;
+};
+
+// `messages`: an array of {"role", "content" (string or list of {"type": "text", "text"}), ...}.
+// Contents are made well-formed UTF-8 and list contents joined. Errors: messages not an array,
+// a message without role, a template that fails to render (its message says where).
+Expected<ChatPrompt> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                 const nlohmann::ordered_json& messages, const ChatOptions& options);
+
+}  // namespace inferd
