@@ -15,8 +15,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--max-num-seqs", f->max_num_seqs, "running requests at once")->check(CLI::PositiveNumber);
   cmd->add_option("--max-prefill-tokens", f->max_prefill_tokens, "prefill tokens per step (prefill-first)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--schedule-policy", f->schedule_policy, "decode-first or prefill-first")
-      ->check(CLI::IsMember({"decode-first", "prefill-first"}));
+  cmd->add_option("--schedule-policy", f->schedule_policy, "decode-first, prefill-first or adaptive")
+      ->check(CLI::IsMember({"decode-first", "prefill-first", "adaptive"}));
   cmd->add_option("--max-model-len", f->max_model_len,
                   "longest prompt + output (default: the model's context)");
 }
@@ -39,8 +39,9 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
   o.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
   o.scheduler.max_num_seqs = f.max_num_seqs;
   o.scheduler.max_prefill_tokens = f.max_prefill_tokens;
-  o.scheduler.policy =
-      f.schedule_policy == "prefill-first" ? SchedulePolicy::kPrefillFirst : SchedulePolicy::kDecodeFirst;
+  o.scheduler.policy = f.schedule_policy == "prefill-first" ? SchedulePolicy::kPrefillFirst
+                       : f.schedule_policy == "adaptive"    ? SchedulePolicy::kAdaptive
+                                                            : SchedulePolicy::kDecodeFirst;
   o.scheduler.max_model_len = f.max_model_len > 0 ? std::min(f.max_model_len, model.max_position_embeddings)
                                                   : model.max_position_embeddings;
   INFERD_RETURN_IF_ERROR(o.validate());

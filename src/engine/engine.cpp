@@ -96,6 +96,7 @@ std::vector<StepOutput> Engine::step() {
   stats_.schedule_seconds += seconds_between(t0, t1) + seconds_between(t3, t4);
   stats_.execute_seconds += seconds_between(t1, t2);
   stats_.sample_seconds += seconds_between(t2, t3);
+  if (!batch.empty()) scheduler_.observe_step(batch, seconds_between(t0, t4));
   return out;
 }
 

@@ -66,7 +66,9 @@ ScheduledBatch Scheduler::schedule() {
   ++step_;
   ScheduledBatch batch;
   int64_t budget = options_.max_num_batched_tokens;
-  if (options_.policy == SchedulePolicy::kDecodeFirst) {
+  const bool prefill_first = options_.policy == SchedulePolicy::kPrefillFirst ||
+                             (options_.policy == SchedulePolicy::kAdaptive && adaptive_prefers_prefill());
+  if (!prefill_first) {
     schedule_running(&batch, &budget);
     admit_waiting(&batch, &budget, budget);
   } else {
@@ -153,6 +155,30 @@ void Scheduler::preempt(Request* victim, ScheduledBatch* batch, int64_t* budget)
   running_.erase(std::find(running_.begin(), running_.end(), victim));
   insert_waiting(victim);
   batch->preempted.push_back(victim->id);
+}
+
+bool Scheduler::adaptive_prefers_prefill() const {
+  if (waiting_.empty()) return false;
+  if (running_.empty()) return true;
+  const auto free_slots = std::max<int64_t>(0, options_.max_num_seqs - static_cast<int64_t>(running_.size()));
+  const auto admittable = std::min<int64_t>(static_cast<int64_t>(waiting_.size()), free_slots);
+  const double prefill_cost = prefill_seconds_per_request_ * static_cast<double>(running_.size());
+  const double decode_cost = decode_step_seconds_ * static_cast<double>(admittable);
+  return prefill_cost <= decode_cost;
+}
+
+void Scheduler::observe_step(const ScheduledBatch& batch, double seconds) {
+  constexpr double kAlpha = 0.2;
+  int64_t prefills = 0;
+  for (const auto& item : batch.items) {
+    if (item.num_new_tokens > 1) ++prefills;
+  }
+  auto blend = [&](double* avg, double x) { *avg = *avg == 0 ? x : (1 - kAlpha) * *avg + kAlpha * x; };
+  if (prefills > 0) {
+    blend(&prefill_seconds_per_request_, seconds / static_cast<double>(prefills));
+  } else if (!batch.items.empty()) {
+    blend(&decode_step_seconds_, seconds);
+  }
 }
 
 void Scheduler::update(const ScheduledBatch& batch, std::span<const int32_t> sampled) {

@@ -23,6 +23,10 @@ namespace inferd {
 enum class SchedulePolicy {
   kDecodeFirst,   // running requests first, then fill the budget with waiting prefills
   kPrefillFirst,  // admit waiting prefills first (up to max_prefill_tokens), then decodes
+  // Each step, prefill-first or decode-first by MindIE's select-batch rule, from measured step
+  // times: prefill when (prefill seconds per request x running decodes that would wait) <=
+  // (decode step seconds x waiting requests that free batch slots could take).
+  kAdaptive,
 };
 
 struct SchedulerOptions {
@@ -67,6 +71,11 @@ class Scheduler final {
   // items still prefilling). Requests that finish free their blocks.
   void update(const ScheduledBatch& batch, std::span<const int32_t> sampled);
 
+  // Feeds the adaptive policy with how long a step took (engine thread, after update()).
+  void observe_step(const ScheduledBatch& batch, double seconds);
+  // The rule kAdaptive applies; exposed for tests and metrics.
+  bool adaptive_prefers_prefill() const;
+
   // Requests finished since the last call (ownership passes to the caller).
   std::vector<std::unique_ptr<Request>> take_finished();
 
@@ -94,6 +103,9 @@ class Scheduler final {
   std::vector<std::unique_ptr<Request>> finished_;
   int64_t num_preemptions_ = 0;
   int64_t step_ = 0;
+  // Exponential moving averages of measured step costs (0 until first seen).
+  double prefill_seconds_per_request_ = 0;
+  double decode_step_seconds_ = 0;
 };
 
 }  // namespace inferd

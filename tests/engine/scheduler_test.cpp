@@ -80,6 +80,41 @@ TEST(SchedulerTest, PrefillFirstAdmitsBeforeDecodes) {
   EXPECT_EQ(s.items[0].request->id, b);
 }
 
+// MindIE's rule: prefill when (prefill s/request x running decodes) <= (decode step s x
+// waiting requests that free slots could admit).
+TEST(SchedulerTest, AdaptivePolicyWeighsMeasuredCosts) {
+  SchedulerOptions o = opts(64, SchedulePolicy::kAdaptive);
+  o.max_num_seqs = 8;
+  Fixture f(256, 4, o);
+  for (int i = 0; i < 4; ++i) f.add(4, 50);
+  f.step();  // nothing measured, nobody running: prefill
+  EXPECT_EQ(f.sched.num_running(), 4);
+  f.add(4, 50);
+  f.add(4, 50);  // 2 waiting, 4 free slots -> 2 admittable
+  ScheduledBatch prefill_batch;
+  prefill_batch.items.push_back({nullptr, 8});
+  ScheduledBatch decode_batch;
+  decode_batch.items.push_back({nullptr, 1});
+  // Expensive prefills (1 s/request x 4 running = 4) vs cheap decodes (0.1 s x 2 = 0.2): decode.
+  f.sched.observe_step(prefill_batch, 1.0);
+  f.sched.observe_step(decode_batch, 0.1);
+  EXPECT_FALSE(f.sched.adaptive_prefers_prefill());
+  auto s = f.step();
+  EXPECT_EQ(s.items[0].request->prompt.size(), 4u);
+  EXPECT_EQ(s.items[0].num_new_tokens, 1);  // a decode leads the batch
+  // Decodes become slow relative to prefills: many observations move the averages.
+  f.add(4, 50);
+  f.add(4, 50);
+  for (int i = 0; i < 40; ++i) {
+    f.sched.observe_step(prefill_batch, 0.01);
+    f.sched.observe_step(decode_batch, 5.0);
+  }
+  EXPECT_TRUE(f.sched.adaptive_prefers_prefill());
+  auto p = f.step();
+  ASSERT_FALSE(p.items.empty());
+  EXPECT_EQ(p.items[0].num_new_tokens, 4);  // a waiting prompt leads the batch
+}
+
 TEST(SchedulerTest, WaitingQueueOrderedByPriorityThenArrival) {
   Fixture f(64, 4, opts(4));
   const RequestId low = f.add(4, 1, 5);
