@@ -60,7 +60,7 @@ def policies():
               for i in range(24)]
     print("| policy | TTFT p50 (s) | TTFT p99 (s) | short-prompt TTFT p50 (s) | long-prompt TTFT p50 (s) | E2E p50 (s) | generated tokens/s |")
     print("|---|---|---|---|---|---|---|")
-    for policy in ("decode-first", "prefill-first"):
+    for policy in ("decode-first", "prefill-first", "adaptive"):
         res, err = generate(lines, "--kv-cache-memory", "512MiB", "--max-num-batched-tokens", "128",
                             "--max-prefill-tokens", "128", "--schedule-policy", policy)
         ttft = [r["ttft_s"] for r in res]
