@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/half.h"
-#include "kernels/matmul.h"
+#include "kernels/f32_kernels.h"
 
 namespace inferd {
 
@@ -23,8 +23,7 @@ struct F16 {};
 struct BF16 {};
 template <>
 const float* as_f32<F16>(const void* p, int64_t n, float* out) {
-  const auto* h = static_cast<const uint16_t*>(p);
-  for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(h[i]);
+  f32_kernels().f16_to_f32(static_cast<const uint16_t*>(p), out, n);
   return out;
 }
 template <>
@@ -65,6 +64,7 @@ void attend(const float* q, std::span<const AttentionSequence> sequences,
   const int64_t kv_dim = shape.num_kv_heads * hd;
   const int64_t group = shape.num_heads / shape.num_kv_heads;
   const auto num_items = static_cast<int64_t>(token_sequence.size()) * shape.num_heads;
+  const F32Kernels& kernels = f32_kernels();
   pool.parallel_for(num_items, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<float> row(static_cast<size_t>(hd));
@@ -91,7 +91,7 @@ void attend(const float* q, std::span<const AttentionSequence> sequences,
       };
       float max_score = -INFINITY;
       for (int64_t p = 0; p < n_ctx; ++p) {
-        const float s = dot_f32(qv, head(key_base, slot_of(p), kv_offset), hd) * shape.scale;
+        const float s = kernels.dot(qv, head(key_base, slot_of(p), kv_offset), hd) * shape.scale;
         scores[static_cast<size_t>(p)] = s;
         max_score = std::max(max_score, s);
       }

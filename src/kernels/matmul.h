@@ -18,7 +18,7 @@ void matmul(const float* x, int64_t num_tokens, const TensorView& w, const float
 // Scalar reference of matmul (double accumulation), for tests.
 void matmul_reference(const float* x, int64_t num_tokens, const TensorView& w, const float* bias, float* y);
 
-// Dot product of two f32 vectors in a fixed summation order (16 interleaved partial sums).
+// Dot product of two f32 vectors in the fixed summation order of the active ISA path.
 float dot_f32(const float* a, const float* b, int64_t n);
 
 }  // namespace inferd

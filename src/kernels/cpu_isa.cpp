@@ -1,0 +1,85 @@
+#include "kernels/cpu_isa.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace inferd {
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kVnni: return "vnni";
+    case Isa::kAmx: return "amx";
+  }
+  return "unknown";
+}
+
+std::optional<Isa> parse_isa(std::string_view name) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kVnni, Isa::kAmx}) {
+    if (name == isa_name(isa)) return isa;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+Isa detect() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  // __builtin_cpu_supports checks that the OS saves the wider registers (XCR0) too.
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
+    return Isa::kScalar;
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+    return Isa::kAvx2;
+  if (!__builtin_cpu_supports("avx512vnni")) return Isa::kAvx512;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  // CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8. Tile use also needs the OS's permission,
+  // which the AMX kernels request; without it they are not used.
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1u) && (edx >> 25 & 1u))
+    return Isa::kAmx;
+  return Isa::kVnni;
+#else
+  return Isa::kScalar;
+#endif
+}
+
+Isa choose() {
+  const Isa detected = detected_isa();
+  const char* env = std::getenv("INFERD_ISA");
+  if (env == nullptr || *env == '\0') return detected;
+  const std::optional<Isa> wanted = parse_isa(env);
+  if (!wanted) {
+    std::fprintf(stderr,
+                 "inferd: warning: INFERD_ISA=%s is not one of scalar|avx2|avx512|vnni|amx; using %s\n", env,
+                 std::string(isa_name(detected)).c_str());
+    return detected;
+  }
+  if (static_cast<int>(*wanted) > static_cast<int>(detected)) {
+    std::fprintf(stderr, "inferd: warning: INFERD_ISA=%s is beyond this CPU; using %s\n", env,
+                 std::string(isa_name(detected)).c_str());
+    return detected;
+  }
+  return *wanted;
+}
+
+}  // namespace
+
+Isa detected_isa() {
+  static const Isa isa = detect();
+  return isa;
+}
+
+Isa active_isa() {
+  static const Isa isa = choose();
+  return isa;
+}
+
+}  // namespace inferd
