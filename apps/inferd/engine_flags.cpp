@@ -1,5 +1,7 @@
 #include "engine_flags.h"
 
+#include <cstdio>
+
 #include "common/byte_size.h"
 #include "kv/kv_cache.h"
 
@@ -46,6 +48,19 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
                                                   : model.max_position_embeddings;
   INFERD_RETURN_IF_ERROR(o.validate());
   return o;
+}
+
+std::string describe_kv_cache(const EngineOptions& options, const EngineFlags& flags,
+                              const ModelConfig& model) {
+  const int64_t tokens = options.num_kv_blocks * options.block_size;
+  const double mib = static_cast<double>(tokens * KvCache::bytes_per_token(model.num_layers, model.kv_dim(),
+                                                                           options.kv_dtype)) /
+                     (1024.0 * 1024.0);
+  char line[256];
+  std::snprintf(line, sizeof line, "KV cache: %lld blocks of %d tokens = %lld tokens max, %.1f MiB as %s",
+                static_cast<long long>(options.num_kv_blocks), options.block_size,
+                static_cast<long long>(tokens), mib, flags.kv_cache_dtype.c_str());
+  return line;
 }
 
 }  // namespace inferd

@@ -266,9 +266,7 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   ThreadPool pool(flags.threads);
   Transformer model(**m, pool);
   Engine engine(model, *options);
-  std::fprintf(stderr, "KV cache: %lld blocks of %d tokens = %lld tokens max (%s)\n",
-               static_cast<long long>(options->num_kv_blocks), options->block_size,
-               static_cast<long long>(engine.max_tokens_in_cache()), engine_flags.kv_cache_dtype.c_str());
+  std::fprintf(stderr, "%s\n", describe_kv_cache(*options, engine_flags, (*m)->config).c_str());
   // Lines that did not parse are reported as errors without reaching the engine.
   std::vector<BatchItem> runnable;
   std::vector<size_t> runnable_index;
@@ -290,12 +288,13 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   for (size_t i = 0; i < items.size(); ++i) {
     BatchResult r;
     if (!line_errors[i].empty()) {
-      r.finish_reason = "error";
-      r.error = line_errors[i];
+      r.samples.resize(1);
+      r.samples[0].finish_reason = "error";
+      r.samples[0].error = line_errors[i];
     } else {
       r = results[next++];
     }
-    generated += static_cast<int64_t>(r.token_ids.size());
+    for (const BatchSample& s : r.samples) generated += static_cast<int64_t>(s.token_ids.size());
     prompt_tokens += r.prompt_tokens;
     out << batch_result_json(r, i).dump() << "\n";
   }
@@ -313,6 +312,12 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
                100 * st.execute_seconds / st.total_seconds(), 100 * st.sample_seconds / st.total_seconds(),
                100 * st.schedule_seconds / st.total_seconds(),
                static_cast<long long>(engine.scheduler().num_preemptions()));
+  if (st.decode_steps > 0) {
+    std::fprintf(stderr, "decode: %lld decode-only steps, %.2f ms per step, %.1f tokens/s\n",
+                 static_cast<long long>(st.decode_steps),
+                 1e3 * st.decode_seconds / static_cast<double>(st.decode_steps),
+                 static_cast<double>(st.decode_tokens) / st.decode_seconds);
+  }
   return 0;
 }
 

@@ -43,7 +43,7 @@ void AsyncEngine::take_commands() {
     aborts.swap(aborts_);
   }
   for (auto& s : subs) {
-    callbacks_.emplace(s.id, std::move(s.callback));
+    callbacks_.emplace(s.id, Listener{std::move(s.callback), num_finished_outputs(s.spec)});
     engine_.add(std::move(s.spec), s.id);
   }
   for (RequestId id : aborts) engine_.abort(id);
@@ -61,8 +61,8 @@ void AsyncEngine::loop() {
     for (const StepOutput& out : engine_.step()) {
       auto it = callbacks_.find(out.id);
       if (it == callbacks_.end()) continue;
-      it->second(out);
-      if (out.finished) callbacks_.erase(it);
+      it->second.callback(out);
+      if (out.finished && --it->second.unfinished == 0) callbacks_.erase(it);
     }
     num_running_ = engine_.scheduler().num_running();
     num_waiting_ = engine_.scheduler().num_waiting();
@@ -72,7 +72,7 @@ void AsyncEngine::loop() {
   for (auto& [id, cb] : callbacks_) engine_.abort(id);
   for (const StepOutput& out : engine_.step()) {
     auto it = callbacks_.find(out.id);
-    if (it != callbacks_.end()) it->second(out);
+    if (it != callbacks_.end()) it->second.callback(out);
   }
 }
 

@@ -27,7 +27,8 @@ class AsyncEngine final {
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
-  // Queues a request; its outputs go to `on_output` (the last one has finished = true).
+  // Queues a request; its outputs go to `on_output` (each of its n samples ends with one output
+  // with finished = true).
   // Thread-safe.
   RequestId submit(RequestSpec spec, OutputCallback on_output);
   // Ends a request at the next step boundary and frees its blocks there. Thread-safe; unknown
@@ -56,7 +57,11 @@ class AsyncEngine final {
   std::vector<RequestId> aborts_;        // guarded by mutex_
   bool stopping_ = false;                // guarded by mutex_
   std::atomic<RequestId> next_id_{1};
-  std::unordered_map<RequestId, OutputCallback> callbacks_;  // engine thread only
+  struct Listener {
+    OutputCallback callback;
+    int32_t unfinished;  // samples still running
+  };
+  std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
   std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0};
   std::thread thread_;
 };

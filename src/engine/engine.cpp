@@ -34,13 +34,21 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   r->limits = std::move(spec.limits);
   r->priority = spec.priority;
   r->arrival_order = next_arrival_++;
+  r->group = r->id;
+  r->num_samples = spec.n;
   const RequestId id = r->id;
+  INFERD_CHECK(id < next_sample_id_);
   for (int32_t t : r->prompt) {
     if (t < 0 || t >= model_.config().vocab_size) {
       r->error = "token id " + std::to_string(t) + " is outside the vocabulary";
       break;
     }
   }
+  if (r->error.empty() && (spec.n < 1 || spec.n > kMaxSamples)) {
+    r->error = "n must be in [1, " + std::to_string(kMaxSamples) + "], got " + std::to_string(spec.n);
+    r->num_samples = 1;
+  }
+  if (r->num_samples > 1) samples_[id] = {id};
   if (r->error.empty()) {
     Status s = r->sampling.validate();
     if (!s.is_ok()) r->error = s.message();
@@ -51,7 +59,61 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
 }
 
 void Engine::abort(RequestId id) {
-  scheduler_.abort(id);
+  auto it = samples_.find(id);
+  if (it == samples_.end()) return scheduler_.abort(id);
+  const std::vector<RequestId> ids = it->second;  // aborting edits samples_
+  for (RequestId sample : ids) scheduler_.abort(sample);
+}
+
+void Engine::abort(RequestId id, int32_t index) {
+  auto it = samples_.find(id);
+  if (it == samples_.end()) {
+    if (index == 0) scheduler_.abort(id);
+    return;
+  }
+  if (index >= 0 && static_cast<size_t>(index) < it->second.size())
+    scheduler_.abort(it->second[static_cast<size_t>(index)]);
+}
+
+void Engine::fork_samples(Request& parent, std::span<const float> logits, std::vector<StepOutput>* out) {
+  parent.forked = true;
+  auto& ids = samples_.at(parent.group);
+  const auto prompt_len = static_cast<int64_t>(parent.prompt.size());
+  for (int32_t i = 1; i < parent.num_samples; ++i) {
+    auto r = std::make_unique<Request>();
+    r->id = next_sample_id_++;
+    r->group = parent.group;
+    r->sample_index = i;
+    r->prompt = parent.prompt;
+    r->sampling = parent.sampling;
+    if (r->sampling.seed) r->sampling.seed = *r->sampling.seed + static_cast<uint64_t>(i);  // as vLLM
+    r->limits = parent.limits;
+    r->priority = parent.priority;
+    r->arrival_order = parent.arrival_order;
+    ids.push_back(r->id);
+    Sampler sampler(r->sampling);
+    std::optional<KVCacheManager::BlockCopy> copy;
+    if (!kv_.fork(parent.id, r->id, prompt_len, &copy)) {
+      // No block for the copy of the prompt's last block: this sample recomputes its prompt.
+      samplers_.emplace(r->id, std::move(sampler));
+      scheduler_.add(std::move(r));
+      continue;
+    }
+    if (copy) cache_.copy_block(copy->src, copy->dst);
+    r->num_computed_tokens = prompt_len;
+    SampleResult res = sampler.sample(logits, r->prompt, r->output);
+    samplers_.emplace(r->id, std::move(sampler));
+    StepOutput o;
+    o.id = r->group;
+    o.index = i;
+    o.new_tokens.push_back(res.token);
+    if (r->sampling.logprobs >= 0) {
+      o.logprobs.push_back(res.logprob);
+      o.top_logprobs.push_back(std::move(res.top_logprobs));
+    }
+    out->push_back(std::move(o));
+    scheduler_.add_forked(std::move(r), res.token);
+  }
 }
 
 namespace {
@@ -65,6 +127,11 @@ std::vector<StepOutput> Engine::step() {
   std::vector<StepOutput> out;
   const auto t0 = Clock::now();
   const ScheduledBatch batch = scheduler_.schedule();
+  const bool decode_only =
+      !batch.empty() && std::all_of(batch.items.begin(), batch.items.end(), [](const auto& item) {
+        return item.num_new_tokens == 1 &&
+               item.request->num_computed_tokens >= static_cast<int64_t>(item.request->prompt.size());
+      });
   auto t1 = Clock::now(), t2 = t1, t3 = t1;
   if (!batch.empty()) {
     Status s = runner_.execute(batch);
@@ -74,17 +141,20 @@ std::vector<StepOutput> Engine::step() {
     const auto items = runner_.sample_items();
     for (size_t k = 0; k < items.size(); ++k) {
       const auto item = static_cast<size_t>(items[k]);
-      const Request& r = *batch.items[item].request;
+      Request& r = *batch.items[item].request;
       SampleResult res = samplers_.at(r.id).sample(runner_.logits_row(k), r.prompt, r.output);
       sampled_[item] = res.token;
       StepOutput o;
-      o.id = r.id;
+      o.id = r.group;
+      o.index = r.sample_index;
       o.new_tokens.push_back(res.token);
       if (r.sampling.logprobs >= 0) {
         o.logprobs.push_back(res.logprob);
         o.top_logprobs.push_back(std::move(res.top_logprobs));
       }
       out.push_back(std::move(o));
+      // Before update(): a sample that finishes at once must not free the prompt's blocks first.
+      if (r.num_samples > 1 && !r.forked && r.output.empty()) fork_samples(r, runner_.logits_row(k), &out);
     }
     t3 = Clock::now();
     scheduler_.update(batch, sampled_);
@@ -96,22 +166,43 @@ std::vector<StepOutput> Engine::step() {
   stats_.schedule_seconds += seconds_between(t0, t1) + seconds_between(t3, t4);
   stats_.execute_seconds += seconds_between(t1, t2);
   stats_.sample_seconds += seconds_between(t2, t3);
+  if (decode_only) {
+    ++stats_.decode_steps;
+    stats_.decode_tokens += batch.num_tokens;
+    stats_.decode_seconds += seconds_between(t0, t4);
+  }
   if (!batch.empty()) scheduler_.observe_step(batch, seconds_between(t0, t4));
   return out;
 }
 
 void Engine::collect_finished(std::vector<StepOutput>* out) {
-  for (auto& r : scheduler_.take_finished()) {
-    samplers_.erase(r->id);
-    auto it = std::find_if(out->begin(), out->end(), [&](const StepOutput& o) { return o.id == r->id; });
+  auto mark = [out](RequestId id, int32_t index, const Request& r) {
+    auto it = std::find_if(out->begin(), out->end(),
+                           [&](const StepOutput& o) { return o.id == id && o.index == index; });
     if (it == out->end()) {
       StepOutput o;
-      o.id = r->id;
+      o.id = id;
+      o.index = index;
       it = out->insert(out->end(), std::move(o));
     }
     it->finished = true;
-    it->finish_reason = r->finish_reason;
-    it->error = r->error;
+    it->finish_reason = r.finish_reason;
+    it->error = r.error;
+  };
+  for (auto& r : scheduler_.take_finished()) {
+    samplers_.erase(r->id);
+    mark(r->group, r->sample_index, *r);
+    // Ended before its samples were forked (error, abort, or an n that was refused): the other
+    // samples end with it.
+    if (r->num_samples > 1 && !r->forked) {
+      for (int32_t i = 1; i < r->num_samples; ++i) mark(r->group, i, *r);
+    }
+    auto group = samples_.find(r->group);
+    if (group != samples_.end()) {
+      const auto& ids = group->second;
+      if (std::none_of(ids.begin(), ids.end(), [&](RequestId s) { return scheduler_.contains(s); }))
+        samples_.erase(group);
+    }
   }
 }
 

@@ -32,10 +32,11 @@ struct EngineOptions {
 // What one step produced for one request.
 struct StepOutput {
   RequestId id = 0;
+  int32_t index = 0;  // which of the request's n samples (0 when n = 1)
   std::vector<int32_t> new_tokens;
   std::vector<float> logprobs;  // one per new token when the request asked for logprobs
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
-  bool finished = false;
+  bool finished = false;  // this sample is done; with n > 1 each sample finishes once
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;
 };
@@ -47,6 +48,11 @@ struct EngineStats {
   double schedule_seconds = 0;  // schedule + update + finishing: the bookkeeping
   double execute_seconds = 0;   // the forward pass
   double sample_seconds = 0;
+  // Steps in which every request computed exactly one generated token (no prompt tokens): the
+  // figures of decode throughput.
+  int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;
+  double decode_seconds = 0;  // their whole step time (bookkeeping included)
   double total_seconds() const { return schedule_seconds + execute_seconds + sample_seconds; }
 };
 
@@ -55,7 +61,15 @@ struct RequestSpec {
   SamplingParams sampling;
   GenerationLimits limits;
   int32_t priority = 0;
+  int32_t n = 1;  // independent samples of the prompt, sharing its KV blocks (1..kMaxSamples)
 };
+
+inline constexpr int32_t kMaxSamples = 128;
+
+// How many finished outputs a request gets: n, or 1 when n is out of range (the request fails).
+inline int32_t num_finished_outputs(const RequestSpec& spec) {
+  return spec.n >= 1 && spec.n <= kMaxSamples ? spec.n : 1;
+}
 
 class Engine final {
  public:
@@ -63,10 +77,13 @@ class Engine final {
   Engine(Transformer& model, const EngineOptions& options);
 
   // Queues a request; it joins at the next step. Returns its id (`id` when given: callers that
-  // hand out ids themselves must keep them unique).
+  // hand out ids themselves must keep them unique and below 2^63, which the engine keeps for the
+  // samples it forks).
   RequestId add(RequestSpec spec, std::optional<RequestId> id = std::nullopt);
-  // Ends a request now and frees its blocks.
+  // Ends a request (all its samples) now and frees its blocks.
   void abort(RequestId id);
+  // Ends one sample of a request (e.g. a stop string matched in it).
+  void abort(RequestId id, int32_t index);
   // Runs one step (nothing when idle) and returns the outputs of the requests it touched.
   std::vector<StepOutput> step();
 
@@ -80,6 +97,12 @@ class Engine final {
 
  private:
   void collect_finished(std::vector<StepOutput>* out);
+  // Forks samples 1..n-1 of `parent` after its prompt was computed, sampling each one's first
+  // token from the same logits row; appends their outputs.
+  void fork_samples(Request& parent, std::span<const float> logits, std::vector<StepOutput>* out);
+  // The internal ids of a request's samples (n > 1 only); index i at position i.
+  std::unordered_map<RequestId, std::vector<RequestId>> samples_;
+  RequestId next_sample_id_ = RequestId{1} << 63;
 
   EngineOptions options_;
   Transformer& model_;

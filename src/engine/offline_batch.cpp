@@ -66,6 +66,9 @@ Expected<BatchItem> parse_batch_item(const json& j, int64_t default_max_tokens) 
   INFERD_RETURN_IF_ERROR(read_number(j, "presence_penalty", &item.sampling.presence_penalty));
   INFERD_RETURN_IF_ERROR(read_number(j, "frequency_penalty", &item.sampling.frequency_penalty));
   INFERD_RETURN_IF_ERROR(read_number(j, "logprobs", &item.sampling.logprobs));
+  INFERD_RETURN_IF_ERROR(read_number(j, "n", &item.n));
+  if (item.n < 1 || item.n > kMaxSamples)
+    return invalid_argument("field 'n' must be in [1, " + std::to_string(kMaxSamples) + "]");
   if (auto s = j.find("seed"); s != j.end() && !s->is_null()) {
     if (!s->is_number_integer()) return invalid_argument("field 'seed' must be an integer");
     item.sampling.seed = s->get<uint64_t>();
@@ -91,15 +94,23 @@ Expected<BatchItem> parse_batch_item(const json& j, int64_t default_max_tokens) 
 }
 
 nlohmann::json batch_result_json(const BatchResult& r, size_t index) {
-  nlohmann::json j = {{"index", index},
-                      {"text", r.text},
-                      {"prompt_tokens", r.prompt_tokens},
-                      {"completion_tokens", r.token_ids.size()},
-                      {"finish_reason", r.finish_reason},
-                      {"ttft_s", r.ttft_seconds},
-                      {"e2e_s", r.e2e_seconds}};
-  if (!r.error.empty()) j["error"] = r.error;
-  if (!r.logprobs.empty()) j["logprobs"] = r.logprobs;
+  auto sample_json = [&](const BatchSample& s, size_t i) {
+    nlohmann::json j = {{"index", i},
+                        {"text", s.text},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"completion_tokens", s.token_ids.size()},
+                        {"finish_reason", s.finish_reason},
+                        {"ttft_s", s.ttft_seconds},
+                        {"e2e_s", s.e2e_seconds}};
+    if (!s.error.empty()) j["error"] = s.error;
+    if (!s.logprobs.empty()) j["logprobs"] = s.logprobs;
+    return j;
+  };
+  nlohmann::json j = sample_json(r.samples.at(0), index);
+  if (r.samples.size() > 1) {
+    j["choices"] = nlohmann::json::array();
+    for (size_t i = 0; i < r.samples.size(); ++i) j["choices"].push_back(sample_json(r.samples[i], i));
+  }
   return j;
 }
 
@@ -108,72 +119,86 @@ std::vector<BatchResult> run_offline_batch(Engine& engine, const Tokenizer* toke
                                            const std::vector<BatchItem>& items,
                                            const std::function<void(size_t, size_t)>& progress) {
   std::vector<BatchResult> results(items.size());
-  std::vector<std::optional<IncrementalDetokenizer>> detok(items.size());
+  // Per item and sample: its detokenizer (with the item's stop strings), when there is a tokenizer.
+  std::vector<std::vector<std::optional<IncrementalDetokenizer>>> detok(items.size());
+  std::vector<int32_t> unfinished(items.size());
   std::unordered_map<RequestId, size_t> index;
   const auto start = Clock::now();
   auto since_start = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   size_t done = 0;
-  auto complete = [&](size_t i, const std::string& reason) {
-    results[i].finish_reason = reason;
-    results[i].e2e_seconds = since_start();
-    if (detok[i] && reason != "stop") results[i].text += detok[i]->finish().text;
-    if (progress) progress(++done, items.size());
+  auto complete = [&](size_t i, size_t k, const std::string& reason) {
+    BatchSample& s = results[i].samples[k];
+    s.finish_reason = reason;
+    s.e2e_seconds = since_start();
+    if (detok[i][k] && reason != "stop") s.text += detok[i][k]->finish().text;
+    if (--unfinished[i] == 0 && progress) progress(++done, items.size());
+  };
+  auto fail = [&](size_t i, const std::string& error) {
+    results[i].samples[0].error = error;
+    unfinished[i] = 1;
+    complete(i, 0, "error");
   };
   for (size_t i = 0; i < items.size(); ++i) {
     const BatchItem& it = items[i];
+    results[i].samples.resize(static_cast<size_t>(it.n));
+    detok[i].resize(static_cast<size_t>(it.n));
+    unfinished[i] = it.n;
     RequestSpec spec;
+    bool text = tokenizer != nullptr;
     if (!it.messages.is_null()) {
       if (tokenizer == nullptr || chat_template == nullptr) {
-        results[i].error = "the model has no chat template: give prompt or prompt_ids";
-        complete(i, "error");
+        results[i].samples.resize(1);
+        fail(i, "the model has no chat template: give prompt or prompt_ids");
         continue;
       }
       auto chat = encode_chat(*tokenizer, *chat_template, it.messages, ChatOptions{});
       if (!chat) {
-        results[i].error = chat.status().message();
-        complete(i, "error");
+        results[i].samples.resize(1);
+        fail(i, chat.status().message());
         continue;
       }
       spec.prompt = std::move(chat->ids);
-      detok[i].emplace(*tokenizer, it.stop);
     } else if (!it.prompt.empty() || it.prompt_ids.empty()) {
       if (tokenizer == nullptr) {
-        results[i].error = "the model has no tokenizer: give prompt_ids";
-        complete(i, "error");
+        results[i].samples.resize(1);
+        fail(i, "the model has no tokenizer: give prompt_ids");
         continue;
       }
       spec.prompt = tokenizer->encode_prompt(it.prompt, /*allow_special=*/true);
-      detok[i].emplace(*tokenizer, it.stop);
     } else {
       spec.prompt = it.prompt_ids;
-      if (tokenizer != nullptr) detok[i].emplace(*tokenizer, it.stop);
+    }
+    if (text) {
+      for (auto& d : detok[i]) d.emplace(*tokenizer, it.stop);
     }
     spec.sampling = it.sampling;
     spec.limits = it.limits;
     if (tokenizer != nullptr) spec.limits.stop_token_ids = tokenizer->vocab().stop_ids;
     spec.priority = it.priority;
+    spec.n = it.n;
     results[i].prompt_tokens = static_cast<int64_t>(spec.prompt.size());
     index[engine.add(std::move(spec))] = i;
   }
   while (engine.has_work()) {
     for (const StepOutput& out : engine.step()) {
       const size_t i = index.at(out.id);
-      BatchResult& r = results[i];
-      r.logprobs.insert(r.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+      const auto k = static_cast<size_t>(out.index);
+      BatchSample& s = results[i].samples.at(k);
+      s.logprobs.insert(s.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
       for (int32_t t : out.new_tokens) {
-        if (r.token_ids.empty()) r.ttft_seconds = since_start();
-        r.token_ids.push_back(t);
-        if (!detok[i]) continue;
-        auto piece = detok[i]->push(t);
-        r.text += piece.text;
+        if (s.token_ids.empty()) s.ttft_seconds = since_start();
+        s.token_ids.push_back(t);
+        if (!detok[i][k]) continue;
+        auto piece = detok[i][k]->push(t);
+        s.text += piece.text;
         if (piece.stopped) {
-          engine.abort(out.id);  // a stop string ends it: its blocks are freed now
-          complete(i, "stop");
+          engine.abort(out.id, out.index);  // a stop string ends it: its blocks are freed now
+          complete(i, k, "stop");
         }
       }
-      if (out.finished && r.finish_reason.empty()) {
-        r.error = out.error;
-        complete(i, reason_name(out.finish_reason));
+      if (out.finished && s.finish_reason.empty()) {
+        s.error = out.error;
+        complete(i, k, reason_name(out.finish_reason));
       }
     }
   }

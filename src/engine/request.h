@@ -39,6 +39,14 @@ struct Request {
   int64_t num_preemptions = 0;
   int64_t scheduled_in_step = -1;  // the scheduler's step counter when last scheduled
 
+  // n > 1: the caller sees one request (`group`, its id) with samples 0..num_samples-1. Sample 0
+  // is this request; after its prompt is computed the engine forks samples 1..n-1 from it, each
+  // its own Request sharing the prompt's KV blocks.
+  RequestId group = 0;
+  int32_t sample_index = 0;
+  int32_t num_samples = 1;
+  bool forked = false;
+
   // No phases: a request just has tokens, some computed. Prefill = many uncomputed tokens.
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int64_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }

@@ -188,14 +188,29 @@ void Scheduler::update(const ScheduledBatch& batch, std::span<const int32_t> sam
     if (r->state != RequestState::kRunning) continue;
     r->num_computed_tokens += batch.items[i].num_new_tokens;
     if (r->num_computed_tokens < r->num_tokens()) continue;  // still prefilling
-    r->output.push_back(sampled[i]);
-    if (is_stop_token(*r, sampled[i])) {
-      finish(r, FinishReason::kStop);
-    } else if (static_cast<int64_t>(r->output.size()) >= r->limits.max_tokens ||
-               r->num_tokens() >= options_.max_model_len) {
-      finish(r, FinishReason::kLength);
-    }
+    accept_token(r, sampled[i]);
   }
+}
+
+void Scheduler::accept_token(Request* r, int32_t token) {
+  r->output.push_back(token);
+  if (is_stop_token(*r, token)) {
+    finish(r, FinishReason::kStop);
+  } else if (static_cast<int64_t>(r->output.size()) >= r->limits.max_tokens ||
+             r->num_tokens() >= options_.max_model_len) {
+    finish(r, FinishReason::kLength);
+  }
+}
+
+void Scheduler::add_forked(std::unique_ptr<Request> request, int32_t first_token) {
+  Request* r = request.get();
+  INFERD_CHECK(requests_.find(r->id) == requests_.end());
+  INFERD_CHECK(r->output.empty() && r->num_computed_tokens == static_cast<int64_t>(r->prompt.size()));
+  requests_.emplace(r->id, std::move(request));
+  r->state = RequestState::kRunning;
+  r->scheduled_in_step = step_;
+  running_.push_back(r);
+  accept_token(r, first_token);
 }
 
 bool Scheduler::is_stop_token(const Request& r, int32_t token) {

@@ -60,6 +60,9 @@ class Scheduler final {
   // Queues a request. A request that arrives with `error` set, or that can never fit (longer than
   // max_model_len or than the whole KV pool) is finished at once with kError and returned by take_finished().
   void add(std::unique_ptr<Request> request);
+  // Adds a request forked from a running one: its prompt is computed (its blocks already in
+  // `kv`) and `first_token` is its first output, checked for stop / length at once.
+  void add_forked(std::unique_ptr<Request> request, int32_t first_token);
   // Finishes a request wherever it is (kAborted) and frees its blocks now.
   void abort(RequestId id);
 
@@ -79,6 +82,8 @@ class Scheduler final {
   // Requests finished since the last call (ownership passes to the caller).
   std::vector<std::unique_ptr<Request>> take_finished();
 
+  // Whether the request is waiting or running.
+  bool contains(RequestId id) const { return requests_.count(id) != 0; }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
@@ -92,6 +97,8 @@ class Scheduler final {
   bool preempt_one(const Request* keep, int32_t above_priority, ScheduledBatch* batch, int64_t* budget);
   void preempt(Request* victim, ScheduledBatch* batch, int64_t* budget);
   void finish(Request* r, FinishReason reason);
+  // Appends a sampled token to a running request and finishes it on a stop token or at its length.
+  void accept_token(Request* r, int32_t token);
   static bool is_stop_token(const Request& r, int32_t token);
   void insert_waiting(Request* r);
 

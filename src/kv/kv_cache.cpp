@@ -55,6 +55,17 @@ void KvCache::write(int64_t layer, int64_t slot, const float* key, const float* 
   store(values_.data() + offset_bytes(layer, slot), value, kv_dim_, dtype_);
 }
 
+void KvCache::copy_block(int64_t src, int64_t dst) {
+  INFERD_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_);
+  const size_t bytes = offset_bytes(0, block_size_);  // one block of one layer
+  for (int64_t layer = 0; layer < num_layers_; ++layer) {
+    std::memcpy(keys_.data() + offset_bytes(layer, dst * block_size_),
+                keys_.data() + offset_bytes(layer, src * block_size_), bytes);
+    std::memcpy(values_.data() + offset_bytes(layer, dst * block_size_),
+                values_.data() + offset_bytes(layer, src * block_size_), bytes);
+  }
+}
+
 KvLayerView KvCache::layer_view(int64_t layer) const {
   return KvLayerView{keys_.data() + offset_bytes(layer, 0), values_.data() + offset_bytes(layer, 0),
                      block_size_, dtype_};

@@ -39,6 +39,8 @@ class KvCache final {
   // Stores one token's K and V ([kv_dim] f32 each) in `slot` of `layer`, rounding to dtype.
   void write(int64_t layer, int64_t slot, const float* key, const float* value);
   KvLayerView layer_view(int64_t layer) const;
+  // Copies every layer's K and V of block `src` into block `dst` (copy-on-write of a shared block).
+  void copy_block(int64_t src, int64_t dst);
 
  private:
   size_t offset_bytes(int64_t layer, int64_t slot) const {

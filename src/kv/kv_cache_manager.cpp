@@ -23,6 +23,26 @@ bool KVCacheManager::allocate_slots(RequestId id, int64_t num_tokens) {
   return true;
 }
 
+bool KVCacheManager::fork(RequestId parent, RequestId child, int64_t num_tokens,
+                          std::optional<BlockCopy>* copy) {
+  INFERD_CHECK(tables_.find(child) == tables_.end());
+  const auto source = block_table(parent);
+  const int64_t full = num_tokens / block_size_;
+  const bool partial = num_tokens % block_size_ != 0;
+  INFERD_CHECK(full + (partial ? 1 : 0) <= static_cast<int64_t>(source.size()));
+  copy->reset();
+  std::vector<int32_t> table(source.begin(), source.begin() + full);
+  if (partial) {
+    auto fresh = pool_.allocate(1);
+    if (!fresh) return false;
+    *copy = BlockCopy{source[static_cast<size_t>(full)], (*fresh)[0]};
+    table.push_back((*fresh)[0]);
+  }
+  for (int64_t i = 0; i < full; ++i) pool_.add_ref(table[static_cast<size_t>(i)]);
+  tables_.emplace(child, std::move(table));
+  return true;
+}
+
 std::span<const int32_t> KVCacheManager::block_table(RequestId id) const {
   auto it = tables_.find(id);
   if (it == tables_.end()) return {};

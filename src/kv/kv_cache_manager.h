@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +34,17 @@ class KVCacheManager final {
 
   // Blocks needed for `num_tokens` tokens of a request that holds none.
   int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+
+  // A block whose contents must be copied (all layers) before a forked request writes to it.
+  struct BlockCopy {
+    int32_t src, dst;
+  };
+  // Gives `child` (which holds no blocks) the blocks covering the first `num_tokens` tokens of
+  // `parent`: full blocks are shared (one more reference each), a partly filled last block is
+  // replaced by a fresh block that the caller must fill from `copy`. Returns false (and changes
+  // nothing) when no block is free for that copy.
+  [[nodiscard]] bool fork(RequestId parent, RequestId child, int64_t num_tokens,
+                          std::optional<BlockCopy>* copy);
 
   // Returns every block of `id` to the pool (tail blocks first). No-op for an unknown id.
   void free(RequestId id);

@@ -153,6 +153,7 @@ TEST(CliTest, GenerateRunsABatchFile) {
              "], \"max_tokens\": " + std::to_string(2 + i % 5) + "}\n";
   }
   lines += "{\"prompt_ids\": \"oops\"}\n";
+  lines += "{\"prompt_ids\": [5, 6, 7, 8], \"max_tokens\": 5, \"n\": 3, \"temperature\": 1.0, \"seed\": 3}\n";
   test::write_bytes(dir + "/in.jsonl",
                     std::vector<std::byte>(reinterpret_cast<const std::byte*>(lines.data()),
                                            reinterpret_cast<const std::byte*>(lines.data()) + lines.size()));
@@ -163,13 +164,22 @@ TEST(CliTest, GenerateRunsABatchFile) {
   const std::string out = test::read_text(dir + "/out.jsonl");
   std::stringstream ss(out);
   std::string line;
-  for (int i = 0; i < 13; ++i) {
+  for (int i = 0; i < 14; ++i) {
     ASSERT_TRUE(std::getline(ss, line)) << "missing line " << i;
     auto j = nlohmann::json::parse(line);
     EXPECT_EQ(j["index"], i);
     if (i == 12) {
       EXPECT_EQ(j["finish_reason"], "error");
       EXPECT_NE(j["error"].get<std::string>().find(":13: field 'prompt_ids'"), std::string::npos);
+      continue;
+    }
+    if (i == 13) {  // n = 3: three samples, the first one also at the top level
+      ASSERT_EQ(j["choices"].size(), 3u);
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_EQ(j["choices"][k]["index"], k);
+        EXPECT_EQ(j["choices"][k]["completion_tokens"], 5);
+      }
+      EXPECT_EQ(j["choices"][0]["text"], j["text"]);
       continue;
     }
     EXPECT_EQ(j["finish_reason"], "length");

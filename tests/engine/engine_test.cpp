@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "model/default_model.h"
 #include "model/model_loader.h"
@@ -156,6 +157,158 @@ TEST(EngineTest, BadRequestsFailAlone) {
   EXPECT_EQ(last[b].finish_reason, FinishReason::kError);
   EXPECT_NE(last[b].error.find("outside the vocabulary"), std::string::npos);
   EXPECT_EQ(last[t].finish_reason, FinishReason::kError);
+}
+
+// n > 1: runs one request and returns each sample's tokens. Checks that every sample finishes
+// exactly once and that every block is free at the end; `used_after_first_step` gets the pool's
+// used blocks right after the step that computed the prompt.
+std::vector<std::vector<int32_t>> run_samples(Transformer& model, const EngineOptions& o,
+                                              const RequestSpec& spec,
+                                              int64_t* used_after_first_step = nullptr,
+                                              int64_t abort_after_steps = -1) {
+  Engine engine(model, o);
+  const RequestId id = engine.add(spec);
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(spec.n));
+  std::vector<int> finished(static_cast<size_t>(spec.n));
+  for (int64_t step = 0; engine.has_work(); ++step) {
+    if (step == abort_after_steps) engine.abort(id);
+    for (const StepOutput& out : engine.step()) {
+      EXPECT_EQ(out.id, id);
+      auto& t = tokens.at(static_cast<size_t>(out.index));
+      t.insert(t.end(), out.new_tokens.begin(), out.new_tokens.end());
+      if (out.finished) ++finished.at(static_cast<size_t>(out.index));
+    }
+    if (step == 0 && used_after_first_step != nullptr)
+      *used_after_first_step = engine.block_pool().num_used_blocks();
+  }
+  for (int f : finished) EXPECT_EQ(f, 1);
+  EXPECT_EQ(engine.block_pool().num_free_blocks(), engine.block_pool().num_blocks());
+  return tokens;
+}
+
+RequestSpec prompt_of(int64_t len, int64_t max_tokens, int32_t n) {
+  RequestSpec s;
+  for (int64_t k = 0; k < len; ++k) s.prompt.push_back(static_cast<int32_t>((k * 37 + 11) % 256));
+  s.limits.max_tokens = max_tokens;
+  s.n = n;
+  return s;
+}
+
+TEST(EngineTest, SamplesShareThePromptsFullBlocks) {
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  for (int64_t len : {37, 32}) {
+    SCOPED_TRACE("prompt of " + std::to_string(len));
+    const auto alone = run_samples(model, options(64, 16, 256), prompt_of(len, 6, 1));
+    int64_t used = 0;
+    const auto four = run_samples(model, options(64, 16, 256), prompt_of(len, 6, 4), &used);
+    // 37 tokens: 2 full blocks shared by all, the partial third copied per sample (2 + 4 = 6).
+    // 32 tokens: both blocks shared, nothing copied.
+    EXPECT_EQ(used, len == 37 ? 6 : 2);
+    for (const auto& sample : four) EXPECT_EQ(sample, alone[0]);  // greedy: the copied KV is right
+  }
+}
+
+TEST(EngineTest, SeededSamplesEqualSingleRequestsWithSeedPlusIndex) {
+  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  RequestSpec spec = prompt_of(21, 12, 3);
+  spec.sampling.temperature = 1.0f;
+  spec.sampling.seed = 7;
+  const auto samples = run_samples(model, options(64, 16, 256), spec);
+  std::set<std::vector<int32_t>> distinct(samples.begin(), samples.end());
+  EXPECT_GT(distinct.size(), 1u);  // the samples are independent draws
+  for (int32_t i = 0; i < 3; ++i) {
+    RequestSpec single = spec;
+    single.n = 1;
+    single.sampling.seed = 7u + static_cast<uint64_t>(i);
+    EXPECT_EQ(run_samples(model, options(64, 16, 256), single)[0], samples[static_cast<size_t>(i)]) << i;
+  }
+}
+
+TEST(EngineTest, SamplesSurviveAKvPoolTooSmallToForkThemAll) {
+  auto weights = load_model(test::fixture_path("tiny/qwen3"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  const auto alone = run_samples(model, options(64, 16, 256), prompt_of(37, 10, 1));
+  // 5 blocks: the prompt takes 3, two forks take one each, the third sample must recompute, and
+  // decoding needs preemption.
+  const auto four = run_samples(model, options(5, 16, 256), prompt_of(37, 10, 4));
+  for (const auto& sample : four) EXPECT_EQ(sample, alone[0]);
+}
+
+TEST(EngineTest, AbortEndsEverySampleAndFreesTheirBlocks) {
+  auto weights = load_model(test::fixture_path("tiny/llama_tied"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(1);
+  Transformer model(**weights, pool);
+  for (int64_t when : {0, 1, 3}) {  // before the prompt is computed, right after the fork, later
+    const auto samples = run_samples(model, options(64, 4, 256), prompt_of(9, 20, 3), nullptr, when);
+    for (const auto& s : samples) EXPECT_LT(s.size(), 20u);
+  }
+}
+
+TEST(EngineTest, OutOfRangeNIsAnErrorForThatRequestOnly) {
+  auto weights = load_model(test::fixture_path("tiny/llama_tied"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(1);
+  Transformer model(**weights, pool);
+  Engine engine(model, options(64, 16, 256));
+  const RequestId bad = engine.add(prompt_of(5, 2, 0));
+  const RequestId good = engine.add(prompt_of(5, 2, 2));
+  std::map<std::pair<RequestId, int32_t>, StepOutput> last;
+  while (engine.has_work()) {
+    for (auto& s : engine.step()) last[{s.id, s.index}] = s;
+  }
+  EXPECT_EQ(last[std::pair(bad, 0)].finish_reason, FinishReason::kError);
+  EXPECT_NE(last[std::pair(bad, 0)].error.find("n must be in"), std::string::npos);
+  EXPECT_EQ(last[std::pair(good, 0)].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(last[std::pair(good, 1)].finish_reason, FinishReason::kLength);
+}
+
+// Property: random requests with n of 1 to 3, random aborts of whole requests and of single
+// samples, under a KV pool small enough to force failed forks and preemption. Every sample
+// finishes exactly once and every block is free again.
+TEST(EngineTest, RandomSamplesAndAbortsReturnEveryBlock) {
+  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  std::mt19937 rng(77);
+  for (int round = 0; round < 6; ++round) {
+    Engine engine(model, options(12 + round, 4, 24));
+    std::map<RequestId, std::vector<int>> finished;  // per request, per sample
+    std::vector<RequestId> ids;
+    for (int step = 0; step < 400 && (step < 40 || engine.has_work()); ++step) {
+      if (step < 40 && rng() % 3 == 0) {
+        RequestSpec spec = prompt_of(1 + rng() % 11, 1 + rng() % 8, static_cast<int32_t>(1 + rng() % 3));
+        const RequestId id = engine.add(spec);
+        finished[id].assign(static_cast<size_t>(spec.n), 0);
+        ids.push_back(id);
+      }
+      if (!ids.empty() && rng() % 7 == 0) {
+        const RequestId id = ids[rng() % ids.size()];
+        if (rng() % 2 == 0) {
+          engine.abort(id);
+        } else {
+          engine.abort(id, static_cast<int32_t>(rng() % 3));
+        }
+      }
+      for (const StepOutput& out : engine.step()) {
+        if (out.finished) ++finished.at(out.id).at(static_cast<size_t>(out.index));
+      }
+    }
+    EXPECT_FALSE(engine.has_work());
+    for (const auto& [id, samples] : finished) {
+      for (int f : samples) EXPECT_EQ(f, 1) << "request " << id;
+    }
+    EXPECT_EQ(engine.block_pool().num_free_blocks(), engine.block_pool().num_blocks());
+  }
 }
 
 }  // namespace
