@@ -16,6 +16,7 @@
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
+#include "serve.h"
 #include "tokenizer/chat_encoder.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer_loader.h"
@@ -373,6 +374,12 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("-n,--max-tokens", gen.max_tokens, "default max_tokens per request")
       ->check(CLI::PositiveNumber);
 
+  auto* serve_cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
+  add_common(serve_cmd, &common);
+  add_engine_flags(serve_cmd, &engine_flags);
+  ServeFlags serve;
+  add_serve_flags(serve_cmd, &serve);
+
   auto* info_cmd = app.add_subcommand("info", "print a model's configuration as JSON");
   add_common(info_cmd, &common);
 
@@ -389,6 +396,7 @@ int main(int argc, char** argv) {
     if (*info_cmd) return run_info(common);
     if (*tokenize_cmd) return run_tokenize(common, tokenize);
     if (*generate_cmd) return run_batch(common, engine_flags, gen);
+    if (*serve_cmd) return run_serve(common.model, common.threads, engine_flags, serve);
   } catch (const std::exception& e) {
     return fail(e.what());
   }

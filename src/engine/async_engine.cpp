@@ -27,16 +27,20 @@ RequestId AsyncEngine::submit(RequestSpec spec, OutputCallback on_output) {
 }
 
 void AsyncEngine::abort(RequestId id) {
+  abort(id, -1);
+}
+
+void AsyncEngine::abort(RequestId id, int32_t index) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    aborts_.push_back(id);
+    aborts_.emplace_back(id, index);
   }
   wake_.notify_one();
 }
 
 void AsyncEngine::take_commands() {
   std::vector<Submission> subs;
-  std::vector<RequestId> aborts;
+  std::vector<std::pair<RequestId, int32_t>> aborts;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     subs.swap(submissions_);
@@ -46,7 +50,13 @@ void AsyncEngine::take_commands() {
     callbacks_.emplace(s.id, Listener{std::move(s.callback), num_finished_outputs(s.spec)});
     engine_.add(std::move(s.spec), s.id);
   }
-  for (RequestId id : aborts) engine_.abort(id);
+  for (const auto& [id, index] : aborts) {
+    if (index < 0) {
+      engine_.abort(id);
+    } else {
+      engine_.abort(id, index);
+    }
+  }
 }
 
 void AsyncEngine::loop() {
@@ -67,6 +77,7 @@ void AsyncEngine::loop() {
     num_running_ = engine_.scheduler().num_running();
     num_waiting_ = engine_.scheduler().num_waiting();
     num_free_blocks_ = engine_.block_pool().num_free_blocks();
+    num_preemptions_ = engine_.scheduler().num_preemptions();
   }
   // Shutting down: every request still known ends as aborted.
   for (auto& [id, cb] : callbacks_) engine_.abort(id);

@@ -34,12 +34,15 @@ class AsyncEngine final {
   // Ends a request at the next step boundary and frees its blocks there. Thread-safe; unknown
   // or finished ids are ignored.
   void abort(RequestId id);
+  // Ends one sample of a request (n > 1), e.g. when a stop string matched in it. Thread-safe.
+  void abort(RequestId id, int32_t index);
 
   // Counters for metrics, updated after every step. Thread-safe.
   int64_t num_running() const { return num_running_.load(); }
   int64_t num_waiting() const { return num_waiting_.load(); }
   int64_t num_free_blocks() const { return num_free_blocks_.load(); }
   int64_t num_blocks() const { return engine_.block_pool().num_blocks(); }
+  int64_t num_preemptions() const { return num_preemptions_.load(); }
 
  private:
   struct Submission {
@@ -53,16 +56,16 @@ class AsyncEngine final {
   Engine engine_;  // engine thread only, after construction
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::vector<Submission> submissions_;  // guarded by mutex_
-  std::vector<RequestId> aborts_;        // guarded by mutex_
-  bool stopping_ = false;                // guarded by mutex_
+  std::vector<Submission> submissions_;                // guarded by mutex_
+  std::vector<std::pair<RequestId, int32_t>> aborts_;  // (id, sample or -1 for all); guarded by mutex_
+  bool stopping_ = false;                              // guarded by mutex_
   std::atomic<RequestId> next_id_{1};
   struct Listener {
     OutputCallback callback;
     int32_t unfinished;  // samples still running
   };
   std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
-  std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0};
+  std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0};
   std::thread thread_;
 };
 

@@ -90,6 +90,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
     r->limits = parent.limits;
     r->priority = parent.priority;
     r->arrival_order = parent.arrival_order;
+    r->first_scheduled = parent.first_scheduled;
     ids.push_back(r->id);
     Sampler sampler(r->sampling);
     std::optional<KVCacheManager::BlockCopy> copy;
@@ -106,6 +107,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
     StepOutput o;
     o.id = r->group;
     o.index = i;
+    o.first_scheduled = r->first_scheduled;
     o.new_tokens.push_back(res.token);
     if (r->sampling.logprobs >= 0) {
       o.logprobs.push_back(res.logprob);
@@ -147,6 +149,7 @@ std::vector<StepOutput> Engine::step() {
       StepOutput o;
       o.id = r.group;
       o.index = r.sample_index;
+      o.first_scheduled = r.first_scheduled;
       o.new_tokens.push_back(res.token);
       if (r.sampling.logprobs >= 0) {
         o.logprobs.push_back(res.logprob);

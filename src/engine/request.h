@@ -3,6 +3,7 @@
 // Scheduler; the engine thread alone reads and writes it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -38,6 +39,7 @@ struct Request {
   int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   int64_t num_preemptions = 0;
   int64_t scheduled_in_step = -1;  // the scheduler's step counter when last scheduled
+  std::chrono::steady_clock::time_point first_scheduled{};  // when it first ran (epoch: not yet)
 
   // n > 1: the caller sees one request (`group`, its id) with samples 0..num_samples-1. Sample 0
   // is this request; after its prompt is computed the engine forks samples 1..n-1 from it, each

@@ -1,0 +1,135 @@
+#include "serve.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "common/byte_size.h"
+#include "model/default_model.h"
+#include "model/model_loader.h"
+#include "model/transformer.h"
+#include "tokenizer/tokenizer_loader.h"
+
+namespace inferd {
+
+void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
+  ServerOptions& s = f->server;
+  cmd->add_option("--host", s.host, "address to listen on");
+  cmd->add_option("--port", s.port, "port to listen on (0: any free port)");
+  cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
+  cmd->add_flag("--protect-metrics", s.protect_metrics,
+                "with --api-key: /health and /metrics need the key too");
+  cmd->add_option("--served-model-name", s.served_model_name,
+                  "model name in the API (default: the model file's name)");
+  cmd->add_option("--metrics-prefix", s.metrics_prefix,
+                  "metric name prefix: inferd, or vllm for vLLM dashboards")
+      ->check(CLI::IsMember({"inferd", "vllm"}));
+  cmd->add_flag("--reasoning-parser", s.reasoning_parser, "put <think>...</think> text in reasoning_content");
+  cmd->add_option("--max-body", f->max_body, "largest request body (e.g. 8MiB)");
+  cmd->add_option("--header-timeout", s.header_timeout_seconds,
+                  "seconds to receive a request once it started")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--idle-timeout", s.idle_timeout_seconds, "seconds a kept-alive connection may idle")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--write-timeout", s.write_timeout_seconds, "seconds a client may stall one write")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-queue", s.max_queue, "waiting requests beyond which new ones get 429")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--shutdown-grace", s.shutdown_grace_seconds,
+                  "on SIGTERM, seconds in-flight requests get to finish before they are aborted")
+      ->check(CLI::NonNegativeNumber);
+}
+
+namespace {
+
+std::string name_of(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.filename().empty()) p = p.parent_path();
+  return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+}
+
+// Everything the loaded model consists of, destroyed engine first.
+struct Loaded {
+  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ChatTemplate> chat_template;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<AsyncEngine> engine;
+  ~Loaded() { engine.reset(); }
+};
+
+Status load_all(const std::string& path, int threads, const EngineFlags& engine_flags, Loaded* out,
+                ServingContext* ctx) {
+  INFERD_ASSIGN_OR_RETURN(out->weights, load_model(path));
+  auto tok = load_tokenizer(*out->weights);
+  if (tok) {
+    out->tokenizer = std::move(*tok);
+    INFERD_ASSIGN_OR_RETURN(out->chat_template, load_chat_template(*out->weights, *out->tokenizer));
+  } else {
+    std::fprintf(stderr, "inferd: no tokenizer (%s): token-id prompts only\n",
+                 tok.status().message().c_str());
+  }
+  INFERD_ASSIGN_OR_RETURN(EngineOptions options, engine_options(engine_flags, out->weights->config));
+  std::fprintf(stderr, "inferd: %s\n",
+               describe_kv_cache(options, engine_flags, out->weights->config).c_str());
+  out->pool = std::make_unique<ThreadPool>(threads);
+  out->model = std::make_unique<Transformer>(*out->weights, *out->pool);
+  out->engine = std::make_unique<AsyncEngine>(*out->model, options);
+  ctx->engine = out->engine.get();
+  ctx->tokenizer = out->tokenizer.get();
+  ctx->chat_template = out->chat_template.get();
+  ctx->max_model_len = options.scheduler.max_model_len;
+  ctx->vocab_size = static_cast<int32_t>(out->weights->config.vocab_size);
+  return Status::ok();
+}
+
+}  // namespace
+
+int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags) {
+  std::string path = model_path;
+  if (path.empty()) {
+    auto p = default_model_path();
+    if (!p) {
+      std::fprintf(stderr, "inferd: error: %s\n", p.status().message().c_str());
+      return 1;
+    }
+    path = *p;
+  }
+  auto body = parse_byte_size(flags.max_body, 0);
+  if (!body || *body < 1024) {
+    std::fprintf(stderr, "inferd: error: --max-body %s: give a size of at least 1KiB\n",
+                 flags.max_body.c_str());
+    return 1;
+  }
+  flags.server.max_body_bytes = *body;
+  if (flags.server.served_model_name.empty()) flags.server.served_model_name = name_of(path);
+  HttpServer server(flags.server);
+  if (Status s = server.listen(); !s.is_ok()) {
+    std::fprintf(stderr, "inferd: error: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "inferd: listening on http://%s:%u, loading %s\n", flags.server.host.c_str(),
+               static_cast<unsigned>(server.port()), path.c_str());
+  std::fflush(stderr);
+  Loaded loaded;
+  std::thread loader([&] {
+    ServingContext ctx;
+    Status s = load_all(path, threads, engine_flags, &loaded, &ctx);
+    if (!s.is_ok()) {
+      server.set_failed(s.message());
+      return;
+    }
+    server.set_ready(ctx);
+    std::fprintf(stderr, "inferd: ready: serving '%s' on http://%s:%u\n",
+                 flags.server.served_model_name.c_str(), flags.server.host.c_str(),
+                 static_cast<unsigned>(server.port()));
+    std::fflush(stderr);
+  });
+  const int rc = server.run();
+  loader.join();
+  return rc;
+}
+
+}  // namespace inferd

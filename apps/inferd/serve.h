@@ -1,0 +1,22 @@
+// `inferd serve`: the OpenAI-compatible server (flags, model loading in the background, wiring).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine_flags.h"
+#include "server/http_server.h"
+
+namespace inferd {
+
+struct ServeFlags {
+  ServerOptions server;
+  std::string max_body = "8MiB";
+};
+
+void add_serve_flags(CLI::App* cmd, ServeFlags* flags);
+
+// model_path empty: the default model. Returns the process exit code.
+int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags);
+
+}  // namespace inferd

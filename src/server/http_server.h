@@ -1,0 +1,68 @@
+// HttpServer: the OpenAI-compatible HTTP front of the engine (`inferd serve`).
+// Boost.Beast on Asio with C++20 coroutines: one I/O thread serves every connection (no thread
+// per connection); the engine runs on its own thread (AsyncEngine) and hands outputs back by
+// posting to the I/O thread. Listens before the model is loaded (/health answers 503 until
+// set_ready). SIGTERM / SIGINT: stop accepting, let in-flight requests finish within the grace
+// period, abort the rest, return 0.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "engine/async_engine.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferd {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;          // 0: any free port (tests)
+  std::string api_key;           // empty: no authentication
+  bool protect_metrics = false;  // with api_key: /health and /metrics need it too
+  std::string served_model_name;
+  std::string metrics_prefix = "inferd";
+  bool reasoning_parser = false;  // <think>...</think> -> reasoning_content
+  int64_t max_body_bytes = 8 << 20;
+  int64_t max_header_bytes = 16 << 10;
+  double header_timeout_seconds = 10;  // to receive a whole request once its first byte arrived
+  double idle_timeout_seconds = 60;    // keep-alive wait for the next request
+  double write_timeout_seconds = 30;   // for each write to a client that stopped reading
+  int64_t max_queue = 1024;            // waiting requests beyond which new ones get 429
+  double shutdown_grace_seconds = 30;
+};
+
+// What the server needs once the model is loaded; all not owned.
+struct ServingContext {
+  AsyncEngine* engine = nullptr;
+  const Tokenizer* tokenizer = nullptr;         // may be null: token-id prompts only
+  const ChatTemplate* chat_template = nullptr;  // may be null: no chat endpoint
+  int64_t max_model_len = 0;
+  int32_t vocab_size = 0;
+};
+
+class HttpServer final {
+ public:
+  explicit HttpServer(ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens; an error names the address (e.g. the port is in use).
+  Status listen();
+  uint16_t port() const;
+  // The model is loaded: endpoints start answering. Thread-safe.
+  void set_ready(const ServingContext& context);
+  // The model failed to load: /health stays 503 and run() returns 1. Thread-safe.
+  void set_failed(const std::string& message);
+  // Serves on the calling thread until SIGTERM / SIGINT (or a failed load); returns the exit code.
+  int run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace inferd

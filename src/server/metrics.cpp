@@ -1,0 +1,131 @@
+#include "server/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+namespace inferd {
+
+namespace {
+
+using prometheus::Histogram;
+
+// vLLM's buckets (vllm/v1/metrics/loggers.py), so the series compare one to one.
+const Histogram::BucketBoundaries kTtftBuckets = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                                  0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                                  20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+const Histogram::BucketBoundaries kTokenLatencyBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                                          0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
+                                                          7.5,  10.0,  20.0, 40.0,  80.0};
+const Histogram::BucketBoundaries kRequestLatencyBuckets = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                                            5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                                            60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+// 1, 2, 5, 10, 20, 50, ... up to `max` (vLLM's build_1_2_5_buckets).
+Histogram::BucketBoundaries buckets_1_2_5(int64_t max) {
+  Histogram::BucketBoundaries b;
+  for (int64_t scale = 1;; scale *= 10) {
+    for (int64_t m : {1, 2, 5}) {
+      if (m * scale > max) return b;
+      b.push_back(static_cast<double>(m * scale));
+    }
+  }
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model_name, int64_t max_model_len)
+    : registry_(std::make_shared<prometheus::Registry>()), model_name_(model_name) {
+  const prometheus::Labels labels = {{"model_name", model_name}};
+  auto histogram = [&](const char* name, const char* help, const Histogram::BucketBoundaries& buckets) {
+    return &prometheus::BuildHistogram()
+                .Name(prefix + ":" + name)
+                .Help(help)
+                .Register(*registry_)
+                .Add(labels, buckets);
+  };
+  auto gauge = [&](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(prefix + ":" + name).Help(help).Register(*registry_).Add(labels);
+  };
+  // prometheus-cpp writes counters under the name given: the _total suffix is part of it.
+  auto counter = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(prefix + ":" + name).Help(help).Register(*registry_).Add(labels);
+  };
+  ttft_ =
+      histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", kTtftBuckets);
+  tpot_ = histogram("time_per_output_token_seconds", "Histogram of time per output token in seconds.",
+                    kTokenLatencyBuckets);
+  itl_ = histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                   kTokenLatencyBuckets);
+  e2e_ = histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                   kRequestLatencyBuckets);
+  queue_ = histogram("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+                     kRequestLatencyBuckets);
+  prefill_ = histogram("request_prefill_time_seconds",
+                       "Histogram of time spent in PREFILL phase for request.", kRequestLatencyBuckets);
+  decode_ = histogram("request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+                      kRequestLatencyBuckets);
+  const auto token_buckets = buckets_1_2_5(max_model_len);
+  prompt_tokens_ = histogram("request_prompt_tokens", "Number of prefill tokens processed.", token_buckets);
+  generation_tokens_ =
+      histogram("request_generation_tokens", "Number of generation tokens processed.", token_buckets);
+  running_ = gauge("num_requests_running", "Number of requests in model execution batches.");
+  waiting_ = gauge("num_requests_waiting", "Number of requests waiting to be processed.");
+  kv_usage_ = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.");
+  prompt_total_ = counter("prompt_tokens_total", "Number of prefill tokens processed.");
+  generation_total_ = counter("generation_tokens_total", "Number of generation tokens processed.");
+  preemptions_ = counter("num_preemptions_total", "Cumulative number of preemption from the engine.");
+  prefix_queries_ =
+      counter("prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.");
+  prefix_hits_ =
+      counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
+  success_ = &prometheus::BuildCounter()
+                  .Name(prefix + ":request_success_total")
+                  .Help("Count of successfully processed requests.")
+                  .Register(*registry_);
+  for (const char* reason : {"stop", "length", "abort"})
+    success_->Add({{"model_name", model_name}, {"finished_reason", reason}});
+}
+
+void ServerMetrics::observe_finished(const RequestTimings& t) {
+  e2e_->Observe(t.e2e_seconds);
+  queue_->Observe(t.queue_seconds);
+  prompt_tokens_->Observe(static_cast<double>(t.prompt_tokens));
+  generation_tokens_->Observe(static_cast<double>(t.generation_tokens));
+  if (t.has_first_token) {
+    ttft_->Observe(t.ttft_seconds);
+    prefill_->Observe(t.prefill_seconds);
+    decode_->Observe(t.decode_seconds);
+    if (t.generation_tokens > 1)
+      tpot_->Observe(t.decode_seconds / static_cast<double>(t.generation_tokens - 1));
+  }
+  if (t.finished_reason != "error")
+    success_->Add({{"model_name", model_name_}, {"finished_reason", t.finished_reason}}).Increment();
+}
+
+void ServerMetrics::observe_inter_token(double seconds) {
+  itl_->Observe(seconds);
+}
+void ServerMetrics::add_prompt_tokens(int64_t n) {
+  prompt_total_->Increment(static_cast<double>(n));
+}
+void ServerMetrics::add_generation_tokens(int64_t n) {
+  generation_total_->Increment(static_cast<double>(n));
+}
+
+void ServerMetrics::set_scheduler_state(int64_t running, int64_t waiting, double kv_usage) {
+  running_->Set(static_cast<double>(running));
+  waiting_->Set(static_cast<double>(waiting));
+  kv_usage_->Set(kv_usage);
+}
+
+void ServerMetrics::set_preemptions(int64_t total) {
+  if (total > preemptions_seen_) {
+    preemptions_->Increment(static_cast<double>(total - preemptions_seen_));
+    preemptions_seen_ = total;
+  }
+}
+
+std::string ServerMetrics::render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace inferd

@@ -1,0 +1,58 @@
+// Prometheus metrics of the server, named and bucketed as vLLM's (so vLLM dashboards work with
+// --metrics-prefix vllm), labelled by model_name. Kept in a prometheus-cpp registry (Debian's
+// prometheus-cpp-dev); /metrics serves its text exposition. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace inferd {
+
+// What one finished request (one sample) contributes.
+struct RequestTimings {
+  double queue_seconds = 0;    // arrival -> first scheduled
+  double prefill_seconds = 0;  // first scheduled -> first token
+  double decode_seconds = 0;   // first token -> last token
+  double ttft_seconds = 0;     // arrival -> first token
+  double e2e_seconds = 0;      // arrival -> finished
+  int64_t prompt_tokens = 0;
+  int64_t generation_tokens = 0;
+  std::string finished_reason;  // stop, length, abort, error
+  bool has_first_token = false;
+};
+
+class ServerMetrics final {
+ public:
+  // prefix: "inferd" or "vllm"; max_model_len bounds the token-count buckets (1-2-5 series).
+  ServerMetrics(const std::string& prefix, const std::string& model_name, int64_t max_model_len);
+
+  void observe_finished(const RequestTimings& t);
+  void observe_inter_token(double seconds);
+  void add_prompt_tokens(int64_t n);
+  void add_generation_tokens(int64_t n);
+  void set_scheduler_state(int64_t running, int64_t waiting, double kv_usage);
+  // The engine's cumulative count; call from one thread.
+  void set_preemptions(int64_t total);
+
+  // The text exposition format (version 0.0.4).
+  std::string render() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Histogram *ttft_, *tpot_, *itl_, *e2e_, *queue_, *prefill_, *decode_, *prompt_tokens_,
+      *generation_tokens_;
+  prometheus::Gauge *running_, *waiting_, *kv_usage_;
+  prometheus::Counter *prompt_total_, *generation_total_, *preemptions_, *prefix_queries_, *prefix_hits_;
+  prometheus::Family<prometheus::Counter>* success_;
+  std::string model_name_;
+  int64_t preemptions_seen_ = 0;
+};
+
+}  // namespace inferd

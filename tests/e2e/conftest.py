@@ -1,0 +1,82 @@
+"""Starts real `inferd serve` processes for the end-to-end tests and stops them after."""
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARY = os.environ.get("INFERD_BINARY", os.path.join(ROOT, "build", "inferd"))
+API_KEY = "test-key"
+
+
+class Server:
+    def __init__(self, *flags, api_key=API_KEY):
+        args = [BINARY, "serve", "--port", "0", "-t", "2", "--kv-cache-memory", "96MiB", "--max-model-len", "2048"]
+        if api_key:
+            args += ["--api-key", api_key]
+        self.api_key = api_key
+        self.proc = subprocess.Popen(args + list(flags), stderr=subprocess.PIPE, text=True)
+        self.log = []
+        deadline = time.time() + 60
+        self.port = None
+        while self.port is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError("inferd serve exited: " + "".join(self.log))
+            self.log.append(line)
+            m = re.search(r"listening on http://[\d.]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if time.time() > deadline:
+                raise RuntimeError("inferd serve did not start")
+        self.base = f"http://127.0.0.1:{self.port}"
+        while True:  # /health: 503 while loading, then 200
+            try:
+                req = urllib.request.Request(self.base + "/health")
+                if api_key:
+                    req.add_header("Authorization", "Bearer " + api_key)
+                with urllib.request.urlopen(req, timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                pass
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("inferd serve never became ready")
+            time.sleep(0.05)
+        # Keep reading stderr so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def make_server():
+    started = []
+
+    def make(*flags, **kw):
+        s = Server(*flags, **kw)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop(signal.SIGKILL)

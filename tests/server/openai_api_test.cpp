@@ -1,0 +1,175 @@
+#include "server/openai_api.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace inferd {
+namespace {
+
+GenerateRequest parse_ok(ApiEndpoint e, const std::string& body) {
+  ParsedRequest p = parse_generate_request(e, body);
+  EXPECT_TRUE(p.request.has_value()) << body << " -> " << p.error.message;
+  return p.request ? *p.request : GenerateRequest{};
+}
+
+ApiError parse_error(ApiEndpoint e, const std::string& body) {
+  ParsedRequest p = parse_generate_request(e, body);
+  EXPECT_FALSE(p.request.has_value()) << body;
+  return p.error;
+}
+
+TEST(OpenAiApiTest, ReadsEveryChatField) {
+  GenerateRequest r = parse_ok(ApiEndpoint::kChat, R"({
+    "model": "m", "messages": [{"role": "system", "content": "s"},
+                               {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                               {"role": "assistant", "content": null}, {"role": "tool", "content": "t"}],
+    "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.1,
+    "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "stop": ["a", "b"],
+    "seed": 42, "n": 3, "logprobs": true, "top_logprobs": 4, "stream": true,
+    "stream_options": {"include_usage": true}, "ignore_eos": true, "priority": -2, "user": "u",
+    "session_id": "s1", "unknown_field": {"deep": [1, 2]}})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.n, 3);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.sampling.logprobs, 4);
+  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
+  EXPECT_EQ(r.priority, -2);
+  EXPECT_EQ(r.user, "u");
+  EXPECT_EQ(r.session_id, "s1");
+}
+
+TEST(OpenAiApiTest, ReadsEveryPromptForm) {
+  EXPECT_EQ(parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x"})").prompts.size(), 1u);
+  auto ids = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": [1, 2, 3], "logprobs": 2})");
+  ASSERT_EQ(ids.prompts.size(), 1u);
+  EXPECT_TRUE(ids.prompts[0].is_ids);
+  EXPECT_EQ(ids.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(ids.sampling.logprobs, 2);
+  auto many = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": ["a", [4, 5], "b"], "max_tokens": null})");
+  ASSERT_EQ(many.prompts.size(), 3u);
+  EXPECT_FALSE(many.max_tokens.has_value());
+  EXPECT_TRUE(many.prompts[1].is_ids);
+}
+
+TEST(OpenAiApiTest, ErrorsNameTheField) {
+  struct Case {
+    ApiEndpoint e;
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {ApiEndpoint::kChat, R"({"messages": []})", "messages"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user"}]})", "messages[0].content"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content"},
+      {ApiEndpoint::kChat, R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})",
+       "temperature"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})",
+       "top_logprobs"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", "n"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5})",
+       "max_tokens"},
+      {ApiEndpoint::kChat,
+       R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999999})", "max_tokens"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "seed": "1"})", "seed"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "stream": 1})", "stream"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "priority": 1e3})",
+       "priority"},
+      {ApiEndpoint::kCompletion, R"({"prompt": [1, -2]})", "prompt"},
+      {ApiEndpoint::kCompletion, R"({"prompt": [[1], {"x": 1}]})", "prompt"},
+      {ApiEndpoint::kCompletion, R"({"prompt": []})", "prompt"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "logprobs": 21})", "logprobs"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "stop_token_ids": ["a"]})", "stop_token_ids"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = parse_error(c.e, c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
+    EXPECT_FALSE(e.message.empty());
+  }
+  EXPECT_EQ(parse_error(ApiEndpoint::kChat, "{oops").param, "");
+  EXPECT_EQ(parse_error(ApiEndpoint::kChat, "[1]").status, 400);
+}
+
+TEST(OpenAiApiTest, ErrorBodyHasOpenAisShape) {
+  auto j = nlohmann::json::parse(
+      error_body(ApiError{404, "no", "invalid_request_error", "model", "model_not_found"}));
+  EXPECT_EQ(j["error"]["message"], "no");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "model");
+  EXPECT_EQ(j["error"]["code"], "model_not_found");
+  auto k = nlohmann::json::parse(error_body(ApiError{400, "x", "invalid_request_error", "", ""}));
+  EXPECT_TRUE(k["error"]["param"].is_null() && k["error"]["code"].is_null());
+}
+
+TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {
+  EXPECT_EQ(parse_tokenize_request(R"({"prompt": "hi"})").request->prompt, "hi");
+  EXPECT_EQ(
+      parse_tokenize_request(R"({"messages": [{"role": "user", "content": "x"}]})").request->messages.size(),
+      1u);
+  EXPECT_FALSE(parse_tokenize_request(R"({"prompt": 3})").request.has_value());
+  EXPECT_EQ(*parse_detokenize_request(R"({"tokens": [1, 2]})").tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens": [1, "x"]})").error.param, "tokens");
+}
+
+// Feeding the text in every possible split gives the same parts as feeding it whole.
+void expect_split(const std::string& text, bool opens, const std::string& reasoning,
+                  const std::string& content) {
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    for (size_t cut2 = cut; cut2 <= text.size(); cut2 += 3) {
+      ReasoningSplitter s(opens);
+      std::string r, c;
+      for (auto piece : {text.substr(0, cut), text.substr(cut, cut2 - cut), text.substr(cut2)}) {
+        auto p = s.feed(piece);
+        r += p.reasoning;
+        c += p.content;
+      }
+      auto p = s.finish();
+      r += p.reasoning;
+      c += p.content;
+      ASSERT_EQ(r, reasoning) << text << " cut " << cut << "," << cut2;
+      ASSERT_EQ(c, content) << text << " cut " << cut << "," << cut2;
+    }
+  }
+}
+
+TEST(ReasoningSplitterTest, SplitsThinkBlocksAcrossAnyChunking) {
+  expect_split("<think>plan it</think>\n\nThe answer.", false, "plan it", "The answer.");
+  expect_split("  <think>a<b</think>c", false, "a<b", "c");
+  expect_split("No thinking here.", false, "", "No thinking here.");
+  expect_split("<thin", false, "", "<thin");  // an unfinished tag at the end is content
+  expect_split("already thinking</think>done", true, "already thinking", "done");
+  expect_split("<think>never closed", false, "never closed", "");
+}
+
+TEST(OpenAiApiTest, RandomBodiesNeverCrashTheParser) {
+  std::mt19937 rng(3);
+  const std::string seed =
+      R"({"messages": [{"role": "user", "content": "x"}], "n": 2, "stop": ["a"], "prompt": [1, [2]]})";
+  for (int i = 0; i < 20000; ++i) {
+    std::string s = seed;
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k)
+      s[rng() % s.size()] = static_cast<char>(rng() % 128);
+    parse_generate_request(i % 2 ? ApiEndpoint::kChat : ApiEndpoint::kCompletion, s);
+    parse_tokenize_request(s);
+    parse_detokenize_request(s);
+  }
+}
+
+}  // namespace
+}  // namespace inferd
