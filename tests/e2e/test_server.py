@@ -408,3 +408,18 @@ def test_sigterm_aborts_what_outlives_the_grace(make_server):
     s.proc.send_signal(signal.SIGTERM)
     assert s.proc.wait(timeout=30) == 0
     conn.close()
+
+
+def test_the_grafana_dashboard_queries_only_series_we_export(server):
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "deploy", "grafana", "inferd-dashboard.json")) as f:
+        dashboard = json.load(f)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    exprs += [v.get("query", "") if isinstance(v.get("query"), str) else v.get("query", {}).get("query", "")
+              for v in dashboard.get("templating", {}).get("list", [])]
+    used = {re.sub(r"_(bucket|count|sum)$", "", n) for e in exprs for n in re.findall(r"inferd:[a-z0-9_]+", e)}
+    assert len(used) >= 10
+    text = metrics(server)
+    for name in used:
+        assert re.search("^" + re.escape(name) + r"(_bucket|_sum|_count)?[{ ]", text, re.M), name

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Server figures for BENCHMARKS.md (issue 5), on the default model.
+
+    python3 scripts/bench/server_bench.py overhead       # HTTP + JSON + SSE cost per request
+    python3 scripts/bench/server_bench.py streams 1000   # N concurrent streams held, errors counted
+
+overhead: TTFT of a 1-token prompt with max_tokens 1, measured (a) in-process: `inferd generate`'s
+per-request TTFT, one request per run; (b) through the server: a client's time from sending the
+request to the end of a non-streamed answer, and to the first SSE chunk of a streamed one; one
+request at a time. p50 over the repetitions.
+streams: N clients open connections at once, each sends a streamed completion (16-token prompt,
+max_tokens 4, ignore_eos) and reads to `data: [DONE]`; reports completed / errors / wall time
+and the peak of open connections.
+"""
+import asyncio
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INFERD = os.path.join(ROOT, "build", "inferd")
+
+
+def start_server(*flags):
+    p = subprocess.Popen([INFERD, "serve", "--port", "0", "-t", "2", *flags], stderr=subprocess.PIPE, text=True)
+    port = None
+    while True:
+        line = p.stderr.readline()
+        if not line:
+            raise RuntimeError("server exited")
+        m = re.search(r"listening on http://[\d.]+:(\d+)", line)
+        port = port or (int(m.group(1)) if m else None)
+        if "ready:" in line:
+            return p, port
+
+
+def http_once(port, body, stream):
+    s = socket.create_connection(("127.0.0.1", port))
+    payload = json.dumps(body).encode()
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+           + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    t0 = time.perf_counter()
+    s.sendall(req)
+    buf = b""
+    first = None
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        if stream and first is None and b"data: {" in buf:
+            first = time.perf_counter() - t0
+        if (stream and b"data: [DONE]" in buf) or (not stream and b"\r\n\r\n" in buf and buf.endswith(b"}")):
+            break
+    total = time.perf_counter() - t0
+    s.close()
+    return first if stream else total
+
+
+def overhead(reps=30):
+    in_process = []
+    with tempfile.TemporaryDirectory() as d:
+        with open(f"{d}/in.jsonl", "w") as f:
+            f.write(json.dumps({"prompt_ids": [504], "max_tokens": 1}) + "\n")
+        for _ in range(reps):
+            subprocess.run([INFERD, "generate", "-i", f"{d}/in.jsonl", "-o", f"{d}/out.jsonl", "-t", "2"],
+                           capture_output=True, check=True)
+            with open(f"{d}/out.jsonl") as f:
+                in_process.append(json.loads(f.readline())["ttft_s"])
+    p, port = start_server("--kv-cache-memory", "128MiB")
+    try:
+        body = {"prompt": [504], "max_tokens": 1}
+        for _ in range(5):
+            http_once(port, body, False)  # warm up
+        plain = [http_once(port, body, False) for _ in range(reps)]
+        streamed = [http_once(port, dict(body, stream=True), True) for _ in range(reps)]
+    finally:
+        p.terminate()
+        p.wait()
+    a, b, c = (statistics.median(x) * 1e3 for x in (in_process, plain, streamed))
+    print("| path | TTFT p50 (ms) | overhead vs in-process (ms) |")
+    print("|---|---|---|")
+    print(f"| in-process engine (`inferd generate`) | {a:.2f} | — |")
+    print(f"| server, non-streamed (whole answer) | {b:.2f} | {b - a:+.2f} |")
+    print(f"| server, streamed (first SSE chunk) | {c:.2f} | {c - a:+.2f} |")
+
+
+async def one_stream(port, i, state):
+    body = json.dumps({"prompt": [100 + (i * 7 + k) % 4000 for k in range(16)], "max_tokens": 4,
+                       "ignore_eos": True, "stream": True}).encode()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        state["open"] += 1
+        state["peak"] = max(state["peak"], state["open"])
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        buf = b""
+        while b"data: [DONE]" not in buf:
+            chunk = await reader.read(65536)
+            if not chunk:
+                break
+            buf += chunk
+        ok = buf.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in buf and b'"error"' not in buf
+        state["done" if ok else "errors"] += 1
+        if not ok:
+            state["first_error"] = state.get("first_error") or buf[:300]
+        writer.close()
+        state["open"] -= 1
+    except Exception as e:  # noqa: BLE001 - counted
+        state["errors"] += 1
+        state["first_error"] = state.get("first_error") or repr(e)
+
+
+async def streams_async(port, n):
+    state = {"open": 0, "peak": 0, "done": 0, "errors": 0}
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one_stream(port, i, state) for i in range(n)))
+    return state, time.perf_counter() - t0
+
+
+def streams(n):
+    p, port = start_server("--kv-cache-memory", "512MiB", "--max-queue", str(n * 2), "--max-num-seqs", "64",
+                           "--idle-timeout", "600")
+    try:
+        state, wall = asyncio.run(streams_async(port, n))
+    finally:
+        p.terminate()
+        p.wait()
+    print(f"| {n} | {state['peak']} | {state['done']} | {state['errors']} | {wall:.1f} |")
+    if state.get("first_error"):
+        print("first error:", state["first_error"], file=sys.stderr)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "overhead":
+        overhead()
+    else:
+        print("| streams | peak open connections | completed | errors | wall s |")
+        print("|---|---|---|---|---|")
+        for n in sys.argv[2:] or ["1000"]:
+            streams(int(n))
