@@ -34,13 +34,14 @@ Isa detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   // __builtin_cpu_supports checks that the OS saves the wider registers (XCR0) too.
-  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
-    return Isa::kScalar;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  // F16C: CPUID.1:ECX bit 29 (not every compiler's __builtin_cpu_supports knows it).
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx >> 29 & 1u);
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)) return Isa::kScalar;
   if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
     return Isa::kAvx2;
   if (!__builtin_cpu_supports("avx512vnni")) return Isa::kAvx512;
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   // CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8. Tile use also needs the OS's permission,
   // which the AMX kernels request; without it they are not used.
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1u) && (edx >> 25 & 1u))

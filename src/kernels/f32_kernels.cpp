@@ -6,10 +6,14 @@
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*() and trip its own
 // -Wmaybe-uninitialized (GCC bug 105593); the warning is about the header, not this file.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 #endif
 
 namespace inferd {

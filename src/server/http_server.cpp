@@ -3,7 +3,9 @@
 // Asio allocates coroutine frames with its recycling allocator (::operator new of a larger size)
 // and frees them through the matching static operator delete; once GCC 12 inlines both at -O2 it
 // reports the pair as mismatched. A false positive about Asio's internals, silenced here only.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 
 #include <sys/socket.h>
 
