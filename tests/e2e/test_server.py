@@ -423,3 +423,22 @@ def test_the_grafana_dashboard_queries_only_series_we_export(server):
     text = metrics(server)
     for name in used:
         assert re.search("^" + re.escape(name) + r"(_bucket|_sum|_count)?[{ ]", text, re.M), name
+
+
+def test_idle_keep_alive_connection_is_closed(make_server):
+    s = make_server("--idle-timeout", "1")
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + API_KEY.encode() + b"\r\n\r\n")
+    reply = b""
+    while b"\r\n\r\n" not in reply or not reply.endswith(b"}"):
+        reply += sock.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 200")
+    t0 = time.time()
+    assert sock.recv(4096) == b""  # kept alive, then closed once idle for 1 s
+    assert 0.5 < time.time() - t0 < 5
+    sock.close()
+
+
+def test_oversized_headers_are_431(server):
+    status, _, data = raw(server, "GET", "/health", headers={"X-Junk": "a" * 40000})
+    assert status == 431 and error_of(status, data)[0] == 431
