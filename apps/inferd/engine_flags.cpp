@@ -19,6 +19,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--schedule-policy", f->schedule_policy, "decode-first, prefill-first or adaptive")
       ->check(CLI::IsMember({"decode-first", "prefill-first", "adaptive"}));
+  cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "do not reuse KV blocks of earlier requests");
   cmd->add_option("--max-model-len", f->max_model_len,
                   "longest prompt + output (default: the model's context)");
 }
@@ -30,6 +31,7 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
     return invalid_argument("--kv-cache-dtype '" + f.kv_cache_dtype + "' (expected f16, bf16 or f32)");
   o.kv_dtype = *dtype;
   o.block_size = f.block_size;
+  o.prefix_caching = !f.no_prefix_caching;
   INFERD_ASSIGN_OR_RETURN(int64_t bytes, parse_byte_size(f.kv_cache_memory, available_memory_bytes()));
   const int64_t per_block =
       KvCache::bytes_per_token(model.num_layers, model.kv_dim(), o.kv_dtype) * f.block_size;

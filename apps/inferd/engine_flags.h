@@ -20,6 +20,7 @@ struct EngineFlags {
   int64_t max_prefill_tokens = 2048;
   std::string schedule_policy = "decode-first";
   int64_t max_model_len = 0;  // 0 = the model's context length
+  bool no_prefix_caching = false;
 };
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);

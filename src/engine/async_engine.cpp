@@ -78,6 +78,8 @@ void AsyncEngine::loop() {
     num_waiting_ = engine_.scheduler().num_waiting();
     num_free_blocks_ = engine_.block_pool().num_free_blocks();
     num_preemptions_ = engine_.scheduler().num_preemptions();
+    prefix_queries_ = engine_.kv_cache_manager().prefix_query_tokens();
+    prefix_hits_ = engine_.kv_cache_manager().prefix_hit_tokens();
   }
   // Shutting down: every request still known ends as aborted.
   for (auto& [id, cb] : callbacks_) engine_.abort(id);

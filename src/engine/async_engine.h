@@ -43,6 +43,8 @@ class AsyncEngine final {
   int64_t num_free_blocks() const { return num_free_blocks_.load(); }
   int64_t num_blocks() const { return engine_.block_pool().num_blocks(); }
   int64_t num_preemptions() const { return num_preemptions_.load(); }
+  int64_t prefix_query_tokens() const { return prefix_queries_.load(); }
+  int64_t prefix_hit_tokens() const { return prefix_hits_.load(); }
 
  private:
   struct Submission {
@@ -65,7 +67,8 @@ class AsyncEngine final {
     int32_t unfinished;  // samples still running
   };
   std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
-  std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0};
+  std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0},
+      prefix_queries_{0}, prefix_hits_{0};
   std::thread thread_;
 };
 

@@ -20,7 +20,7 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
       cache_(model.config().num_layers, options.num_kv_blocks, options.block_size, model.config().kv_dim(),
              options.kv_dtype),
       pool_(static_cast<int32_t>(options.num_kv_blocks)),
-      kv_(pool_, options.block_size),
+      kv_(pool_, options.block_size, options.prefix_caching),
       scheduler_(options.scheduler, kv_),
       runner_(model, cache_, kv_) {
   INFERD_CHECK(options.validate().is_ok());

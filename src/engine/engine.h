@@ -26,6 +26,7 @@ struct EngineOptions {
   int32_t block_size = 16;
   int64_t num_kv_blocks = 256;
   KvDType kv_dtype = KvDType::kF16;  // K/V storage; attention math is f32
+  bool prefix_caching = true;        // reuse full KV blocks of earlier requests by content
 
   Status validate() const;
 };
@@ -92,6 +93,7 @@ class Engine final {
   bool has_work() const { return scheduler_.has_work(); }
   const Scheduler& scheduler() const { return scheduler_; }
   const BlockPool& block_pool() const { return pool_; }
+  const KVCacheManager& kv_cache_manager() const { return kv_; }
   const EngineStats& stats() const { return stats_; }
   int64_t max_tokens_in_cache() const {
     return pool_.num_blocks() * static_cast<int64_t>(options_.block_size);

@@ -105,6 +105,9 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
   while (!waiting_.empty() && *budget > 0 && prefill < prefill_cap &&
          static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
     Request* r = waiting_.front();
+    // A request that holds no blocks starts from the longest cached prefix of its tokens.
+    const bool fresh = r->num_computed_tokens == 0 && kv_.block_table(r->id).empty();
+    if (fresh) r->num_computed_tokens = kv_.take_cached_prefix(r->id, tokens_of(*r));
     const int64_t n = std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill});
     bool fits = true;
     // Blocks short: only a strictly lower-priority running request may give way.
@@ -114,7 +117,13 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
         break;
       }
     }
-    if (!fits) break;  // strict order: later arrivals do not jump ahead
+    if (!fits) {
+      if (fresh) {  // waiting requests hold no blocks: the prefix stays cached, not taken
+        kv_.free(r->id);
+        r->num_computed_tokens = 0;
+      }
+      break;  // strict order: later arrivals do not jump ahead
+    }
     waiting_.pop_front();
     if (r->first_scheduled == std::chrono::steady_clock::time_point{})
       r->first_scheduled = std::chrono::steady_clock::now();
@@ -189,6 +198,7 @@ void Scheduler::update(const ScheduledBatch& batch, std::span<const int32_t> sam
     Request* r = batch.items[i].request;
     if (r->state != RequestState::kRunning) continue;
     r->num_computed_tokens += batch.items[i].num_new_tokens;
+    kv_.cache_full_blocks(r->id, tokens_of(*r), r->num_computed_tokens);
     if (r->num_computed_tokens < r->num_tokens()) continue;  // still prefilling
     accept_token(r, sampled[i]);
   }

@@ -101,6 +101,7 @@ class Scheduler final {
   void accept_token(Request* r, int32_t token);
   static bool is_stop_token(const Request& r, int32_t token);
   void insert_waiting(Request* r);
+  static KVCacheManager::Tokens tokens_of(const Request& r) { return {r.prompt, r.output}; }
 
   SchedulerOptions options_;
   KVCacheManager& kv_;

@@ -22,19 +22,56 @@ void BlockPool::push_free(int32_t b) {
   ++num_free_;
 }
 
-int32_t BlockPool::pop_free() {
-  const int32_t b = free_head_;
-  INFERD_CHECK(b >= 0);
+void BlockPool::unlink_free(int32_t b) {
   Block& blk = blocks_[static_cast<size_t>(b)];
-  free_head_ = blk.next;
-  if (free_head_ >= 0) {
-    blocks_[static_cast<size_t>(free_head_)].prev = -1;
+  if (blk.prev >= 0) {
+    blocks_[static_cast<size_t>(blk.prev)].next = blk.next;
   } else {
-    free_tail_ = -1;
+    free_head_ = blk.next;
+  }
+  if (blk.next >= 0) {
+    blocks_[static_cast<size_t>(blk.next)].prev = blk.prev;
+  } else {
+    free_tail_ = blk.prev;
   }
   blk.prev = blk.next = -1;
   --num_free_;
+}
+
+int32_t BlockPool::pop_free() {
+  const int32_t b = free_head_;
+  INFERD_CHECK(b >= 0);
+  unlink_free(b);
+  Block& blk = blocks_[static_cast<size_t>(b)];
+  if (blk.cached) {  // reused for new content: its old key goes
+    cached_.erase(blk.hash);
+    blk.cached = false;
+  }
   return b;
+}
+
+void BlockPool::cache_block(int32_t block, const BlockHash& hash) {
+  Block& blk = blocks_[static_cast<size_t>(block)];
+  INFERD_CHECK(blk.ref_count > 0);
+  if (blk.cached || cached_.count(hash) != 0) return;
+  blk.cached = true;
+  blk.hash = hash;
+  cached_.emplace(hash, block);
+}
+
+int32_t BlockPool::find_cached(const BlockHash& hash) const {
+  auto it = cached_.find(hash);
+  return it == cached_.end() ? -1 : it->second;
+}
+
+void BlockPool::touch(int32_t block) {
+  Block& blk = blocks_[static_cast<size_t>(block)];
+  INFERD_CHECK(blk.cached);
+  if (blk.ref_count == 0) {
+    unlink_free(block);
+    ++num_revived_;
+  }
+  ++blk.ref_count;
 }
 
 std::optional<std::vector<int32_t>> BlockPool::allocate(int32_t n) {

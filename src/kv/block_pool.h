@@ -6,9 +6,20 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace inferd {
+
+// Content key of a full KV block: a 128-bit hash chain over (parent key, the block's token ids).
+// 128 bits make an accidental collision negligible (about 2^-64 at 2^32 cached blocks).
+struct BlockHash {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const BlockHash&) const = default;
+};
+struct BlockHashHasher {
+  size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo); }
+};
 
 class BlockPool final {
  public:
@@ -26,22 +37,37 @@ class BlockPool final {
   // Adds a reference to a block in use (sharing, e.g. n > 1 samples of one prompt).
   void add_ref(int32_t block);
 
+  // Prefix caching. Registers `block` (in use, full, computed) as holding `hash`; no-op when that
+  // content is already cached in another block or this block already has a key.
+  void cache_block(int32_t block, const BlockHash& hash);
+  // The block holding `hash`, in use or free-but-not-yet-reused, or -1.
+  int32_t find_cached(const BlockHash& hash) const;
+  // Takes a reference to a cached block; a free one leaves the free queue (it is revived).
+  void touch(int32_t block);
+  int32_t num_cached_blocks() const { return static_cast<int32_t>(cached_.size()); }
+  int64_t num_revived() const { return num_revived_; }
+
   // Drops one reference of each block; a block whose count reaches 0 goes to the tail of the
-  // free queue. Blocks are released in the given order (callers pass a request's table in
-  // reverse, so its tail blocks are reused first).
+  // free queue (keeping its content key: it can be revived until allocate() reuses it). Blocks are released
+  // in the given order (callers pass a request's table in reverse, so its tail blocks are reused first).
   void release(std::span<const int32_t> blocks);
 
  private:
   struct Block {
     int32_t ref_count = 0;
     int32_t prev = -1, next = -1;  // free-queue links while free
+    bool cached = false;           // `hash` is valid and in cached_
+    BlockHash hash;
   };
   void push_free(int32_t b);
   int32_t pop_free();
+  void unlink_free(int32_t b);
 
   std::vector<Block> blocks_;
   int32_t free_head_ = -1, free_tail_ = -1;
   int32_t num_free_ = 0;
+  std::unordered_map<BlockHash, int32_t, BlockHashHasher> cached_;
+  int64_t num_revived_ = 0;
 };
 
 }  // namespace inferd

@@ -1,24 +1,74 @@
 #include "kv/kv_cache_manager.h"
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
+
+#include <xxhash.h>
 
 #include "common/check.h"
 
 namespace inferd {
 
-KVCacheManager::KVCacheManager(BlockPool& pool, int32_t block_size) : pool_(pool), block_size_(block_size) {
+KVCacheManager::KVCacheManager(BlockPool& pool, int32_t block_size, bool prefix_caching)
+    : pool_(pool), block_size_(block_size), prefix_caching_(prefix_caching) {
   INFERD_CHECK(block_size > 0);
+}
+
+BlockHash KVCacheManager::hash_block(const BlockHash* parent, const Tokens& tokens, int64_t block) {
+  // Input: the parent's 16-byte key (zeros for the first block), then the block's token ids.
+  scratch_.resize(4 + static_cast<size_t>(block_size_));
+  const BlockHash p = parent != nullptr ? *parent : BlockHash{};
+  std::memcpy(scratch_.data(), &p.lo, 8);
+  std::memcpy(scratch_.data() + 2, &p.hi, 8);
+  for (int64_t i = 0; i < block_size_; ++i)
+    scratch_[4 + static_cast<size_t>(i)] = tokens.at(block * block_size_ + i);
+  const XXH128_hash_t h = XXH3_128bits(scratch_.data(), scratch_.size() * sizeof(int32_t));
+  return BlockHash{h.low64, h.high64};
+}
+
+int64_t KVCacheManager::take_cached_prefix(RequestId id, const Tokens& tokens) {
+  if (!prefix_caching_) return 0;
+  INFERD_CHECK(tables_.find(id) == tables_.end());
+  query_tokens_ += tokens.size();
+  const int64_t max_blocks = (tokens.size() - 1) / block_size_;
+  Table table;
+  for (int64_t b = 0; b < max_blocks; ++b) {
+    const BlockHash h = hash_block(b == 0 ? nullptr : &table.hashes.back(), tokens, b);
+    const int32_t block = pool_.find_cached(h);
+    if (block < 0) break;
+    pool_.touch(block);
+    table.blocks.push_back(block);
+    table.hashes.push_back(h);
+  }
+  const int64_t hit = static_cast<int64_t>(table.blocks.size()) * block_size_;
+  hit_tokens_ += hit;
+  if (!table.blocks.empty()) tables_.emplace(id, std::move(table));
+  return hit;
+}
+
+void KVCacheManager::cache_full_blocks(RequestId id, const Tokens& tokens, int64_t num_computed) {
+  if (!prefix_caching_) return;
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const int64_t full = std::min<int64_t>(num_computed / block_size_, static_cast<int64_t>(t.blocks.size()));
+  for (auto b = static_cast<int64_t>(t.hashes.size()); b < full; ++b) {
+    const BlockHash h = hash_block(b == 0 ? nullptr : &t.hashes.back(), tokens, b);
+    t.hashes.push_back(h);
+    pool_.cache_block(t.blocks[static_cast<size_t>(b)], h);
+  }
 }
 
 bool KVCacheManager::allocate_slots(RequestId id, int64_t num_tokens) {
   auto it = tables_.find(id);
-  const int64_t have = it == tables_.end() ? 0 : static_cast<int64_t>(it->second.size());
+  const int64_t have = it == tables_.end() ? 0 : static_cast<int64_t>(it->second.blocks.size());
   const int64_t need = blocks_for(num_tokens) - have;
   if (need <= 0) return true;
   if (need > pool_.num_free_blocks()) return false;
   auto blocks = pool_.allocate(static_cast<int32_t>(need));
   INFERD_CHECK(blocks.has_value());
-  auto& table = tables_[id];
+  auto& table = tables_[id].blocks;
   table.insert(table.end(), blocks->begin(), blocks->end());
   return true;
 }
@@ -31,14 +81,19 @@ bool KVCacheManager::fork(RequestId parent, RequestId child, int64_t num_tokens,
   const bool partial = num_tokens % block_size_ != 0;
   INFERD_CHECK(full + (partial ? 1 : 0) <= static_cast<int64_t>(source.size()));
   copy->reset();
-  std::vector<int32_t> table(source.begin(), source.begin() + full);
+  Table table;
+  table.blocks.assign(source.begin(), source.begin() + full);
   if (partial) {
     auto fresh = pool_.allocate(1);
     if (!fresh) return false;
     *copy = BlockCopy{source[static_cast<size_t>(full)], (*fresh)[0]};
-    table.push_back((*fresh)[0]);
+    table.blocks.push_back((*fresh)[0]);
   }
-  for (int64_t i = 0; i < full; ++i) pool_.add_ref(table[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < full; ++i) pool_.add_ref(table.blocks[static_cast<size_t>(i)]);
+  const auto& parent_hashes = tables_.at(parent).hashes;
+  table.hashes.assign(
+      parent_hashes.begin(),
+      parent_hashes.begin() + std::min<int64_t>(full, static_cast<int64_t>(parent_hashes.size())));
   tables_.emplace(child, std::move(table));
   return true;
 }
@@ -46,7 +101,7 @@ bool KVCacheManager::fork(RequestId parent, RequestId child, int64_t num_tokens,
 std::span<const int32_t> KVCacheManager::block_table(RequestId id) const {
   auto it = tables_.find(id);
   if (it == tables_.end()) return {};
-  return it->second;
+  return it->second.blocks;
 }
 
 int64_t KVCacheManager::slot(RequestId id, int64_t pos) const {
@@ -59,7 +114,7 @@ int64_t KVCacheManager::slot(RequestId id, int64_t pos) const {
 void KVCacheManager::free(RequestId id) {
   auto it = tables_.find(id);
   if (it == tables_.end()) return;
-  std::vector<int32_t> reversed(it->second.rbegin(), it->second.rend());
+  std::vector<int32_t> reversed(it->second.blocks.rbegin(), it->second.blocks.rend());
   pool_.release(reversed);
   tables_.erase(it);
 }

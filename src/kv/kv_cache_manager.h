@@ -17,8 +17,29 @@ using RequestId = uint64_t;
 
 class KVCacheManager final {
  public:
-  // pool: not owned. block_size: tokens per block.
-  KVCacheManager(BlockPool& pool, int32_t block_size);
+  // pool: not owned. block_size: tokens per block. prefix_caching: reuse full blocks by content.
+  KVCacheManager(BlockPool& pool, int32_t block_size, bool prefix_caching = false);
+
+  // A request's tokens as two runs (prompt, then output so far).
+  struct Tokens {
+    std::span<const int32_t> prompt, output;
+    int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
+    int32_t at(int64_t i) const {
+      const auto p = static_cast<size_t>(i);
+      return p < prompt.size() ? prompt[p] : output[p - prompt.size()];
+    }
+  };
+
+  // Prefix caching, for a request that holds no blocks: takes the longest run of cached blocks
+  // whose hash chain matches the first full blocks of `tokens` (never the block of the last
+  // token, whose logits must be computed) and returns how many tokens they cover (0 when
+  // caching is off). Counts the query and the hit.
+  int64_t take_cached_prefix(RequestId id, const Tokens& tokens);
+  // Registers the request's full blocks among its first `num_computed` tokens for reuse.
+  void cache_full_blocks(RequestId id, const Tokens& tokens, int64_t num_computed);
+  bool prefix_caching() const { return prefix_caching_; }
+  int64_t prefix_query_tokens() const { return query_tokens_; }
+  int64_t prefix_hit_tokens() const { return hit_tokens_; }
 
   int32_t block_size() const { return block_size_; }
 
@@ -55,9 +76,18 @@ class KVCacheManager final {
   double usage() const;
 
  private:
+  struct Table {
+    std::vector<int32_t> blocks;
+    std::vector<BlockHash> hashes;  // content keys of the first hashes.size() blocks
+  };
+  BlockHash hash_block(const BlockHash* parent, const Tokens& tokens, int64_t block);
+
   BlockPool& pool_;
   int32_t block_size_;
-  std::unordered_map<RequestId, std::vector<int32_t>> tables_;
+  bool prefix_caching_;
+  std::unordered_map<RequestId, Table> tables_;
+  std::vector<int32_t> scratch_;  // one block's token ids, for hashing
+  int64_t query_tokens_ = 0, hit_tokens_ = 0;
 };
 
 }  // namespace inferd

@@ -303,6 +303,7 @@ struct HttpServer::Impl {
                    : 0.0;
     metrics->set_scheduler_state(ctx.engine->num_running(), ctx.engine->num_waiting(), usage);
     metrics->set_preemptions(ctx.engine->num_preemptions());
+    metrics->set_prefix_cache(ctx.engine->prefix_query_tokens(), ctx.engine->prefix_hit_tokens());
   }
 
   // ---- /tokenize, /detokenize ---------------------------------------------------------------

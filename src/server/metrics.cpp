@@ -124,6 +124,17 @@ void ServerMetrics::set_preemptions(int64_t total) {
   }
 }
 
+void ServerMetrics::set_prefix_cache(int64_t query_tokens, int64_t hit_tokens) {
+  if (query_tokens > prefix_queries_seen_) {
+    prefix_queries_->Increment(static_cast<double>(query_tokens - prefix_queries_seen_));
+    prefix_queries_seen_ = query_tokens;
+  }
+  if (hit_tokens > prefix_hits_seen_) {
+    prefix_hits_->Increment(static_cast<double>(hit_tokens - prefix_hits_seen_));
+    prefix_hits_seen_ = hit_tokens;
+  }
+}
+
 std::string ServerMetrics::render() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }

@@ -38,8 +38,9 @@ class ServerMetrics final {
   void add_prompt_tokens(int64_t n);
   void add_generation_tokens(int64_t n);
   void set_scheduler_state(int64_t running, int64_t waiting, double kv_usage);
-  // The engine's cumulative count; call from one thread.
+  // The engine's cumulative counts; call from one thread.
   void set_preemptions(int64_t total);
+  void set_prefix_cache(int64_t query_tokens, int64_t hit_tokens);
 
   // The text exposition format (version 0.0.4).
   std::string render() const;
@@ -52,7 +53,7 @@ class ServerMetrics final {
   prometheus::Counter *prompt_total_, *generation_total_, *preemptions_, *prefix_queries_, *prefix_hits_;
   prometheus::Family<prometheus::Counter>* success_;
   std::string model_name_;
-  int64_t preemptions_seen_ = 0;
+  int64_t preemptions_seen_ = 0, prefix_queries_seen_ = 0, prefix_hits_seen_ = 0;
 };
 
 }  // namespace inferd

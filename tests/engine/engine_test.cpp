@@ -311,5 +311,62 @@ TEST(EngineTest, RandomSamplesAndAbortsReturnEveryBlock) {
   }
 }
 
+// Prefix caching: a workload gives the same greedy tokens with caching on and off, and hits
+// when on. Requests run one after another (so later ones find earlier ones' blocks) and all at
+// once (so they share blocks while running).
+void expect_caching_changes_nothing(Transformer& model, const Workload& w, int64_t min_hit_tokens) {
+  for (bool together : {false, true}) {
+    EngineOptions on = options(256, 4, 64), off = on;
+    off.prefix_caching = false;
+    const auto cached = run(model, on, w, together);
+    const auto plain = run(model, off, w, together);
+    EXPECT_EQ(cached, plain) << (together ? "together" : "one by one");
+  }
+  Engine engine(model, options(256, 4, 64));
+  for (const auto& spec : w.specs) {
+    engine.add(spec);
+    while (engine.has_work()) engine.step();
+  }
+  EXPECT_GE(engine.kv_cache_manager().prefix_hit_tokens(), min_hit_tokens);
+  EXPECT_EQ(engine.block_pool().num_free_blocks(), engine.block_pool().num_blocks());
+}
+
+TEST(EngineTest, PrefixCachingKeepsOutputsForSharedSystemPrompts) {
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  Workload w;
+  for (int i = 0; i < 8; ++i) {
+    RequestSpec s = prompt_of(41, 6, 1);  // the shared "system prompt" (10 full blocks of 4)
+    for (int k = 0; k < 3 + i % 4; ++k) s.prompt.push_back(static_cast<int32_t>((i * 31 + k * 7) % 256));
+    w.specs.push_back(s);
+  }
+  expect_caching_changes_nothing(model, w, 7 * 40);
+}
+
+TEST(EngineTest, PrefixCachingKeepsOutputsForMultiTurnAndMidBlockDivergence) {
+  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  // Turn 2 resends turn 1's prompt and answer: learn the answer first, with caching off.
+  RequestSpec turn1 = prompt_of(23, 9, 1);
+  EngineOptions off = options(256, 4, 64);
+  off.prefix_caching = false;
+  const auto answer = run(model, off, Workload{{turn1}}, true)[0];
+  RequestSpec turn2 = turn1;
+  turn2.prompt.insert(turn2.prompt.end(), answer.begin(), answer.end());
+  for (int32_t t : {5, 6, 7, 8, 9}) turn2.prompt.push_back(t);
+  RequestSpec diverge = turn1;  // same first 21 tokens, then different: diverges inside block 6
+  diverge.prompt[21] = 200;
+  RequestSpec samples = turn1;
+  samples.n = 3;
+  expect_caching_changes_nothing(model, Workload{{turn1, turn2, diverge}}, 20 + 28);
+  // n > 1 with caching: every sample equals the single greedy answer.
+  EngineOptions on = options(256, 4, 64);
+  for (const auto& s : run_samples(model, on, samples)) EXPECT_EQ(s, answer);
+}
+
 }  // namespace
 }  // namespace inferd

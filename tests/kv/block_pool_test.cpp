@@ -89,3 +89,77 @@ TEST(KVCacheManagerTest, RandomWorkloadAccountsForEveryBlock) {
 
 }  // namespace
 }  // namespace inferd
+
+namespace inferd {
+namespace {
+
+TEST(PrefixCacheTest, FreedBlocksKeepTheirKeyUntilReused) {
+  BlockPool pool(3);
+  auto a = pool.allocate(2);
+  ASSERT_TRUE(a.has_value());
+  const BlockHash h0{1, 2}, h1{3, 4};
+  pool.cache_block((*a)[0], h0);
+  pool.cache_block((*a)[1], h1);
+  pool.cache_block((*a)[1], h0);  // already keyed: ignored
+  EXPECT_EQ(pool.find_cached(h0), (*a)[0]);
+  pool.release(std::vector<int32_t>{(*a)[1], (*a)[0]});  // free order: 2 (never used), a1, a0
+  EXPECT_EQ(pool.num_free_blocks(), 3);
+  EXPECT_EQ(pool.find_cached(h1), (*a)[1]);  // still revivable
+  pool.touch((*a)[1]);                       // revived: leaves the free queue
+  EXPECT_EQ(pool.num_free_blocks(), 2);
+  EXPECT_EQ(pool.ref_count((*a)[1]), 1);
+  EXPECT_EQ(pool.num_revived(), 1);
+  // Least recently freed first: block 2, then a0, whose key goes with its reuse.
+  auto b = pool.allocate(2);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(*b, (std::vector<int32_t>{2, (*a)[0]}));
+  EXPECT_EQ(pool.find_cached(h0), -1);
+  EXPECT_EQ(pool.find_cached(h1), (*a)[1]);
+}
+
+std::vector<int32_t> seq(int32_t from, int32_t n) {
+  std::vector<int32_t> v;
+  for (int32_t i = 0; i < n; ++i) v.push_back(from + i);
+  return v;
+}
+
+TEST(PrefixCacheTest, ManagerTakesTheLongestMatchingChainButNeverTheLastTokensBlock) {
+  BlockPool pool(32);
+  KVCacheManager kv(pool, 4, /*prefix_caching=*/true);
+  const std::vector<int32_t> a = seq(10, 13);  // 3 full blocks + 1 token
+  ASSERT_EQ(kv.take_cached_prefix(1, {a, {}}), 0);
+  ASSERT_TRUE(kv.allocate_slots(1, 13));
+  kv.cache_full_blocks(1, {a, {}}, 13);
+  // Same 12 first tokens: 3 blocks hit.
+  std::vector<int32_t> b = seq(10, 12);
+  b.push_back(99);
+  b.push_back(98);
+  EXPECT_EQ(kv.take_cached_prefix(2, {b, {}}), 12);
+  EXPECT_EQ(kv.block_table(2)[2], kv.block_table(1)[2]);
+  // Diverging in the second block: only the first block.
+  std::vector<int32_t> c = a;
+  c[6] = 77;
+  EXPECT_EQ(kv.take_cached_prefix(3, {c, {}}), 4);
+  // Exactly the cached 12 tokens: the last block is recomputed for its logits.
+  EXPECT_EQ(kv.take_cached_prefix(4, {seq(10, 12), {}}), 8);
+  // The chain depends on position: the same block content later in a prompt is not a hit.
+  std::vector<int32_t> d = seq(14, 4);
+  d.insert(d.end(), {1, 2, 3});
+  EXPECT_EQ(kv.take_cached_prefix(5, {d, {}}), 0);
+  EXPECT_EQ(kv.prefix_hit_tokens(), 24);
+  for (RequestId id : {1, 2, 3, 4, 5}) kv.free(id);
+  EXPECT_EQ(pool.num_free_blocks(), 32);
+}
+
+TEST(PrefixCacheTest, OffMeansNoHits) {
+  BlockPool pool(8);
+  KVCacheManager kv(pool, 4, /*prefix_caching=*/false);
+  const std::vector<int32_t> a = seq(1, 9);
+  ASSERT_TRUE(kv.allocate_slots(1, 9));
+  kv.cache_full_blocks(1, {a, {}}, 9);
+  EXPECT_EQ(kv.take_cached_prefix(2, {a, {}}), 0);
+  EXPECT_EQ(pool.num_cached_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace inferd
