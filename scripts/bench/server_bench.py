@@ -15,29 +15,13 @@ and the peak of open connections.
 import asyncio
 import json
 import os
-import re
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INFERD = os.path.join(ROOT, "build", "inferd")
-
-
-def start_server(*flags):
-    p = subprocess.Popen([INFERD, "serve", "--port", "0", "-t", "2", *flags], stderr=subprocess.PIPE, text=True)
-    port = None
-    while True:
-        line = p.stderr.readline()
-        if not line:
-            raise RuntimeError("server exited")
-        m = re.search(r"listening on http://[\d.]+:(\d+)", line)
-        port = port or (int(m.group(1)) if m else None)
-        if "ready:" in line:
-            return p, port
+from serve_util import ROOT, start_server
 
 
 def http_once(port, body, stream):

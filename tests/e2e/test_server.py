@@ -289,24 +289,37 @@ def test_stalled_client_is_disconnected(make_server):
     sock.close()
 
 
+def open_request(server, body):
+    """Sends a request on a raw socket and returns the socket without reading the answer."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + API_KEY.encode() +
+                 b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(data)).encode() +
+                 b"\r\n\r\n" + data)
+    return sock
+
+
+def wait_metric(server, name, value, timeout=20):
+    deadline = time.time() + timeout
+    while metric_value(metrics(server), name) != value:
+        assert time.time() < deadline, f"{name} never reached {value}"
+        time.sleep(0.02)
+
+
 def test_queue_limit_gives_429_with_retry_after(make_server):
     s = make_server("--max-queue", "1", "--max-num-seqs", "1")
-    statuses, retry = [], []
-
-    def one():
-        st, headers, _ = raw(s, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 40, "ignore_eos": True})
-        statuses.append(st)
-        if st == 429:
-            retry.append(headers.get("Retry-After"))
-
-    threads = [threading.Thread(target=one) for _ in range(8)]
-    for t in threads:
-        t.start()
-        time.sleep(0.05)
-    for t in threads:
-        t.join()
-    assert 429 in statuses and 200 in statuses
-    assert all(r == "1" for r in retry)
+    long = {"prompt": "Hello", "max_tokens": 1000, "ignore_eos": True}
+    running = open_request(s, long)
+    wait_metric(s, "inferd:num_requests_running", 1)
+    waiting = open_request(s, long)
+    wait_metric(s, "inferd:num_requests_waiting", 1)
+    status, headers, data = raw(s, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    assert status == 429 and headers.get("Retry-After") == "1"
+    assert error_of(status, data)[1]["code"] == "queue_full"
+    running.close()
+    waiting.close()
+    wait_idle(s)
+    assert raw(s, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0] == 200
 
 
 def test_metrics_pass_promtool_and_follow_vllm_names(server):

@@ -1,0 +1,23 @@
+"""Starting `inferd serve` for the benchmark scripts."""
+import os
+import re
+import subprocess
+import threading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INFERD = os.path.join(ROOT, "build", "inferd")
+
+
+def start_server(*flags):
+    """Starts `inferd serve` on a free port with 2 threads; returns (process, port) once ready."""
+    p = subprocess.Popen([INFERD, "serve", "--port", "0", "-t", "2", *flags], stderr=subprocess.PIPE, text=True)
+    port = None
+    while True:
+        line = p.stderr.readline()
+        if not line:
+            raise RuntimeError("inferd serve exited before it was ready")
+        m = re.search(r"listening on http://[\d.]+:(\d+)", line)
+        port = port or (int(m.group(1)) if m else None)
+        if "ready:" in line:
+            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            return p, port
