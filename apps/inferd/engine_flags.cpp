@@ -20,6 +20,11 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--schedule-policy", f->schedule_policy, "decode-first, prefill-first or adaptive")
       ->check(CLI::IsMember({"decode-first", "prefill-first", "adaptive"}));
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "do not reuse KV blocks of earlier requests");
+  cmd->add_option("--session-ttl", f->session_ttl,
+                  "seconds a session's last turn stays pinned in the KV cache")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--session-max-share", f->session_max_share, "share of the KV pool session pins may hold")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--max-model-len", f->max_model_len,
                   "longest prompt + output (default: the model's context)");
 }
@@ -43,6 +48,8 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
   o.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
   o.scheduler.max_num_seqs = f.max_num_seqs;
   o.scheduler.max_prefill_tokens = f.max_prefill_tokens;
+  o.scheduler.session_ttl_seconds = f.session_ttl;
+  o.scheduler.session_max_share = f.session_max_share;
   o.scheduler.policy = f.schedule_policy == "prefill-first" ? SchedulePolicy::kPrefillFirst
                        : f.schedule_policy == "adaptive"    ? SchedulePolicy::kAdaptive
                                                             : SchedulePolicy::kDecodeFirst;

@@ -21,6 +21,8 @@ struct EngineFlags {
   std::string schedule_policy = "decode-first";
   int64_t max_model_len = 0;  // 0 = the model's context length
   bool no_prefix_caching = false;
+  double session_ttl = 300;
+  double session_max_share = 0.5;
 };
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);

@@ -80,6 +80,8 @@ void AsyncEngine::loop() {
     num_preemptions_ = engine_.scheduler().num_preemptions();
     prefix_queries_ = engine_.kv_cache_manager().prefix_query_tokens();
     prefix_hits_ = engine_.kv_cache_manager().prefix_hit_tokens();
+    sessions_ = engine_.kv_cache_manager().num_sessions();
+    pinned_blocks_ = engine_.kv_cache_manager().num_pinned_blocks();
   }
   // Shutting down: every request still known ends as aborted.
   for (auto& [id, cb] : callbacks_) engine_.abort(id);

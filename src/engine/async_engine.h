@@ -45,6 +45,8 @@ class AsyncEngine final {
   int64_t num_preemptions() const { return num_preemptions_.load(); }
   int64_t prefix_query_tokens() const { return prefix_queries_.load(); }
   int64_t prefix_hit_tokens() const { return prefix_hits_.load(); }
+  int64_t num_sessions() const { return sessions_.load(); }
+  int64_t num_pinned_blocks() const { return pinned_blocks_.load(); }
 
  private:
   struct Submission {
@@ -68,7 +70,7 @@ class AsyncEngine final {
   };
   std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
   std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0},
-      prefix_queries_{0}, prefix_hits_{0};
+      prefix_queries_{0}, prefix_hits_{0}, sessions_{0}, pinned_blocks_{0};
   std::thread thread_;
 };
 

@@ -33,6 +33,7 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   r->sampling = spec.sampling;
   r->limits = std::move(spec.limits);
   r->priority = spec.priority;
+  r->session_id = std::move(spec.session_id);
   r->arrival_order = next_arrival_++;
   r->group = r->id;
   r->num_samples = spec.n;
@@ -89,6 +90,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
     if (r->sampling.seed) r->sampling.seed = *r->sampling.seed + static_cast<uint64_t>(i);  // as vLLM
     r->limits = parent.limits;
     r->priority = parent.priority;
+    r->session_id = parent.session_id;
     r->arrival_order = parent.arrival_order;
     r->first_scheduled = parent.first_scheduled;
     ids.push_back(r->id);

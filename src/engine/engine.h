@@ -64,7 +64,8 @@ struct RequestSpec {
   SamplingParams sampling;
   GenerationLimits limits;
   int32_t priority = 0;
-  int32_t n = 1;  // independent samples of the prompt, sharing its KV blocks (1..kMaxSamples)
+  std::string session_id;  // session context pool: the next turn of this session reuses this one's KV
+  int32_t n = 1;           // independent samples of the prompt, sharing its KV blocks (1..kMaxSamples)
 };
 
 inline constexpr int32_t kMaxSamples = 128;

@@ -31,6 +31,7 @@ struct Request {
   SamplingParams sampling;
   GenerationLimits limits;
   int32_t priority = 0;        // lower runs earlier (as in vLLM)
+  std::string session_id;      // non-empty: pin this turn's blocks for the session's next turn
   uint64_t arrival_order = 0;  // ties in priority go to the earlier arrival
 
   RequestState state = RequestState::kWaiting;

@@ -19,6 +19,9 @@ Status SchedulerOptions::validate() const {
   if (max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1");
   if (max_prefill_tokens < 1) return invalid_argument("max_prefill_tokens must be >= 1");
   if (max_model_len < 2) return invalid_argument("max_model_len must be >= 2");
+  if (!(session_ttl_seconds >= 0)) return invalid_argument("session_ttl_seconds must be >= 0");
+  if (!(session_max_share >= 0 && session_max_share <= 1))
+    return invalid_argument("session_max_share must be in [0, 1]");
   return Status::ok();
 }
 
@@ -64,6 +67,7 @@ void Scheduler::abort(RequestId id) {
 
 ScheduledBatch Scheduler::schedule() {
   ++step_;
+  if (kv_.num_sessions() > 0) kv_.expire_sessions(std::chrono::steady_clock::now());
   ScheduledBatch batch;
   int64_t budget = options_.max_num_batched_tokens;
   const bool prefill_first = options_.policy == SchedulePolicy::kPrefillFirst ||
@@ -87,7 +91,8 @@ void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget) {
     bool fits = true;
     while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
       if (!preempt_one(r, std::numeric_limits<int32_t>::min(), batch, budget)) {
-        preempt(r, batch, budget);  // nobody else to take blocks from: r waits
+        if (kv_.drop_oldest_session()) continue;  // session pins give way before r does
+        preempt(r, batch, budget);                // nobody else to take blocks from: r waits
         fits = false;
         break;
       }
@@ -112,10 +117,10 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     bool fits = true;
     // Blocks short: only a strictly lower-priority running request may give way.
     while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
-      if (!preempt_one(r, r->priority, batch, budget)) {
-        fits = false;
-        break;
-      }
+      if (preempt_one(r, r->priority, batch, budget)) continue;
+      if (running_.empty() && kv_.drop_oldest_session()) continue;  // pins never starve a lone request
+      fits = false;
+      break;
     }
     if (!fits) {
       if (fresh) {  // waiting requests hold no blocks: the prefix stays cached, not taken
@@ -232,6 +237,13 @@ bool Scheduler::is_stop_token(const Request& r, int32_t token) {
 }
 
 void Scheduler::finish(Request* r, FinishReason reason) {
+  if (!r->session_id.empty() && reason != FinishReason::kError) {
+    const auto ttl = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(options_.session_ttl_seconds));
+    kv_.pin_session(
+        r->session_id, r->id, std::chrono::steady_clock::now() + ttl,
+        static_cast<int64_t>(options_.session_max_share * static_cast<double>(kv_.num_blocks_total())));
+  }
   kv_.free(r->id);
   if (r->state == RequestState::kRunning) running_.erase(std::find(running_.begin(), running_.end(), r));
   if (r->state == RequestState::kWaiting) {

@@ -34,7 +34,9 @@ struct SchedulerOptions {
   int64_t max_num_seqs = 64;              // running requests at once
   int64_t max_prefill_tokens = 2048;      // prefill tokens per step under kPrefillFirst
   SchedulePolicy policy = SchedulePolicy::kDecodeFirst;
-  int64_t max_model_len = 4096;  // prompt + output must fit
+  int64_t max_model_len = 4096;      // prompt + output must fit
+  double session_ttl_seconds = 300;  // how long a session's last turn stays pinned
+  double session_max_share = 0.5;    // of the KV pool that session pins may hold
 
   Status validate() const;
 };

@@ -119,6 +119,55 @@ void KVCacheManager::free(RequestId id) {
   tables_.erase(it);
 }
 
+void KVCacheManager::pin_session(const std::string& session, RequestId id,
+                                 std::chrono::steady_clock::time_point expiry, int64_t max_pinned) {
+  auto table = tables_.find(id);
+  Pin pin;
+  pin.expiry = expiry;
+  pin.order = pin_order_++;
+  if (table != tables_.end()) {
+    const size_t keyed = table->second.hashes.size();  // full, computed, content-keyed blocks
+    pin.blocks.assign(table->second.blocks.begin(),
+                      table->second.blocks.begin() + static_cast<int64_t>(keyed));
+  }
+  for (int32_t b : pin.blocks) pool_.add_ref(b);  // before the old pin goes: shared blocks stay
+  if (auto old = sessions_.find(session); old != sessions_.end()) unpin(old);
+  if (pin.blocks.empty() || static_cast<int64_t>(pin.blocks.size()) > max_pinned) {
+    std::vector<int32_t> reversed(pin.blocks.rbegin(), pin.blocks.rend());
+    pool_.release(reversed);  // nothing to keep, or more than the whole share: ordinary LRU
+    return;
+  }
+  pinned_blocks_ += static_cast<int64_t>(pin.blocks.size());
+  sessions_.emplace(session, std::move(pin));
+  while (pinned_blocks_ > max_pinned && drop_oldest_session()) {
+  }
+}
+
+void KVCacheManager::unpin(std::unordered_map<std::string, Pin>::iterator it) {
+  std::vector<int32_t> reversed(it->second.blocks.rbegin(), it->second.blocks.rend());
+  pool_.release(reversed);
+  pinned_blocks_ -= static_cast<int64_t>(it->second.blocks.size());
+  sessions_.erase(it);
+}
+
+void KVCacheManager::expire_sessions(std::chrono::steady_clock::time_point now) {
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    auto next = std::next(it);
+    if (it->second.expiry <= now) unpin(it);
+    it = next;
+  }
+}
+
+bool KVCacheManager::drop_oldest_session() {
+  if (sessions_.empty()) return false;
+  auto oldest = sessions_.begin();
+  for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+    if (it->second.order < oldest->second.order) oldest = it;
+  }
+  unpin(oldest);
+  return true;
+}
+
 double KVCacheManager::usage() const {
   return static_cast<double>(pool_.num_used_blocks()) / static_cast<double>(pool_.num_blocks());
 }

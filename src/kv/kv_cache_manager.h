@@ -3,9 +3,11 @@
 // finishes, is aborted or preempted (free). Engine thread only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -70,6 +72,19 @@ class KVCacheManager final {
   // Returns every block of `id` to the pool (tail blocks first). No-op for an unknown id.
   void free(RequestId id);
 
+  // Session context pool. Pins the full, content-keyed blocks of `id` (a finished turn) for
+  // `session` until `expiry`, replacing the session's previous pin: pinned blocks hold a
+  // reference, so LRU reuse cannot take them. Pins are kept within `max_pinned` blocks in all,
+  // dropping the least recently pinned sessions (back to ordinary LRU). Call before free(id).
+  void pin_session(const std::string& session, RequestId id, std::chrono::steady_clock::time_point expiry,
+                   int64_t max_pinned);
+  // Drops sessions whose pin expired by `now`.
+  void expire_sessions(std::chrono::steady_clock::time_point now);
+  // Drops the least recently pinned session; false when none is pinned.
+  bool drop_oldest_session();
+  int64_t num_sessions() const { return static_cast<int64_t>(sessions_.size()); }
+  int64_t num_pinned_blocks() const { return pinned_blocks_; }
+
   int64_t num_blocks_total() const { return pool_.num_blocks(); }
   int64_t num_requests() const { return static_cast<int64_t>(tables_.size()); }
   // Share of the pool in use, 0..1.
@@ -87,6 +102,15 @@ class KVCacheManager final {
   bool prefix_caching_;
   std::unordered_map<RequestId, Table> tables_;
   std::vector<int32_t> scratch_;  // one block's token ids, for hashing
+  struct Pin {
+    std::vector<int32_t> blocks;
+    std::chrono::steady_clock::time_point expiry;
+    uint64_t order;  // when pinned: smaller = older
+  };
+  void unpin(std::unordered_map<std::string, Pin>::iterator it);
+  std::unordered_map<std::string, Pin> sessions_;
+  int64_t pinned_blocks_ = 0;
+  uint64_t pin_order_ = 0;
   int64_t query_tokens_ = 0, hit_tokens_ = 0;
 };
 

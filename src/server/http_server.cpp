@@ -304,6 +304,7 @@ struct HttpServer::Impl {
     metrics->set_scheduler_state(ctx.engine->num_running(), ctx.engine->num_waiting(), usage);
     metrics->set_preemptions(ctx.engine->num_preemptions());
     metrics->set_prefix_cache(ctx.engine->prefix_query_tokens(), ctx.engine->prefix_hit_tokens());
+    metrics->set_sessions(ctx.engine->num_sessions(), ctx.engine->num_pinned_blocks());
   }
 
   // ---- /tokenize, /detokenize ---------------------------------------------------------------
@@ -553,6 +554,11 @@ struct HttpServer::Impl {
       const auto& s = ctx.tokenizer->vocab().stop_ids;
       stop_ids.insert(stop_ids.end(), s.begin(), s.end());
     }
+    // Session context pool: the body's session_id, or the X-Session-Id header.
+    std::string session = g.session_id.value_or("");
+    if (session.empty()) {
+      if (auto h = req.find("X-Session-Id"); h != req.end()) session = std::string(h->value());
+    }
     for (size_t p = 0; p < prompts.size(); ++p) {
       RequestSpec spec;
       spec.prompt = prompts[p];
@@ -563,6 +569,7 @@ struct HttpServer::Impl {
       spec.limits.ignore_eos = g.ignore_eos;
       spec.priority = g.priority;
       spec.n = g.n;
+      spec.session_id = session;
       auto ex = io.get_executor();
       const RequestId id = ctx.engine->submit(std::move(spec), [channel, p, ex](const StepOutput& out) {
         {

@@ -70,6 +70,8 @@ ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model
   running_ = gauge("num_requests_running", "Number of requests in model execution batches.");
   waiting_ = gauge("num_requests_waiting", "Number of requests waiting to be processed.");
   kv_usage_ = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.");
+  sessions_ = gauge("active_sessions", "Sessions whose last turn's KV blocks are pinned.");
+  pinned_blocks_ = gauge("session_pinned_blocks", "KV blocks pinned for sessions.");
   prompt_total_ = counter("prompt_tokens_total", "Number of prefill tokens processed.");
   generation_total_ = counter("generation_tokens_total", "Number of generation tokens processed.");
   preemptions_ = counter("num_preemptions_total", "Cumulative number of preemption from the engine.");
@@ -133,6 +135,11 @@ void ServerMetrics::set_prefix_cache(int64_t query_tokens, int64_t hit_tokens) {
     prefix_hits_->Increment(static_cast<double>(hit_tokens - prefix_hits_seen_));
     prefix_hits_seen_ = hit_tokens;
   }
+}
+
+void ServerMetrics::set_sessions(int64_t active, int64_t pinned_blocks) {
+  sessions_->Set(static_cast<double>(active));
+  pinned_blocks_->Set(static_cast<double>(pinned_blocks));
 }
 
 std::string ServerMetrics::render() const {

@@ -41,6 +41,7 @@ class ServerMetrics final {
   // The engine's cumulative counts; call from one thread.
   void set_preemptions(int64_t total);
   void set_prefix_cache(int64_t query_tokens, int64_t hit_tokens);
+  void set_sessions(int64_t active, int64_t pinned_blocks);
 
   // The text exposition format (version 0.0.4).
   std::string render() const;
@@ -49,7 +50,7 @@ class ServerMetrics final {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram *ttft_, *tpot_, *itl_, *e2e_, *queue_, *prefill_, *decode_, *prompt_tokens_,
       *generation_tokens_;
-  prometheus::Gauge *running_, *waiting_, *kv_usage_;
+  prometheus::Gauge *running_, *waiting_, *kv_usage_, *sessions_, *pinned_blocks_;
   prometheus::Counter *prompt_total_, *generation_total_, *preemptions_, *prefix_queries_, *prefix_hits_;
   prometheus::Family<prometheus::Counter>* success_;
   std::string model_name_;

@@ -455,3 +455,22 @@ def test_idle_keep_alive_connection_is_closed(make_server):
 def test_oversized_headers_are_431(server):
     status, _, data = raw(server, "GET", "/health", headers={"X-Junk": "a" * 40000})
     assert status == 431 and error_of(status, data)[0] == 431
+
+
+def test_session_header_pins_the_turn_and_the_next_turn_hits(make_server):
+    s = make_server()
+    system = [{"role": "system", "content": "You are a careful assistant. " * 20}]
+    first = system + [{"role": "user", "content": "Hello"}]
+    status, _, data = raw(s, "POST", "/v1/chat/completions", {"messages": first, "max_tokens": 4},
+                          headers={"X-Session-Id": "conversation-7"})
+    assert status == 200
+    text = metrics(s)
+    assert metric_value(text, "inferd:active_sessions") == 1
+    assert metric_value(text, "inferd:session_pinned_blocks") > 0
+    hits_before = metric_value(text, "inferd:prefix_cache_hits_total")
+    answer = json.loads(data)["choices"][0]["message"]["content"]
+    second = first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+    status, _, _ = raw(s, "POST", "/v1/chat/completions", {"messages": second, "max_tokens": 4,
+                                                           "session_id": "conversation-7"})
+    assert status == 200
+    assert metric_value(metrics(s), "inferd:prefix_cache_hits_total") >= hits_before + 16 * 4

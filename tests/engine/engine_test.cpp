@@ -368,5 +368,56 @@ TEST(EngineTest, PrefixCachingKeepsOutputsForMultiTurnAndMidBlockDivergence) {
   for (const auto& s : run_samples(model, on, samples)) EXPECT_EQ(s, answer);
 }
 
+// Session context pool: a session's last turn survives a flood of other requests that would
+// otherwise reuse its blocks, so the next turn is a prefix hit; a lone request larger than
+// what the pins leave free still runs (pins give way).
+TEST(EngineTest, SessionTurnsSurviveAFloodAndPinsNeverStarveARequest) {
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  auto hits_of_next_turn = [&](bool with_session) {
+    EngineOptions o = options(24, 4, 64);  // 96 slots
+    o.scheduler.session_max_share = 0.5;
+    Engine engine(model, o);
+    RequestSpec turn1 = prompt_of(33, 4, 1);
+    if (with_session) turn1.session_id = "chat-1";
+    engine.add(turn1);
+    while (engine.has_work()) engine.step();
+    for (int i = 0; i < 6; ++i) {  // unrelated requests cycle through the whole pool
+      RequestSpec other = prompt_of(40, 8, 1);
+      other.prompt[0] = static_cast<int32_t>(100 + i);
+      engine.add(other);
+      while (engine.has_work()) engine.step();
+    }
+    const int64_t before = engine.kv_cache_manager().prefix_hit_tokens();
+    RequestSpec turn2 = turn1;
+    turn2.prompt.push_back(7);
+    engine.add(turn2);
+    while (engine.has_work()) engine.step();
+    return engine.kv_cache_manager().prefix_hit_tokens() - before;
+  };
+  EXPECT_EQ(hits_of_next_turn(true), 32);
+  EXPECT_EQ(hits_of_next_turn(false), 0);
+
+  EngineOptions o = options(24, 4, 64);
+  o.scheduler.session_max_share = 0.5;
+  Engine engine(model, o);
+  RequestSpec pinned = prompt_of(45, 2, 1);  // pins 11 blocks
+  pinned.session_id = "s";
+  engine.add(pinned);
+  while (engine.has_work()) engine.step();
+  EXPECT_EQ(engine.kv_cache_manager().num_pinned_blocks(), 11);
+  RequestSpec big = prompt_of(60, 20, 1);  // 80 tokens = 20 blocks: more than the 13 left
+  big.prompt[0] = 255;
+  std::vector<int32_t> out;
+  engine.add(big);
+  while (engine.has_work()) {
+    for (const auto& s : engine.step()) out.insert(out.end(), s.new_tokens.begin(), s.new_tokens.end());
+  }
+  EXPECT_EQ(out.size(), 20u);
+  EXPECT_EQ(engine.kv_cache_manager().num_sessions(), 0);
+}
+
 }  // namespace
 }  // namespace inferd

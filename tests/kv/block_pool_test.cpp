@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 
 #include "kv/kv_cache_manager.h"
@@ -159,6 +160,65 @@ TEST(PrefixCacheTest, OffMeansNoHits) {
   kv.cache_full_blocks(1, {a, {}}, 9);
   EXPECT_EQ(kv.take_cached_prefix(2, {a, {}}), 0);
   EXPECT_EQ(pool.num_cached_blocks(), 0);
+}
+
+TEST(SessionPoolTest, PinsSurviveLruPressureUntilTheyExpire) {
+  using Clock = std::chrono::steady_clock;
+  BlockPool pool(8);
+  KVCacheManager kv(pool, 4, /*prefix_caching=*/true);
+  const std::vector<int32_t> turn = seq(1, 9);  // 2 full blocks + 1 token
+  ASSERT_TRUE(kv.allocate_slots(1, 9));
+  kv.cache_full_blocks(1, {turn, {}}, 9);
+  const auto t0 = Clock::now();
+  kv.pin_session("s", 1, t0 + std::chrono::seconds(10), /*max_pinned=*/4);
+  kv.free(1);
+  EXPECT_EQ(kv.num_sessions(), 1);
+  EXPECT_EQ(kv.num_pinned_blocks(), 2);
+  EXPECT_EQ(pool.num_free_blocks(), 6);  // the pinned two are not in the free queue
+  // Pressure: other requests take every free block, then free them.
+  ASSERT_TRUE(kv.allocate_slots(2, 24));
+  EXPECT_FALSE(kv.allocate_slots(3, 4));
+  kv.free(2);
+  std::vector<int32_t> next = turn;
+  next.push_back(50);
+  EXPECT_EQ(kv.take_cached_prefix(4, {next, {}}), 8);  // the session's blocks are still there
+  kv.free(4);
+  kv.expire_sessions(t0 + std::chrono::seconds(5));
+  EXPECT_EQ(kv.num_sessions(), 1);
+  kv.expire_sessions(t0 + std::chrono::seconds(11));
+  EXPECT_EQ(kv.num_sessions(), 0);
+  EXPECT_EQ(pool.num_free_blocks(), 8);
+  ASSERT_TRUE(kv.allocate_slots(5, 32));  // now LRU reuse takes them
+  kv.free(5);
+  EXPECT_EQ(kv.take_cached_prefix(6, {next, {}}), 0);
+}
+
+TEST(SessionPoolTest, ShareLimitDropsTheOldestSessionAndRepinReplaces) {
+  using Clock = std::chrono::steady_clock;
+  BlockPool pool(16);
+  KVCacheManager kv(pool, 4, /*prefix_caching=*/true);
+  const auto later = Clock::now() + std::chrono::hours(1);
+  auto turn = [&](RequestId id, int32_t from, const char* session, int64_t max_pinned) {
+    const std::vector<int32_t> t = seq(from, 8);
+    ASSERT_TRUE(kv.allocate_slots(id, 8));
+    kv.cache_full_blocks(id, {t, {}}, 8);
+    kv.pin_session(session, id, later, max_pinned);
+    kv.free(id);
+  };
+  turn(1, 100, "a", 4);
+  turn(2, 200, "b", 4);
+  EXPECT_EQ(kv.num_pinned_blocks(), 4);
+  turn(3, 300, "c", 4);  // over the share: "a", the oldest, goes back to LRU
+  EXPECT_EQ(kv.num_sessions(), 2);
+  EXPECT_EQ(kv.num_pinned_blocks(), 4);
+  turn(4, 400, "b", 4);  // b's new turn replaces its old pin
+  EXPECT_EQ(kv.num_sessions(), 2);
+  EXPECT_EQ(kv.num_pinned_blocks(), 4);
+  turn(5, 500, "d", 1);  // more than the whole share: not pinned, nothing else dropped
+  EXPECT_EQ(kv.num_sessions(), 2);
+  while (kv.drop_oldest_session()) {
+  }
+  EXPECT_EQ(pool.num_free_blocks(), 16);
 }
 
 }  // namespace
