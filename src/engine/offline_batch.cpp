@@ -23,17 +23,6 @@ Status read_number(const json& j, const char* key, T* out) {
   return Status::ok();
 }
 
-const char* reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAborted: return "abort";
-    case FinishReason::kError: return "error";
-    case FinishReason::kNone: break;
-  }
-  return "none";
-}
-
 }  // namespace
 
 Expected<BatchItem> parse_batch_item(const json& j, int64_t default_max_tokens) {
@@ -198,7 +187,7 @@ std::vector<BatchResult> run_offline_batch(Engine& engine, const Tokenizer* toke
       }
       if (out.finished && s.finish_reason.empty()) {
         s.error = out.error;
-        complete(i, k, reason_name(out.finish_reason));
+        complete(i, k, finish_reason_name(out.finish_reason));
       }
     }
   }

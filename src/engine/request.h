@@ -18,6 +18,18 @@ enum class RequestState { kWaiting, kRunning, kFinished };
 
 enum class FinishReason { kNone, kStop, kLength, kAborted, kError };
 
+// OpenAI's finish_reason spelling ("stop", "length", "abort", "error"; "none" while running).
+inline const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAborted: return "abort";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return "none";
+}
+
 struct GenerationLimits {
   int64_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;

@@ -111,11 +111,15 @@ int64_t KVCacheManager::slot(RequestId id, int64_t pos) const {
   return static_cast<int64_t>(table[index]) * block_size_ + pos % block_size_;
 }
 
+void KVCacheManager::release_tail_first(std::span<const int32_t> blocks) {
+  // A sequence's tail blocks are the least likely to be shared: freed first, reused first.
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_.release(std::span<const int32_t>(&*b, 1));
+}
+
 void KVCacheManager::free(RequestId id) {
   auto it = tables_.find(id);
   if (it == tables_.end()) return;
-  std::vector<int32_t> reversed(it->second.blocks.rbegin(), it->second.blocks.rend());
-  pool_.release(reversed);
+  release_tail_first(it->second.blocks);
   tables_.erase(it);
 }
 
@@ -133,8 +137,7 @@ void KVCacheManager::pin_session(const std::string& session, RequestId id,
   for (int32_t b : pin.blocks) pool_.add_ref(b);  // before the old pin goes: shared blocks stay
   if (auto old = sessions_.find(session); old != sessions_.end()) unpin(old);
   if (pin.blocks.empty() || static_cast<int64_t>(pin.blocks.size()) > max_pinned) {
-    std::vector<int32_t> reversed(pin.blocks.rbegin(), pin.blocks.rend());
-    pool_.release(reversed);  // nothing to keep, or more than the whole share: ordinary LRU
+    release_tail_first(pin.blocks);  // nothing to keep, or more than the whole share: ordinary LRU
     return;
   }
   pinned_blocks_ += static_cast<int64_t>(pin.blocks.size());
@@ -144,8 +147,7 @@ void KVCacheManager::pin_session(const std::string& session, RequestId id,
 }
 
 void KVCacheManager::unpin(std::unordered_map<std::string, Pin>::iterator it) {
-  std::vector<int32_t> reversed(it->second.blocks.rbegin(), it->second.blocks.rend());
-  pool_.release(reversed);
+  release_tail_first(it->second.blocks);
   pinned_blocks_ -= static_cast<int64_t>(it->second.blocks.size());
   sessions_.erase(it);
 }

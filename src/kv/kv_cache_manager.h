@@ -108,6 +108,8 @@ class KVCacheManager final {
     uint64_t order;  // when pinned: smaller = older
   };
   void unpin(std::unordered_map<std::string, Pin>::iterator it);
+  // Drops one reference of each block, last block first.
+  void release_tail_first(std::span<const int32_t> blocks);
   std::unordered_map<std::string, Pin> sessions_;
   int64_t pinned_blocks_ = 0;
   uint64_t pin_order_ = 0;

@@ -119,22 +119,23 @@ void ServerMetrics::set_scheduler_state(int64_t running, int64_t waiting, double
   kv_usage_->Set(kv_usage);
 }
 
-void ServerMetrics::set_preemptions(int64_t total) {
-  if (total > preemptions_seen_) {
-    preemptions_->Increment(static_cast<double>(total - preemptions_seen_));
-    preemptions_seen_ = total;
+namespace {
+// Adds to `counter` what a cumulative engine count gained since it was last seen.
+void advance(prometheus::Counter* counter, int64_t total, int64_t* seen) {
+  if (total > *seen) {
+    counter->Increment(static_cast<double>(total - *seen));
+    *seen = total;
   }
+}
+}  // namespace
+
+void ServerMetrics::set_preemptions(int64_t total) {
+  advance(preemptions_, total, &preemptions_seen_);
 }
 
 void ServerMetrics::set_prefix_cache(int64_t query_tokens, int64_t hit_tokens) {
-  if (query_tokens > prefix_queries_seen_) {
-    prefix_queries_->Increment(static_cast<double>(query_tokens - prefix_queries_seen_));
-    prefix_queries_seen_ = query_tokens;
-  }
-  if (hit_tokens > prefix_hits_seen_) {
-    prefix_hits_->Increment(static_cast<double>(hit_tokens - prefix_hits_seen_));
-    prefix_hits_seen_ = hit_tokens;
-  }
+  advance(prefix_queries_, query_tokens, &prefix_queries_seen_);
+  advance(prefix_hits_, hit_tokens, &prefix_hits_seen_);
 }
 
 void ServerMetrics::set_sessions(int64_t active, int64_t pinned_blocks) {

@@ -17,17 +17,6 @@ std::string error_body(const ApiError& e) {
   return nlohmann::json{{"error", err}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAborted: return "abort";
-    case FinishReason::kError: return "error";
-    case FinishReason::kNone: break;
-  }
-  return "stop";
-}
-
 namespace {
 
 // Field readers: absent or null leaves *out unchanged; a wrong type or range sets `error`.
@@ -135,6 +124,20 @@ bool read_ids(const json& v, std::vector<int32_t>* out) {
   return true;
 }
 
+// Parses a request body that must be a JSON object; false with `error` set otherwise.
+bool parse_object(std::string_view body, json* out, ApiError* error) {
+  *out = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded()) {
+    *error = ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
+    return false;
+  }
+  if (!out->is_object()) {
+    *error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+    return false;
+  }
+  return true;
+}
+
 void parse_messages(Reader& r, const json& body, GenerateRequest* req) {
   const json* m = r.find("messages");
   if (m == nullptr) return r.fail("messages", "'messages' is required");
@@ -209,15 +212,8 @@ void parse_prompt(Reader& r, GenerateRequest* req) {
 
 ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body) {
   ParsedRequest out;
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    out.error = ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
-    return out;
-  }
-  if (!j.is_object()) {
-    out.error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
-    return out;
-  }
+  json j;
+  if (!parse_object(body, &j, &out.error)) return out;
   Reader r(j);
   GenerateRequest req;
   req.endpoint = endpoint;
@@ -316,11 +312,8 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
 
 ParsedTokenize parse_tokenize_request(std::string_view body) {
   ParsedTokenize out;
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    out.error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
-    return out;
-  }
+  json j;
+  if (!parse_object(body, &j, &out.error)) return out;
   Reader r(j);
   TokenizeRequest t;
   GenerateRequest chat;
@@ -341,11 +334,8 @@ ParsedTokenize parse_tokenize_request(std::string_view body) {
 
 ParsedDetokenize parse_detokenize_request(std::string_view body) {
   ParsedDetokenize out;
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    out.error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
-    return out;
-  }
+  json j;
+  if (!parse_object(body, &j, &out.error)) return out;
   auto it = j.find("tokens");
   std::vector<int32_t> ids;
   if (it == j.end() || !it->is_array() || (!it->empty() && !is_token_id_array(*it)) || !read_ids(*it, &ids)) {

@@ -80,9 +80,6 @@ struct ParsedDetokenize {
 };
 ParsedDetokenize parse_detokenize_request(std::string_view body);
 
-// OpenAI's finish_reason for an engine finish ("stop", "length", "abort" for aborts, "error").
-const char* finish_reason_name(FinishReason reason);
-
 // Splits generated text into reasoning (inside <think>...</think>) and content, incrementally:
 // feed() returns what may be sent now of each part; text that could still be the start of a tag
 // is held back until finish().
