@@ -2,11 +2,19 @@
 
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/half.h"
 
@@ -203,6 +211,76 @@ std::vector<std::byte> GgufWriter::bytes() const {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     out.resize(base + offsets[i], std::byte{0});
     append_raw(&out, tensors_[i].data.data(), tensors_[i].data.size());
+  }
+  return out;
+}
+
+namespace {
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+constexpr const char* kRedisServer = "/usr/bin/redis-server";
+constexpr const char* kRedisCli = "/usr/bin/redis-cli";
+}  // namespace
+
+RedisServer::RedisServer() : port_(free_port()) {}
+
+RedisServer::~RedisServer() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool RedisServer::available() {
+  return ::access(kRedisServer, X_OK) == 0 && ::access(kRedisCli, X_OK) == 0;
+}
+
+bool RedisServer::start() {
+  if (pid_ > 0 || port_ == 0) return false;
+  const std::string port = std::to_string(port_);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    // No persistence: the test owns everything it stores.
+    ::execl(kRedisServer, kRedisServer, "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--loglevel", "warning", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  if (pid_ < 0) return false;
+  for (int i = 0; i < 200; ++i) {
+    if (cli("PING").find("PONG") != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return false;
+}
+
+void RedisServer::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+std::string RedisServer::cli(const std::string& args) const {
+  const std::string command = std::string(kRedisCli) + " -p " + std::to_string(port_) + " " + args + " 2>&1";
+  std::string out;
+  if (FILE* p = ::popen(command.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
   }
   return out;
 }

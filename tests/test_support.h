@@ -18,6 +18,29 @@ void write_bytes(const std::string& path, const std::vector<std::byte>& bytes);
 // A fresh empty directory under the system temp dir.
 std::string temp_dir();
 
+// A real redis-server (Debian's) on a free loopback port, run as a child process for one test:
+// started by start(), killed hard by kill() (a crash), stopped cleanly by the destructor.
+class RedisServer {
+ public:
+  RedisServer();
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+  // Whether the redis-server binary exists (tests skip, saying so, when it does not).
+  static bool available();
+  // Starts it (again, on the same port) and waits until it answers PING; false on failure.
+  bool start();
+  void kill();
+  int port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  // Runs one command (e.g. "SET k v") through redis-cli and returns its output.
+  std::string cli(const std::string& args) const;
+
+ private:
+  int port_;
+  int pid_ = -1;
+};
+
 // Random weights of `dtype`, `rows` x `cols` (cols a multiple of the block size), with random
 // quant bytes and moderate finite scales. The TensorView points into `storage`.
 TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng,

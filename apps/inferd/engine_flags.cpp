@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/byte_size.h"
+#include "kv/disk_kv_tier.h"
 #include "kv/kv_cache.h"
 
 namespace inferd {
@@ -25,6 +26,16 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--session-max-share", f->session_max_share, "share of the KV pool session pins may hold")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--kv-offload-dir", f->kv_offload_dir,
+                  "keep cold cached KV blocks in files under this folder (disk tier)");
+  cmd->add_option("--kv-offload-disk-gb", f->kv_offload_disk_gb, "size limit of the disk tier, in GB")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-offload-redis", f->kv_offload_redis,
+                  "keep cold cached KV blocks in Redis, shared by every inferd serving this model "
+                  "(redis://[:password@]host[:port][/db])");
+  cmd->add_option("--kv-offload-watermark", f->kv_offload_watermark,
+                  "KV pool share holding content above which cold cached blocks are offloaded")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--max-model-len", f->max_model_len,
                   "longest prompt + output (default: the model's context)");
 }
@@ -37,6 +48,12 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
   o.kv_dtype = *dtype;
   o.block_size = f.block_size;
   o.prefix_caching = !f.no_prefix_caching;
+  o.offload.disk_dir = f.kv_offload_dir;
+  o.offload.disk_gb = f.kv_offload_disk_gb;
+  o.offload.redis_url = f.kv_offload_redis;
+  o.offload.watermark = f.kv_offload_watermark;
+  if (!o.offload.disk_dir.empty())
+    INFERD_RETURN_IF_ERROR(check_writable_dir(o.offload.disk_dir, "--kv-offload-dir"));
   INFERD_ASSIGN_OR_RETURN(int64_t bytes, parse_byte_size(f.kv_cache_memory, available_memory_bytes()));
   const int64_t per_block =
       KvCache::bytes_per_token(model.num_layers, model.kv_dim(), o.kv_dtype) * f.block_size;
@@ -69,7 +86,21 @@ std::string describe_kv_cache(const EngineOptions& options, const EngineFlags& f
   std::snprintf(line, sizeof line, "KV cache: %lld blocks of %d tokens = %lld tokens max, %.1f MiB as %s",
                 static_cast<long long>(options.num_kv_blocks), options.block_size,
                 static_cast<long long>(tokens), mib, flags.kv_cache_dtype.c_str());
-  return line;
+  std::string out = line;
+  if (options.offload.enabled()) {
+    out += "\nKV offload (content usage >= " + std::to_string(options.offload.watermark).substr(0, 4) + "):";
+    if (!options.offload.disk_dir.empty()) {
+      std::snprintf(line, sizeof line, " disk %s (%.1f GB)", options.offload.disk_dir.c_str(),
+                    options.offload.disk_gb);
+      out += line;
+    }
+    if (!options.offload.redis_url.empty()) {
+      std::string url = options.offload.redis_url;  // a password is not for logs
+      if (const auto at = url.rfind('@'); at != std::string::npos) url = "redis://***" + url.substr(at);
+      out += " redis " + url;
+    }
+  }
+  return out;
 }
 
 }  // namespace inferd

@@ -23,6 +23,10 @@ struct EngineFlags {
   bool no_prefix_caching = false;
   double session_ttl = 300;
   double session_max_share = 0.5;
+  std::string kv_offload_dir;
+  double kv_offload_disk_gb = 8;
+  std::string kv_offload_redis;
+  double kv_offload_watermark = 0.8;
 };
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);

@@ -63,8 +63,19 @@ void AsyncEngine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(
-          lock, [&] { return stopping_ || !submissions_.empty() || !aborts_.empty() || engine_.has_work(); });
+      const auto ready = [&] {
+        return stopping_ || !submissions_.empty() || !aborts_.empty() || engine_.has_work();
+      };
+      if (engine_.has_offload_work()) {
+        // Idle with cold blocks not yet offloaded: stage them between short waits for work.
+        if (!wake_.wait_for(lock, std::chrono::milliseconds(5), ready)) {
+          lock.unlock();
+          engine_.offload_idle();
+          continue;
+        }
+      } else {
+        wake_.wait(lock, ready);
+      }
       if (stopping_) break;
     }
     take_commands();
@@ -82,6 +93,7 @@ void AsyncEngine::loop() {
     prefix_hits_ = engine_.kv_cache_manager().prefix_hit_tokens();
     sessions_ = engine_.kv_cache_manager().num_sessions();
     pinned_blocks_ = engine_.kv_cache_manager().num_pinned_blocks();
+    revived_blocks_ = engine_.block_pool().num_revived();
   }
   // Shutting down: every request still known ends as aborted.
   for (auto& [id, cb] : callbacks_) engine_.abort(id);

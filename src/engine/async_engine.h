@@ -47,6 +47,12 @@ class AsyncEngine final {
   int64_t prefix_hit_tokens() const { return prefix_hits_.load(); }
   int64_t num_sessions() const { return sessions_.load(); }
   int64_t num_pinned_blocks() const { return pinned_blocks_.load(); }
+  // Freed cached blocks taken back from the pool's free queue by a prefix hit.
+  int64_t num_revived_blocks() const { return revived_blocks_.load(); }
+  // The offload tiers (nullptr when none); their counters are safe to read from any thread.
+  const KvOffloader* offloader() const { return engine_.offloader(); }
+  // Waits until the offload tiers stored every block staged so far. Thread-safe.
+  void flush_offload() { engine_.flush_offload(); }
 
  private:
   struct Submission {
@@ -70,7 +76,7 @@ class AsyncEngine final {
   };
   std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
   std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0},
-      prefix_queries_{0}, prefix_hits_{0}, sessions_{0}, pinned_blocks_{0};
+      prefix_queries_{0}, prefix_hits_{0}, sessions_{0}, pinned_blocks_{0}, revived_blocks_{0};
   std::thread thread_;
 };
 

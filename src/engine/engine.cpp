@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <limits>
 
 #include "common/check.h"
+#include "model/model_fingerprint.h"
 
 namespace inferd {
 
@@ -11,6 +14,11 @@ Status EngineOptions::validate() const {
   INFERD_RETURN_IF_ERROR(scheduler.validate());
   if (block_size < 1 || block_size > 1024) return invalid_argument("block_size must be in [1, 1024]");
   if (num_kv_blocks < 1) return invalid_argument("the KV cache must hold at least one block");
+  if (offload.enabled()) {
+    if (!prefix_caching)
+      return invalid_argument("KV offload tiers need prefix caching (drop --no-prefix-caching)");
+    INFERD_RETURN_IF_ERROR(offload.validate());
+  }
   return Status::ok();
 }
 
@@ -24,6 +32,21 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
       scheduler_(options.scheduler, kv_),
       runner_(model, cache_, kv_) {
   INFERD_CHECK(options.validate().is_ok());
+  if (options.offload.enabled()) {
+    const ModelFingerprint fp = model_fingerprint(model.weights());
+    auto offloader = KvOffloader::create(options.offload, cache_, BlockHash{fp.lo, fp.hi});
+    if (offloader) {
+      offloader_ = std::move(*offloader);
+      offloader_->attach(pool_);
+      kv_.set_block_source(offloader_.get());
+    } else {  // flags were checked before; a folder that vanished since is not worth failing for
+      std::fprintf(stderr, "inferd: warning: KV offload off: %s\n", offloader.status().message().c_str());
+    }
+  }
+}
+
+void Engine::offload_idle() {
+  if (offloader_) offloader_->offload_cold(pool_, std::numeric_limits<int32_t>::max());
 }
 
 RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
@@ -167,6 +190,7 @@ std::vector<StepOutput> Engine::step() {
     stats_.tokens += batch.num_tokens;
   }
   collect_finished(&out);
+  if (offloader_) offloader_->offload_cold(pool_, options_.offload.max_blocks_per_step);
   const auto t4 = Clock::now();
   stats_.schedule_seconds += seconds_between(t0, t1) + seconds_between(t3, t4);
   stats_.execute_seconds += seconds_between(t1, t2);

@@ -17,6 +17,7 @@
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_offloader.h"
 #include "model/transformer.h"
 
 namespace inferd {
@@ -27,6 +28,7 @@ struct EngineOptions {
   int64_t num_kv_blocks = 256;
   KvDType kv_dtype = KvDType::kF16;  // K/V storage; attention math is f32
   bool prefix_caching = true;        // reuse full KV blocks of earlier requests by content
+  KvOffloadOptions offload;          // disk / Redis tiers for cached blocks (needs prefix_caching)
 
   Status validate() const;
 };
@@ -96,6 +98,16 @@ class Engine final {
   const BlockPool& block_pool() const { return pool_; }
   const KVCacheManager& kv_cache_manager() const { return kv_; }
   const EngineStats& stats() const { return stats_; }
+  // The offload tiers, or nullptr when none is configured (or they could not be opened).
+  const KvOffloader* offloader() const { return offloader_.get(); }
+  // Whether cold cached blocks wait for the offload tiers while no request runs: the owner of
+  // the loop calls offload_idle() now and then until this is false.
+  bool has_offload_work() const { return offloader_ && offloader_->has_cold_work(pool_); }
+  void offload_idle();
+  // Waits until the offload tiers stored every block staged so far (tests, benchmarks).
+  void flush_offload() {
+    if (offloader_) offloader_->flush();
+  }
   int64_t max_tokens_in_cache() const {
     return pool_.num_blocks() * static_cast<int64_t>(options_.block_size);
   }
@@ -121,6 +133,7 @@ class Engine final {
   uint64_t next_arrival_ = 0;
   std::vector<int32_t> sampled_;
   EngineStats stats_;
+  std::unique_ptr<KvOffloader> offloader_;  // last: it refers to cache_ and pool_
 };
 
 }  // namespace inferd

@@ -9,6 +9,27 @@ BlockPool::BlockPool(int32_t num_blocks) : blocks_(static_cast<size_t>(num_block
   for (int32_t b = 0; b < num_blocks; ++b) push_free(b);
 }
 
+void BlockPool::count_free(const Block& blk, int32_t delta) {
+  num_free_ += delta;
+  if (blk.cached) {
+    num_free_cached_ += delta;
+    if (!blk.offloaded) num_free_unoffloaded_ += delta;
+  }
+}
+
+void BlockPool::push_free_front(int32_t b) {
+  Block& blk = blocks_[static_cast<size_t>(b)];
+  blk.prev = -1;
+  blk.next = free_head_;
+  if (free_head_ >= 0) {
+    blocks_[static_cast<size_t>(free_head_)].prev = b;
+  } else {
+    free_tail_ = b;
+  }
+  free_head_ = b;
+  count_free(blk, 1);
+}
+
 void BlockPool::push_free(int32_t b) {
   Block& blk = blocks_[static_cast<size_t>(b)];
   blk.prev = free_tail_;
@@ -19,7 +40,7 @@ void BlockPool::push_free(int32_t b) {
     free_head_ = b;
   }
   free_tail_ = b;
-  ++num_free_;
+  count_free(blk, 1);
 }
 
 void BlockPool::unlink_free(int32_t b) {
@@ -35,17 +56,20 @@ void BlockPool::unlink_free(int32_t b) {
     free_tail_ = blk.prev;
   }
   blk.prev = blk.next = -1;
-  --num_free_;
+  count_free(blk, -1);
 }
 
 int32_t BlockPool::pop_free() {
   const int32_t b = free_head_;
   INFERD_CHECK(b >= 0);
-  unlink_free(b);
   Block& blk = blocks_[static_cast<size_t>(b)];
+  // Still free and intact: the offload tiers' last chance to keep its contents.
+  if (blk.cached && !blk.offloaded && evict_hook_) evict_hook_(b, blk.hash);
+  unlink_free(b);
   if (blk.cached) {  // reused for new content: its old key goes
     cached_.erase(blk.hash);
     blk.cached = false;
+    blk.offloaded = false;
   }
   return b;
 }
@@ -97,7 +121,33 @@ void BlockPool::release(std::span<const int32_t> blocks) {
   for (int32_t b : blocks) {
     Block& blk = blocks_[static_cast<size_t>(b)];
     INFERD_CHECK_MSG(blk.ref_count > 0, "releasing a free block");
-    if (--blk.ref_count == 0) push_free(b);
+    if (--blk.ref_count == 0) {
+      if (blk.cached) {
+        push_free(b);
+      } else {
+        push_free_front(b);
+      }
+    }
+  }
+}
+
+void BlockPool::mark_offloaded(int32_t block) {
+  Block& blk = blocks_[static_cast<size_t>(block)];
+  INFERD_CHECK(blk.cached);
+  if (blk.offloaded) return;
+  const bool free = blk.ref_count == 0;
+  if (free) count_free(blk, -1);
+  blk.offloaded = true;
+  if (free) count_free(blk, 1);
+}
+
+void BlockPool::coldest_unoffloaded(int32_t max, std::vector<int32_t>* out) const {
+  out->clear();
+  if (num_free_unoffloaded_ == 0) return;
+  for (int32_t b = free_head_; b >= 0 && static_cast<int32_t>(out->size()) < max;
+       b = blocks_[static_cast<size_t>(b)].next) {
+    const Block& blk = blocks_[static_cast<size_t>(b)];
+    if (blk.cached && !blk.offloaded) out->push_back(b);
   }
 }
 

@@ -1,9 +1,11 @@
 // BlockPool: the fixed set of KV-cache blocks, with reference counts and a free queue in
 // least-recently-freed order. KVCacheManager (per-request block tables) sits on top of it;
-// prefix caching will revive freed blocks by their content key. Engine thread only.
+// prefix caching revives freed blocks by their content key, and the offload tiers (KvOffloader)
+// keep cached blocks' contents beyond the pool. Engine thread only.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -47,19 +49,42 @@ class BlockPool final {
   int32_t num_cached_blocks() const { return static_cast<int32_t>(cached_.size()); }
   int64_t num_revived() const { return num_revived_; }
 
-  // Drops one reference of each block; a block whose count reaches 0 goes to the tail of the
-  // free queue (keeping its content key: it can be revived until allocate() reuses it). Blocks are released
-  // in the given order (callers pass a request's table in reverse, so its tail blocks are reused first).
+  // Drops one reference of each block; a block whose count reaches 0 goes to the free queue: a
+  // cached one to the tail (keeping its content key: it can be revived until allocate() reuses
+  // it), one without a key to the head (it holds nothing worth keeping: reused first). Blocks are
+  // released in the given order (callers pass a request's table in reverse, so its tail blocks are
+  // reused first).
   void release(std::span<const int32_t> blocks);
+
+  // Offload tiers. A cached block whose contents a tier holds (written or loaded from there) is
+  // "offloaded" until it is reused for other contents.
+  void mark_offloaded(int32_t block);
+  bool offloaded(int32_t block) const { return blocks_[static_cast<size_t>(block)].offloaded; }
+  BlockHash hash_of(int32_t block) const { return blocks_[static_cast<size_t>(block)].hash; }
+  // Called when allocate() is about to reuse a cached block that no tier holds yet (its contents
+  // are still intact): the last chance to write them out.
+  void set_evict_hook(std::function<void(int32_t block, const BlockHash& hash)> hook) {
+    evict_hook_ = std::move(hook);
+  }
+  // Free, cached blocks no tier holds yet, coldest (least recently freed) first; at most `max`.
+  void coldest_unoffloaded(int32_t max, std::vector<int32_t>* out) const;
+  int32_t num_free_unoffloaded() const { return num_free_unoffloaded_; }
+  // Blocks in use or holding cached contents, 0..1: how full the pool is of something worth keeping.
+  double content_usage() const {
+    return static_cast<double>(num_used_blocks() + num_free_cached_) / static_cast<double>(num_blocks());
+  }
 
  private:
   struct Block {
     int32_t ref_count = 0;
     int32_t prev = -1, next = -1;  // free-queue links while free
     bool cached = false;           // `hash` is valid and in cached_
+    bool offloaded = false;        // a tier holds the contents of `hash`
     BlockHash hash;
   };
   void push_free(int32_t b);
+  void push_free_front(int32_t b);
+  void count_free(const Block& blk, int32_t delta);
   int32_t pop_free();
   void unlink_free(int32_t b);
 
@@ -68,6 +93,8 @@ class BlockPool final {
   int32_t num_free_ = 0;
   std::unordered_map<BlockHash, int32_t, BlockHashHasher> cached_;
   int64_t num_revived_ = 0;
+  int32_t num_free_cached_ = 0, num_free_unoffloaded_ = 0;  // free blocks that are cached / not offloaded too
+  std::function<void(int32_t, const BlockHash&)> evict_hook_;
 };
 
 }  // namespace inferd

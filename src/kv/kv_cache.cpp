@@ -66,6 +66,28 @@ void KvCache::copy_block(int64_t src, int64_t dst) {
   }
 }
 
+void KvCache::export_block(int64_t block, std::byte* out) const {
+  INFERD_CHECK(block >= 0 && block < num_blocks_);
+  const size_t bytes = offset_bytes(0, block_size_);
+  for (int64_t layer = 0; layer < num_layers_; ++layer) {
+    const size_t at = offset_bytes(layer, block * block_size_);
+    std::memcpy(out, keys_.data() + at, bytes);
+    std::memcpy(out + bytes, values_.data() + at, bytes);
+    out += 2 * bytes;
+  }
+}
+
+void KvCache::import_block(int64_t block, const std::byte* in) {
+  INFERD_CHECK(block >= 0 && block < num_blocks_);
+  const size_t bytes = offset_bytes(0, block_size_);
+  for (int64_t layer = 0; layer < num_layers_; ++layer) {
+    const size_t at = offset_bytes(layer, block * block_size_);
+    std::memcpy(keys_.data() + at, in, bytes);
+    std::memcpy(values_.data() + at, in + bytes, bytes);
+    in += 2 * bytes;
+  }
+}
+
 KvLayerView KvCache::layer_view(int64_t layer) const {
   return KvLayerView{keys_.data() + offset_bytes(layer, 0), values_.data() + offset_bytes(layer, 0),
                      block_size_, dtype_};

@@ -41,6 +41,12 @@ class KvCache final {
   KvLayerView layer_view(int64_t layer) const;
   // Copies every layer's K and V of block `src` into block `dst` (copy-on-write of a shared block).
   void copy_block(int64_t src, int64_t dst);
+  // Bytes of one block over all layers, K and V: what export_block writes.
+  size_t block_bytes() const { return 2 * static_cast<size_t>(num_layers_) * offset_bytes(0, block_size_); }
+  // Writes block `block` as [layer][K rows, V rows] into out[0, block_bytes()) (offload tiers)...
+  void export_block(int64_t block, std::byte* out) const;
+  // ...and reads it back from that layout.
+  void import_block(int64_t block, const std::byte* in);
 
  private:
   size_t offset_bytes(int64_t layer, int64_t slot) const {

@@ -41,6 +41,20 @@ int64_t KVCacheManager::take_cached_prefix(RequestId id, const Tokens& tokens) {
     table.blocks.push_back(block);
     table.hashes.push_back(h);
   }
+  if (source_ != nullptr && static_cast<int64_t>(table.blocks.size()) < max_blocks) {
+    // Past the pool's own blocks: the offload tiers may hold the rest of the chain.
+    missing_.clear();
+    for (auto b = static_cast<int64_t>(table.blocks.size()); b < max_blocks; ++b) {
+      const BlockHash* parent = b == 0 ? nullptr : missing_.empty() ? &table.hashes.back() : &missing_.back();
+      missing_.push_back(hash_block(parent, tokens, b));
+    }
+    loaded_.clear();
+    const int64_t n = source_->load(missing_, pool_, &loaded_);
+    for (int64_t i = 0; i < n; ++i) {
+      table.blocks.push_back(loaded_[static_cast<size_t>(i)]);
+      table.hashes.push_back(missing_[static_cast<size_t>(i)]);
+    }
+  }
   const int64_t hit = static_cast<int64_t>(table.blocks.size()) * block_size_;
   hit_tokens_ += hit;
   if (!table.blocks.empty()) tables_.emplace(id, std::move(table));

@@ -17,6 +17,16 @@ namespace inferd {
 
 using RequestId = uint64_t;
 
+// Where blocks the pool no longer holds may still be found (KvOffloader: disk, Redis).
+class KvBlockSource {
+ public:
+  virtual ~KvBlockSource() = default;
+  // Engine thread. Loads the contents of keys[0], keys[1], ... (a hash chain, in order) into
+  // fresh blocks of `pool`, each cached under its key and appended to `blocks` with one reference;
+  // stops at the first key it cannot load. Returns how many it loaded.
+  virtual int64_t load(std::span<const BlockHash> keys, BlockPool& pool, std::vector<int32_t>* blocks) = 0;
+};
+
 class KVCacheManager final {
  public:
   // pool: not owned. block_size: tokens per block. prefix_caching: reuse full blocks by content.
@@ -40,6 +50,8 @@ class KVCacheManager final {
   // Registers the request's full blocks among its first `num_computed` tokens for reuse.
   void cache_full_blocks(RequestId id, const Tokens& tokens, int64_t num_computed);
   bool prefix_caching() const { return prefix_caching_; }
+  // Where take_cached_prefix() looks past the pool's own blocks (not owned; nullptr = nowhere).
+  void set_block_source(KvBlockSource* source) { source_ = source; }
   int64_t prefix_query_tokens() const { return query_tokens_; }
   int64_t prefix_hit_tokens() const { return hit_tokens_; }
 
@@ -102,6 +114,9 @@ class KVCacheManager final {
   bool prefix_caching_;
   std::unordered_map<RequestId, Table> tables_;
   std::vector<int32_t> scratch_;  // one block's token ids, for hashing
+  KvBlockSource* source_ = nullptr;
+  std::vector<BlockHash> missing_;  // keys past the pool's hits, for source_
+  std::vector<int32_t> loaded_;
   struct Pin {
     std::vector<int32_t> blocks;
     std::chrono::steady_clock::time_point expiry;

@@ -35,6 +35,7 @@ class Transformer final {
   Transformer(const ModelWeights& weights, ThreadPool& pool);
 
   const ModelConfig& config() const { return weights_.config; }
+  const ModelWeights& weights() const { return weights_; }
 
   // Runs all layers over the batch; writes K/V of every token; logits: [logit_rows.size(),
   // vocab]. Returns an error (and computes nothing) when the batch is inconsistent: ids out of

@@ -305,6 +305,16 @@ struct HttpServer::Impl {
     metrics->set_preemptions(ctx.engine->num_preemptions());
     metrics->set_prefix_cache(ctx.engine->prefix_query_tokens(), ctx.engine->prefix_hit_tokens());
     metrics->set_sessions(ctx.engine->num_sessions(), ctx.engine->num_pinned_blocks());
+    metrics->set_revived_blocks(ctx.engine->num_revived_blocks());
+    if (const KvOffloader* o = ctx.engine->offloader()) {
+      std::vector<OffloadTierFigures> tiers;
+      for (const auto& tier : o->tiers()) {
+        const KvTierStats& st = tier->stats();
+        tiers.push_back({tier->name(), st.writes.load(), st.write_bytes.load(), st.reads.load(),
+                         st.read_bytes.load(), st.failures.load(), st.corrupt.load(), tier->up()});
+      }
+      metrics->set_offload(tiers, o->num_dropped_writes());
+    }
   }
 
   // ---- /tokenize, /detokenize ---------------------------------------------------------------

@@ -79,6 +79,30 @@ ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model
       counter("prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.");
   prefix_hits_ =
       counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
+  prefix_hit_rate_ = gauge("prefix_cache_hit_rate",
+                           "Share of queried prompt tokens found in the prefix cache since start (0..1).");
+  revived_ = counter("kv_revived_blocks_total",
+                     "Freed KV blocks taken back from the free queue by a prefix cache hit.");
+  offload_dropped_ = counter("kv_offload_dropped_writes_total",
+                             "Cold KV blocks not offloaded because every staging slot was busy.");
+  auto counter_family = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(prefix + ":" + name).Help(help).Register(*registry_);
+  };
+  offload_writes_ = counter_family("kv_offload_writes_total", "KV blocks written to an offload tier.");
+  offload_write_bytes_ =
+      counter_family("kv_offload_write_bytes_total", "Bytes of KV blocks written to an offload tier.");
+  offload_reads_ =
+      counter_family("kv_offload_reads_total", "KV blocks loaded back from an offload tier (prefix hits).");
+  offload_read_bytes_ =
+      counter_family("kv_offload_read_bytes_total", "Bytes of KV blocks loaded back from an offload tier.");
+  offload_failures_ = counter_family(
+      "kv_offload_failures_total", "Offload tier I/O errors, timeouts and writes skipped while it was down.");
+  offload_corrupt_ = counter_family("kv_offload_corrupt_blocks_total",
+                                    "Stored KV blocks that failed their check when read back (recomputed).");
+  offload_up_ = &prometheus::BuildGauge()
+                     .Name(prefix + ":kv_offload_tier_up")
+                     .Help("1 while an offload tier answers, 0 while inferd runs without it.")
+                     .Register(*registry_);
   success_ = &prometheus::BuildCounter()
                   .Name(prefix + ":request_success_total")
                   .Help("Count of successfully processed requests.")
@@ -136,6 +160,27 @@ void ServerMetrics::set_preemptions(int64_t total) {
 void ServerMetrics::set_prefix_cache(int64_t query_tokens, int64_t hit_tokens) {
   advance(prefix_queries_, query_tokens, &prefix_queries_seen_);
   advance(prefix_hits_, hit_tokens, &prefix_hits_seen_);
+  prefix_hit_rate_->Set(query_tokens > 0 ? static_cast<double>(hit_tokens) / static_cast<double>(query_tokens)
+                                         : 0.0);
+}
+
+void ServerMetrics::set_revived_blocks(int64_t total) {
+  advance(revived_, total, &revived_seen_);
+}
+
+void ServerMetrics::set_offload(std::span<const OffloadTierFigures> tiers, int64_t dropped_writes) {
+  advance(offload_dropped_, dropped_writes, &offload_dropped_seen_);
+  for (const OffloadTierFigures& t : tiers) {
+    const prometheus::Labels labels = {{"model_name", model_name_}, {"tier", t.tier}};
+    OffloadTierFigures& seen = offload_seen_[t.tier];
+    advance(&offload_writes_->Add(labels), t.writes, &seen.writes);
+    advance(&offload_write_bytes_->Add(labels), t.write_bytes, &seen.write_bytes);
+    advance(&offload_reads_->Add(labels), t.reads, &seen.reads);
+    advance(&offload_read_bytes_->Add(labels), t.read_bytes, &seen.read_bytes);
+    advance(&offload_failures_->Add(labels), t.failures, &seen.failures);
+    advance(&offload_corrupt_->Add(labels), t.corrupt, &seen.corrupt);
+    offload_up_->Add(labels).Set(t.up ? 1.0 : 0.0);
+  }
 }
 
 void ServerMetrics::set_sessions(int64_t active, int64_t pinned_blocks) {

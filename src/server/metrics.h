@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
 
 #include <prometheus/counter.h>
@@ -28,6 +30,13 @@ struct RequestTimings {
   bool has_first_token = false;
 };
 
+// Cumulative figures of one KV offload tier (disk, redis), as the engine counts them.
+struct OffloadTierFigures {
+  std::string tier;
+  int64_t writes = 0, write_bytes = 0, reads = 0, read_bytes = 0, failures = 0, corrupt = 0;
+  bool up = true;
+};
+
 class ServerMetrics final {
  public:
   // prefix: "inferd" or "vllm"; max_model_len bounds the token-count buckets (1-2-5 series).
@@ -42,6 +51,8 @@ class ServerMetrics final {
   void set_preemptions(int64_t total);
   void set_prefix_cache(int64_t query_tokens, int64_t hit_tokens);
   void set_sessions(int64_t active, int64_t pinned_blocks);
+  void set_revived_blocks(int64_t total);
+  void set_offload(std::span<const OffloadTierFigures> tiers, int64_t dropped_writes);
 
   // The text exposition format (version 0.0.4).
   std::string render() const;
@@ -50,11 +61,18 @@ class ServerMetrics final {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram *ttft_, *tpot_, *itl_, *e2e_, *queue_, *prefill_, *decode_, *prompt_tokens_,
       *generation_tokens_;
-  prometheus::Gauge *running_, *waiting_, *kv_usage_, *sessions_, *pinned_blocks_;
+  prometheus::Gauge *running_, *waiting_, *kv_usage_, *sessions_, *pinned_blocks_, *prefix_hit_rate_;
   prometheus::Counter *prompt_total_, *generation_total_, *preemptions_, *prefix_queries_, *prefix_hits_;
   prometheus::Family<prometheus::Counter>* success_;
+  prometheus::Counter *revived_, *offload_dropped_;
+  // Offload families, one series per tier (label tier), added when a tier is first reported.
+  prometheus::Family<prometheus::Counter>*offload_writes_, *offload_write_bytes_, *offload_reads_,
+      *offload_read_bytes_, *offload_failures_, *offload_corrupt_;
+  prometheus::Family<prometheus::Gauge>* offload_up_;
   std::string model_name_;
-  int64_t preemptions_seen_ = 0, prefix_queries_seen_ = 0, prefix_hits_seen_ = 0;
+  int64_t preemptions_seen_ = 0, prefix_queries_seen_ = 0, prefix_hits_seen_ = 0, revived_seen_ = 0,
+          offload_dropped_seen_ = 0;
+  std::map<std::string, OffloadTierFigures> offload_seen_;  // by tier
 };
 
 }  // namespace inferd

@@ -18,10 +18,24 @@ TEST(BlockPoolTest, AllocateReleaseAndLruOrder) {
   EXPECT_EQ(*a, (std::vector<int32_t>{0, 1, 2}));
   EXPECT_FALSE(pool.allocate(2).has_value());  // only 1 free: nothing taken
   EXPECT_EQ(pool.num_free_blocks(), 1);
-  pool.release(std::vector<int32_t>{2, 0});  // freed order: 3 (never used), 2, 0
+  pool.release(std::vector<int32_t>{2, 0});  // no content key: each goes to the head, 0 last
   auto b = pool.allocate(3);
   ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(*b, (std::vector<int32_t>{3, 2, 0}));
+  EXPECT_EQ(*b, (std::vector<int32_t>{0, 2, 3}));
+}
+
+TEST(BlockPoolTest, FreedBlocksWithContentQueueBehindEmptyOnes) {
+  BlockPool pool(4);
+  auto a = pool.allocate(4);
+  ASSERT_TRUE(a.has_value());
+  pool.cache_block(0, BlockHash{1, 0});
+  pool.cache_block(1, BlockHash{2, 0});
+  pool.release(std::vector<int32_t>{1, 2, 0, 3});  // cached 1 then 0 to the tail; 2 and 3 to the head
+  EXPECT_DOUBLE_EQ(pool.content_usage(), 0.5);     // two free blocks still hold content
+  auto b = pool.allocate(4);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(*b, (std::vector<int32_t>{3, 2, 1, 0}));
+  EXPECT_EQ(pool.num_cached_blocks(), 0);  // reused: their keys are gone
 }
 
 TEST(BlockPoolTest, SharedBlocksFreeOnLastRelease) {

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""KV offload tiers (issue 6), through `inferd serve` and a real redis-server.
+
+    python3 scripts/bench/offload_bench.py hit [--prefix-tokens 2000] [--repeats 3]
+    python3 scripts/bench/offload_bench.py workload [--questions 16] [--rate 0.5] [--prefixes 2]
+
+hit: TTFT of one request whose ~2,000-token prompt is (a) recomputed, (b) loaded from the disk
+tier, (c) loaded from the Redis tier. For (b) and (c) one server process computes the prompt and
+offloads it (watermark 0); then a fresh process, whose pool is empty, gets the same request: its
+prefix comes only from the tier. Each figure is the median over --repeats fresh processes.
+
+workload: --prefixes system prompts of ~1,500 tokens taking turns, --questions questions, Poisson
+arrivals; TTFT p50 / p99 and output tokens/s with prefix caching off, on (the pool holds every
+prefix), and a pool forced small (holds about one prefix) without a tier, with the disk tier, and
+with the Redis tier.
+"""
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prefix_bench import PARAGRAPH, count_tokens, one  # noqa: E402
+from serve_util import start_server  # noqa: E402
+import random  # noqa: E402
+import threading  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--loglevel", "warning"], stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+
+    def flush(self):
+        subprocess.run(["redis-cli", "-p", str(self.port), "FLUSHALL"], stdout=subprocess.DEVNULL, check=True)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def metric(port, name):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    buf = b""
+    while True:
+        c = s.recv(65536)
+        if not c:
+            break
+        buf += c
+    s.close()
+    total = 0.0
+    for line in buf.decode().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def system_prompt(port, tokens, salt=""):
+    text = salt
+    while count_tokens(port, [{"role": "system", "content": text}]) < tokens:
+        text += PARAGRAPH
+    return text
+
+
+def ttft_of(port, messages):
+    out = []
+    one(port, messages, out)
+    return out[0][0]
+
+
+def wait_offloaded(port, min_blocks):
+    deadline = time.time() + 120
+    while metric(port, "inferd:kv_offload_writes_total") < min_blocks:
+        if time.time() > deadline:
+            raise RuntimeError("offload did not finish")
+        time.sleep(0.1)
+
+
+def hit(args):
+    p, port = start_server()
+    system = system_prompt(port, args.prefix_tokens)
+    n = count_tokens(port, [{"role": "system", "content": system}])
+    p.terminate()
+    p.wait()
+    print(f"system prompt {n} tokens + a question, 16 output tokens; median of {args.repeats} fresh processes")
+    redis = Redis()
+    disk = tempfile.mkdtemp(prefix="inferd_offload_")
+    rows = []
+    try:
+        for label, flags in [("recompute (prefix caching on, nothing cached)", None),
+                             ("disk tier hit", ["--kv-offload-dir", disk]),
+                             ("Redis tier hit", ["--kv-offload-redis", redis.url])]:
+            ttfts = []
+            for r in range(args.repeats):
+                messages = [{"role": "system", "content": system},
+                            {"role": "user", "content": f"Question {r}: summarise the guide."}]
+                if flags is not None:  # a first process computes and offloads the prefix
+                    shutil.rmtree(disk, ignore_errors=True)
+                    redis.flush()
+                    p, port = start_server(*flags, "--kv-offload-watermark", "0")
+                    ttft_of(port, messages)
+                    wait_offloaded(port, (n - 20) // 16)
+                    p.terminate()
+                    p.wait()
+                p, port = start_server(*(flags or []), "--kv-offload-watermark", "0") if flags else start_server()
+                ttfts.append(ttft_of(port, messages))
+                if flags:
+                    loaded = metric(port, "inferd:kv_offload_reads_total")
+                    assert loaded >= (n - 40) // 16, f"{label}: only {loaded} blocks loaded"
+                p.terminate()
+                p.wait()
+            rows.append((label, statistics.median(ttfts), ttfts))
+    finally:
+        redis.stop()
+        shutil.rmtree(disk, ignore_errors=True)
+    base = rows[0][1]
+    print("| TTFT of the request | median (s) | runs (s) | vs recompute |")
+    print("|---|---|---|---|")
+    for label, med, runs in rows:
+        print(f"| {label} | {med:.3f} | {', '.join(f'{t:.3f}' for t in runs)} | {med / base:.3f}x |")
+
+
+def run_workload(flags, workload, rate, seed):
+    p, port = start_server(*flags)
+    try:
+        rng = random.Random(seed)
+        results, threads = [], []
+        t0 = time.perf_counter()
+        for messages in workload:
+            th = threading.Thread(target=one, args=(port, messages, results))
+            th.start()
+            threads.append(th)
+            time.sleep(rng.expovariate(rate))
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - t0
+        loaded = metric(port, "inferd:kv_offload_reads_total")
+        hits = metric(port, "inferd:prefix_cache_hits_total")
+    finally:
+        p.terminate()
+        p.wait()
+    ttfts = sorted(r[0] for r in results)
+    p99 = ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))]
+    return statistics.median(ttfts), p99, len(results) * 16 / wall, hits, loaded
+
+
+def workload(args):
+    p, port = start_server()
+    systems = [system_prompt(port, 1500, salt=f"Guide {k}. ") for k in range(args.prefixes)]
+    n_sys = count_tokens(port, [{"role": "system", "content": systems[0]}])
+    p.terminate()
+    p.wait()
+    work = [[{"role": "system", "content": systems[i % args.prefixes]},
+             {"role": "user", "content": f"Question {i}: what does section {i * 7 % 13} of the guide say?"}]
+            for i in range(args.questions)]
+    # A small pool holds one system prompt and a little room: 48 MiB = 136 blocks of 16 here.
+    small = ["--kv-cache-memory", args.small_pool]
+    big = ["--kv-cache-memory", "512MiB"]
+    redis = Redis()
+    disk = tempfile.mkdtemp(prefix="inferd_offload_")
+    print(f"{args.prefixes} system prompts of ~{n_sys} tokens taking turns, {args.questions} questions, "
+          f"Poisson {args.rate}/s, 16 output tokens; small pool = {args.small_pool}")
+    print("| mode | TTFT p50 (s) | TTFT p99 (s) | output tokens/s | prefix hit tokens | blocks from tier |")
+    print("|---|---|---|---|---|---|")
+    modes = [("caching off", big + ["--no-prefix-caching"]), ("caching on", big), ("small pool, no tier", small),
+             ("small pool + disk tier", small + ["--kv-offload-dir", disk]),
+             ("small pool + Redis tier", small + ["--kv-offload-redis", redis.url])]
+    try:
+        for label, flags in modes:
+            if args.only and args.only not in label:
+                continue
+            r = run_workload(flags, work, args.rate, 1)
+            print(f"| {label} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:.1f} | {int(r[3])} | {int(r[4])} |", flush=True)
+    finally:
+        redis.stop()
+        shutil.rmtree(disk, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    h = sub.add_parser("hit")
+    h.add_argument("--prefix-tokens", type=int, default=2000)
+    h.add_argument("--repeats", type=int, default=3)
+    w = sub.add_parser("workload")
+    w.add_argument("--questions", type=int, default=16)
+    w.add_argument("--rate", type=float, default=0.5)
+    w.add_argument("--prefixes", type=int, default=2)
+    w.add_argument("--small-pool", default="48MiB")
+    w.add_argument("--only", default="", help="run only the modes whose label contains this")
+    args = ap.parse_args()
+    hit(args) if args.cmd == "hit" else workload(args)
+
+
+if __name__ == "__main__":
+    main()

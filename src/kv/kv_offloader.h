@@ -1,0 +1,110 @@
+// KvOffloader: keeps cached KV blocks beyond the pool, in the offload tiers (disk, Redis).
+//
+//   engine thread                                   writer thread
+//   after a step, content usage >= watermark:
+//     coldest free cached blocks ──stage()──► staging slots (preallocated) ──put()──► tiers
+//   allocate() reusing a cached block not yet staged: stage() it first (last chance)
+//   take_cached_prefix() past the pool's own hits:
+//     tiers ──get()──► check record ──► import into a fresh block, cache it ──► request's table
+//
+// Writes never stall a step: a block is copied into a staging slot (a memcpy) and the writer
+// thread stores it; when every slot is busy the block is skipped (counted). Reads are the engine
+// thread's, bounded by the tiers' timeouts; a record that fails its check is a miss (and is
+// removed), so the worst a tier can do is cost a recomputation.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "kv/block_pool.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_record.h"
+#include "kv/kv_tier.h"
+
+namespace inferd {
+
+struct KvOffloadOptions {
+  std::string disk_dir;              // --kv-offload-dir: empty = no disk tier
+  double disk_gb = 8;                // --kv-offload-disk-gb
+  std::string redis_url;             // --kv-offload-redis: empty = no Redis tier
+  double watermark = 0.8;            // --kv-offload-watermark: content usage above which cold blocks go out
+  int32_t max_blocks_per_step = 16;  // staged after one step (a memcpy each)
+  int64_t staging_bytes = int64_t{256} << 20;  // upper bound of the staging slots' memory
+  int32_t max_staging_blocks = 64;
+
+  bool enabled() const { return !disk_dir.empty() || !redis_url.empty(); }
+  Status validate() const;
+};
+
+class KvOffloader final : public KvBlockSource {
+ public:
+  // cache: not owned, must outlive this. Opens the tiers and starts the writer thread.
+  static Expected<std::unique_ptr<KvOffloader>> create(const KvOffloadOptions& options, KvCache& cache,
+                                                       const BlockHash& model_fingerprint);
+  // Lets the writer store what is staged (up to a few seconds), then joins it.
+  ~KvOffloader() override;
+  KvOffloader(const KvOffloader&) = delete;
+  KvOffloader& operator=(const KvOffloader&) = delete;
+
+  // Engine thread. Connects to `pool`: its evictions of blocks no tier holds are staged first.
+  void attach(BlockPool& pool);
+  // Engine thread. When the pool's content usage is at or above the watermark, stages up to
+  // `max_blocks` of its coldest free cached blocks that no tier holds; returns how many.
+  int32_t offload_cold(BlockPool& pool, int32_t max_blocks);
+  // Engine thread. Whether offload_cold() has something to do (blocks waiting, a slot free).
+  bool has_cold_work(const BlockPool& pool) const;
+  // Engine thread. Copies `block` (content key `hash`) into a staging slot for the writer and
+  // marks it offloaded; false (nothing changed) when every slot is busy.
+  bool stage(BlockPool& pool, int32_t block);
+
+  // KvBlockSource (engine thread): loads consecutive keys from the tiers into fresh pool blocks.
+  int64_t load(std::span<const BlockHash> keys, BlockPool& pool, std::vector<int32_t>* blocks) override;
+
+  // Blocks until the writer has stored everything staged so far (tests, benchmarks).
+  void flush();
+
+  const KvStoreIdentity& identity() const { return identity_; }
+  // Tiers in lookup order (disk first, then Redis). Their stats are safe to read from any thread.
+  const std::vector<std::unique_ptr<KvTier>>& tiers() const { return tiers_; }
+  int64_t num_dropped_writes() const { return dropped_writes_.load(); }
+  int64_t num_loaded_blocks() const { return loaded_blocks_.load(); }
+
+ private:
+  KvOffloader(const KvOffloadOptions& options, KvCache& cache, KvStoreIdentity identity);
+  void writer_loop();
+  std::span<std::byte> slot_bytes(int32_t slot) {
+    return {staging_.data() + static_cast<size_t>(slot) * record_bytes_, record_bytes_};
+  }
+
+  KvOffloadOptions options_;
+  KvCache& cache_;
+  KvStoreIdentity identity_;
+  size_t payload_bytes_, record_bytes_;
+  std::vector<std::unique_ptr<KvTier>> tiers_;
+  std::vector<std::byte> staging_;  // [slots, record_bytes]
+  std::vector<int32_t> cold_;       // engine thread scratch
+
+  struct Job {
+    BlockHash key;
+    int32_t slot;
+  };
+  std::mutex mutex_;
+  std::condition_variable wake_writer_, drained_;
+  std::vector<int32_t> free_slots_;      // guarded by mutex_
+  std::vector<Job> jobs_;                // guarded by mutex_: a ring of one entry per slot
+  size_t jobs_head_ = 0, num_jobs_ = 0;  // guarded by mutex_
+  int32_t in_flight_ = 0;                // guarded by mutex_: jobs taken by the writer, not yet done
+  bool stopping_ = false;                // guarded by mutex_
+  std::atomic<int64_t> dropped_writes_{0}, loaded_blocks_{0};
+  std::thread writer_;
+};
+
+}  // namespace inferd
