@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench.h"
 #include "engine/generator.h"
 #include "engine/offline_batch.h"
 #include "engine_flags.h"
@@ -383,6 +384,11 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand("info", "print a model's configuration as JSON");
   add_common(info_cmd, &common);
 
+  auto* bench_cmd = app.add_subcommand("bench", "serving and latency benchmarks");
+  BenchServeFlags bench_serve;
+  BenchLatencyFlags bench_latency;
+  const BenchCommands bench = add_bench_commands(bench_cmd, &bench_serve, &bench_latency);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -397,6 +403,8 @@ int main(int argc, char** argv) {
     if (*tokenize_cmd) return run_tokenize(common, tokenize);
     if (*generate_cmd) return run_batch(common, engine_flags, gen);
     if (*serve_cmd) return run_serve(common.model, common.threads, engine_flags, serve);
+    if (*bench.serve) return run_bench_serve(bench_serve);
+    if (*bench.latency) return run_bench_latency(bench_latency);
   } catch (const std::exception& e) {
     return fail(e.what());
   }
