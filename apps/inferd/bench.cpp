@@ -169,8 +169,16 @@ int run_bench_serve(const BenchServeFlags& flags_in) {
   std::optional<ServeRun> last;
   nlohmann::json sweep_json = nlohmann::json::array();
   const std::vector<int64_t> runs = sweep.empty() ? std::vector<int64_t>{f.options.max_concurrency} : sweep;
-  for (int64_t concurrency : runs) {
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const int64_t concurrency = runs[k];
     info.options.max_concurrency = concurrency;
+    if (k > 0) {
+      // Each sweep point draws its own prompts: a server's prefix cache must not carry over.
+      DatasetOptions d = f.dataset;
+      d.seed = f.dataset.seed + k;
+      items = make_dataset(d, **tokenizer);
+      if (!items) return fail(items.status().message());
+    }
     if (!sweep.empty())
       std::fprintf(stderr, "bench: max concurrency %lld\n", static_cast<long long>(concurrency));
     auto run = run_serve_benchmark(info.options, *items);
@@ -190,7 +198,11 @@ int run_bench_serve(const BenchServeFlags& flags_in) {
     file << out.dump(1) << "\n";
   }
   if (!f.plot_dir.empty()) {
-    if (Status s = write_plots(f.plot_dir, *last, points); !s.is_ok()) return fail(s.message());
+    if (points.back().summary.completed == 0) {
+      std::fprintf(stderr, "inferd: warning: --plot: no request succeeded, nothing to plot\n");
+    } else if (Status s = write_plots(f.plot_dir, *last, points); !s.is_ok()) {
+      return fail(s.message());
+    }
   }
   for (const SweepPoint& p : points) {
     if (p.summary.failed > 0) {

