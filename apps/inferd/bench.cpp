@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "bench/bench_report.h"
+#include "cli_error.h"
 #include "common/thread_pool.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
@@ -16,11 +17,6 @@
 namespace inferd {
 
 namespace {
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "inferd: error: %s\n", message.c_str());
-  return 1;
-}
 
 Expected<std::vector<int64_t>> parse_list(const std::string& text) {
   std::vector<int64_t> out;
@@ -49,12 +45,17 @@ Expected<double> parse_rate(const std::string& text) {
   return v;
 }
 
-std::string mean_pm(const std::vector<double>& v) {
+// Mean and sample standard deviation of repetitions (as llama-bench reports them).
+std::pair<double, double> mean_sd(const std::vector<double>& v) {
   double mean = 0, var = 0;
   for (double x : v) mean += x;
   mean /= static_cast<double>(v.size());
   for (double x : v) var += (x - mean) * (x - mean);
-  const double sd = v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0.0;
+  return {mean, v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0.0};
+}
+
+std::string mean_pm(const std::vector<double>& v) {
+  const auto [mean, sd] = mean_sd(v);
   char s[64];
   std::snprintf(s, sizeof s, "%.2f ± %.2f", mean, sd);
   return s;
@@ -62,12 +63,9 @@ std::string mean_pm(const std::vector<double>& v) {
 
 nlohmann::json stats_json(const std::vector<double>& v) {
   if (v.empty()) return nullptr;
-  double mean = 0, var = 0;
-  for (double x : v) mean += x;
-  mean /= static_cast<double>(v.size());
-  for (double x : v) var += (x - mean) * (x - mean);
+  const auto [mean, sd] = mean_sd(v);
   return {{"mean", mean},
-          {"stddev", v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0.0},
+          {"stddev", sd},
           {"min", *std::min_element(v.begin(), v.end())},
           {"max", *std::max_element(v.begin(), v.end())},
           {"samples", v}};

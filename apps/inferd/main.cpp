@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "cli_error.h"
 #include "engine/generator.h"
 #include "engine/offline_batch.h"
 #include "engine_flags.h"
@@ -25,11 +26,6 @@
 namespace {
 
 using namespace inferd;
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "inferd: error: %s\n", message.c_str());
-  return 1;
-}
 
 Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;

@@ -25,16 +25,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prefix_bench import PARAGRAPH, count_tokens, one  # noqa: E402
-from serve_util import start_server  # noqa: E402
-import random  # noqa: E402
-import threading  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from prefix_bench import PARAGRAPH, count_tokens, one, run  # noqa: E402
+from serve_util import free_port, start_server  # noqa: E402
 
 
 class Redis:
@@ -136,27 +128,10 @@ def hit(args):
 
 
 def run_workload(flags, workload, rate, seed):
-    p, port = start_server(*flags)
-    try:
-        rng = random.Random(seed)
-        results, threads = [], []
-        t0 = time.perf_counter()
-        for messages in workload:
-            th = threading.Thread(target=one, args=(port, messages, results))
-            th.start()
-            threads.append(th)
-            time.sleep(rng.expovariate(rate))
-        for th in threads:
-            th.join()
-        wall = time.perf_counter() - t0
-        loaded = metric(port, "inferd:kv_offload_reads_total")
-        hits = metric(port, "inferd:prefix_cache_hits_total")
-    finally:
-        p.terminate()
-        p.wait()
-    ttfts = sorted(r[0] for r in results)
-    p99 = ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))]
-    return statistics.median(ttfts), p99, len(results) * 16 / wall, hits, loaded
+    def counters(port):
+        return metric(port, "inferd:prefix_cache_hits_total"), metric(port, "inferd:kv_offload_reads_total")
+    p50, p99, tps, (hits, loaded) = run(flags, workload, rate, seed, start_fn=start_server, after=counters)
+    return p50, p99, tps, hits, loaded
 
 
 def workload(args):

@@ -58,8 +58,10 @@ def one(port, messages, out):
     s.close()
 
 
-def run(flags, workload, rate, seed):
-    p, port = start(*flags)
+def run(flags, workload, rate, seed, start_fn=None, after=None):
+    """Sends the workload at Poisson arrivals to a fresh server started by start_fn(*flags);
+    returns TTFT p50, TTFT p99, output tokens/s, and after(port) (read before the server stops)."""
+    p, port = (start_fn or start)(*flags)
     try:
         rng = random.Random(seed)
         results, threads = [], []
@@ -72,12 +74,13 @@ def run(flags, workload, rate, seed):
         for th in threads:
             th.join()
         wall = time.perf_counter() - t0
+        extra = after(port) if after else None
     finally:
         p.terminate()
         p.wait()
     ttfts = sorted(r[0] for r in results)
     p99 = ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))]
-    return statistics.median(ttfts), p99, len(results) * 16 / wall
+    return statistics.median(ttfts), p99, len(results) * 16 / wall, extra
 
 
 def main():

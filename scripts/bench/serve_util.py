@@ -1,6 +1,7 @@
 """Starting `inferd serve` for the benchmark scripts."""
 import os
 import re
+import socket
 import subprocess
 import threading
 
@@ -21,3 +22,11 @@ def start_server(*flags):
         if "ready:" in line:
             threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
             return p, port
+
+
+def free_port():
+    """A loopback port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+

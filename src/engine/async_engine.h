@@ -51,8 +51,6 @@ class AsyncEngine final {
   int64_t num_revived_blocks() const { return revived_blocks_.load(); }
   // The offload tiers (nullptr when none); their counters are safe to read from any thread.
   const KvOffloader* offloader() const { return engine_.offloader(); }
-  // Waits until the offload tiers stored every block staged so far. Thread-safe.
-  void flush_offload() { engine_.flush_offload(); }
 
  private:
   struct Submission {

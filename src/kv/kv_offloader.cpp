@@ -136,7 +136,6 @@ int64_t KvOffloader::load(std::span<const BlockHash> keys, BlockPool& pool, std:
       blocks->push_back(block);
       ++stats.reads;
       stats.read_bytes += static_cast<int64_t>(record.size());
-      ++loaded_blocks_;
       ++done;
       return true;
     });

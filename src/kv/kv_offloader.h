@@ -59,7 +59,8 @@ class KvOffloader final : public KvBlockSource {
   // Engine thread. When the pool's content usage is at or above the watermark, stages up to
   // `max_blocks` of its coldest free cached blocks that no tier holds; returns how many.
   int32_t offload_cold(BlockPool& pool, int32_t max_blocks);
-  // Engine thread. Whether offload_cold() has something to do (blocks waiting, a slot free).
+  // Engine thread. Whether cold blocks wait to be staged: the pool is at or above the watermark
+  // and holds free cached blocks no tier has (staging slots may all be busy just now).
   bool has_cold_work(const BlockPool& pool) const;
   // Engine thread. Copies `block` (content key `hash`) into a staging slot for the writer and
   // marks it offloaded; false (nothing changed) when every slot is busy.
@@ -75,7 +76,6 @@ class KvOffloader final : public KvBlockSource {
   // Tiers in lookup order (disk first, then Redis). Their stats are safe to read from any thread.
   const std::vector<std::unique_ptr<KvTier>>& tiers() const { return tiers_; }
   int64_t num_dropped_writes() const { return dropped_writes_.load(); }
-  int64_t num_loaded_blocks() const { return loaded_blocks_.load(); }
 
  private:
   KvOffloader(const KvOffloadOptions& options, KvCache& cache, KvStoreIdentity identity);
@@ -103,7 +103,7 @@ class KvOffloader final : public KvBlockSource {
   size_t jobs_head_ = 0, num_jobs_ = 0;  // guarded by mutex_
   int32_t in_flight_ = 0;                // guarded by mutex_: jobs taken by the writer, not yet done
   bool stopping_ = false;                // guarded by mutex_
-  std::atomic<int64_t> dropped_writes_{0}, loaded_blocks_{0};
+  std::atomic<int64_t> dropped_writes_{0};
   std::thread writer_;
 };
 
