@@ -1,8 +1,24 @@
 #include "common/thread_pool.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 
 namespace inferd {
+
+namespace {
+
+// Spin iterations before a waiter sleeps: a pause is ~40-140 cycles, so this is roughly a
+// millisecond, longer than the gap between two parallel_for calls of one step.
+constexpr int kSpinLimit = 1 << 14;
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
   INFERD_CHECK(num_threads >= 1);
@@ -11,11 +27,9 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  work_cv_.notify_all();
+  stopping_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -33,37 +47,42 @@ void ThreadPool::run(int64_t n, Trampoline fn, void* ctx) {
     fn(ctx, 0, n);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_fn_ = fn;
-    job_ctx_ = ctx;
-    job_n_ = n;
-    job_chunks_ = chunks;
-    pending_ = num_threads_ - 1;
-    ++generation_;
-  }
-  work_cv_.notify_all();
+  job_fn_ = fn;
+  job_ctx_ = ctx;
+  job_n_ = n;
+  job_chunks_ = chunks;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
   run_chunk(0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  int spins = 0;
+  for (int left = pending_.load(std::memory_order_acquire); left != 0;
+       left = pending_.load(std::memory_order_acquire)) {
+    if (++spins < kSpinLimit) {
+      cpu_relax();
+    } else {
+      pending_.wait(left, std::memory_order_acquire);
+    }
+  }
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
+    int spins = 0;
+    uint64_t now = generation_.load(std::memory_order_acquire);
+    while (now == seen) {
+      if (++spins < kSpinLimit) {
+        cpu_relax();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
+      now = generation_.load(std::memory_order_acquire);
     }
+    seen = now;
+    if (stopping_.load(std::memory_order_acquire)) return;
     run_chunk(index);
-    bool last = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      last = --pending_ == 0;
-    }
-    if (last) done_cv_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 

@@ -1,11 +1,15 @@
 // ThreadPool: a persistent pool of worker threads that kernels split their work over.
 // Owned by the model runner; one parallel_for runs at a time (called from the engine thread).
+// A decode step calls parallel_for a few hundred times, so hand-off must cost far less than a
+// futex wake-up: workers spin on an atomic generation counter for a while after each job
+// (about a millisecond) before they sleep on it (std::atomic::wait), and the caller spins on
+// the count of unfinished chunks the same way. No locks, no allocation per job.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace inferd {
@@ -39,13 +43,10 @@ class ThreadPool final {
 
   int num_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stopping_ = false;
-  // The job of the current generation.
+  std::atomic<uint64_t> generation_{0};  // bumped (release) to publish a job
+  std::atomic<int> pending_{0};          // workers that have not finished the current job
+  std::atomic<bool> stopping_{false};
+  // The job of the current generation (written before generation_ is bumped).
   Trampoline job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
   int64_t job_n_ = 0;

@@ -9,10 +9,51 @@
 
 namespace inferd {
 
-Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool)
+namespace {
+
+// The matrices packed as one integer matmul, or nothing when any of them has no integer kernel.
+std::optional<PackedQuantWeight> try_pack(std::initializer_list<const TensorView*> parts) {
+  for (const TensorView* p : parts) {
+    if (!PackedQuantWeight::supports(p->dtype)) return std::nullopt;
+  }
+  auto packed = PackedQuantWeight::pack(std::span<const TensorView* const>(parts.begin(), parts.size()));
+  if (!packed) return std::nullopt;
+  return std::move(packed).value();
+}
+
+std::optional<PackedQuantWeight> try_pack_swiglu(const TensorView& gate, const TensorView& up) {
+  if (!PackedQuantWeight::supports(gate.dtype) || !PackedQuantWeight::supports(up.dtype)) return std::nullopt;
+  auto packed = PackedQuantWeight::pack_swiglu(gate, up);
+  if (!packed) return std::nullopt;
+  return std::move(packed).value();
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool, TransformerOptions options)
     : weights_(weights),
       pool_(pool),
-      inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)) {}
+      inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)) {
+  packed_.resize(weights.layers.size());
+  if (options.matmul != MatmulPath::kInt8) return;
+  for (size_t i = 0; i < weights.layers.size(); ++i) {
+    const LayerWeights& l = weights.layers[i];
+    PackedLayer& p = packed_[i];
+    p.qkv = try_pack({&l.wq, &l.wk, &l.wv});
+    p.wo = try_pack({&l.wo});
+    p.gate_up = try_pack_swiglu(l.w_gate, l.w_up);
+    p.down = try_pack({&l.w_down});
+  }
+  packed_lm_head_ = try_pack({&weights.lm_head});
+}
+
+void Transformer::linear(const float* x, int64_t n, const TensorView& w,
+                         const std::optional<PackedQuantWeight>& packed, const float* bias, float* y) {
+  if (!packed) return matmul(x, n, w, bias, y, pool_);
+  quantized_.quantize(x, n, w.row_length());
+  const QuantMatmulOutput out{y, w.num_rows(), bias};
+  quant_matmul(quantized_, *packed, {&out, 1}, pool_);
+}
 
 void Transformer::reserve(int64_t n) {
   if (n <= capacity_) return;
@@ -99,9 +140,18 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
              eps);
   }
   auto bias = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
-  matmul(normed_.data(), n, l.wq, bias(l.bq), q_.data(), pool_);
-  matmul(normed_.data(), n, l.wk, bias(l.bk), k_.data(), pool_);
-  matmul(normed_.data(), n, l.wv, bias(l.bv), v_.data(), pool_);
+  const PackedLayer& p = packed_[static_cast<size_t>(layer_index)];
+  if (p.qkv) {
+    quantized_.quantize(normed_.data(), n, c.hidden_size);
+    const QuantMatmulOutput out[3] = {{q_.data(), c.q_dim(), bias(l.bq)},
+                                      {k_.data(), c.kv_dim(), bias(l.bk)},
+                                      {v_.data(), c.kv_dim(), bias(l.bv)}};
+    quant_matmul(quantized_, *p.qkv, out, pool_);
+  } else {
+    matmul(normed_.data(), n, l.wq, bias(l.bq), q_.data(), pool_);
+    matmul(normed_.data(), n, l.wk, bias(l.bk), k_.data(), pool_);
+    matmul(normed_.data(), n, l.wv, bias(l.bv), v_.data(), pool_);
+  }
   for (int64_t t = 0; t < n; ++t) {
     float* q = &q_[t * c.q_dim()];
     float* k = &k_[t * c.kv_dim()];
@@ -118,21 +168,28 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
   const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   paged_attention(q_.data(), b.sequences, b.token_sequence, cache.layer_view(layer_index), shape,
                   attn_.data(), pool_);
-  matmul(attn_.data(), n, l.wo, nullptr, proj_.data(), pool_);
+  linear(attn_.data(), n, l.wo, p.wo, nullptr, proj_.data());
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
 }
 
-void Transformer::mlp_block(const LayerWeights& l, int64_t n) {
+void Transformer::mlp_block(const LayerWeights& l, const PackedLayer& p, int64_t n) {
   const ModelConfig& c = config();
   const auto eps = static_cast<float>(c.rms_norm_eps);
   for (int64_t t = 0; t < n; ++t) {
     rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size, eps);
   }
-  matmul(normed_.data(), n, l.w_gate, nullptr, gate_.data(), pool_);
-  matmul(normed_.data(), n, l.w_up, nullptr, up_.data(), pool_);
-  silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.intermediate_size);
-  matmul(gate_.data(), n, l.w_down, nullptr, proj_.data(), pool_);
+  if (p.gate_up) {
+    // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices.
+    quantized_.quantize(normed_.data(), n, c.hidden_size);
+    const QuantMatmulOutput out{gate_.data(), c.intermediate_size, nullptr};
+    quant_matmul(quantized_, *p.gate_up, {&out, 1}, pool_);
+  } else {
+    matmul(normed_.data(), n, l.w_gate, nullptr, gate_.data(), pool_);
+    matmul(normed_.data(), n, l.w_up, nullptr, up_.data(), pool_);
+    silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.intermediate_size);
+  }
+  linear(gate_.data(), n, l.w_down, p.down, nullptr, proj_.data());
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
 }
@@ -147,7 +204,7 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];
     attention_block(l, i, b, cache);
-    mlp_block(l, n);
+    mlp_block(l, packed_[static_cast<size_t>(i)], n);
   }
   // Final norm of the rows that want logits, gathered to the front of normed_.
   const auto num_rows = static_cast<int64_t>(b.logit_rows.size());
@@ -156,7 +213,7 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
     rms_norm(&hidden_[t * c.hidden_size], weights_.final_norm.data(), &normed_[r * c.hidden_size],
              c.hidden_size, static_cast<float>(c.rms_norm_eps));
   }
-  matmul(normed_.data(), num_rows, weights_.lm_head, nullptr, logits.data(), pool_);
+  linear(normed_.data(), num_rows, weights_.lm_head, packed_lm_head_, nullptr, logits.data());
   return Status::ok();
 }
 

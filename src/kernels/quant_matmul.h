@@ -1,0 +1,126 @@
+// Integer matmul for block-quantized weights (GGUF Q8_0, Q4_0, Q4_1): activations are quantized
+// per token to int8 in blocks of 32, each weight block's dot product is an exact int32 sum
+// (AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled and accumulated in f32.
+//
+// Weights are repacked once, at load, into tiles of 16 output rows: for each block of 32 inputs a
+// tile holds 16 f16 scales (+ 16 f16 mins for Q4_1) and the 16 rows' quants interleaved four
+// bytes per row, so one 64-byte load feeds one vpdpbusd for all 16 rows:
+//
+//   tile = block 0 | block 1 | ... | block K/32-1
+//   block (Q8_0) = d[16] f16 | 8 groups x 16 rows x 4 bytes (q + 128, as u8)         = 544 bytes
+//   block (Q4_0) = d[16] f16 | 4 groups x 16 rows x 4 bytes (lo nibble: value 4g+j,
+//                                                           hi nibble: value 16+4g+j) = 288 bytes
+//   block (Q4_1) = d[16] f16 | m[16] f16 | 4 groups as Q4_0                           = 320 bytes
+//
+// Per (token, row, block): i = sum_j (w_j - offset) * x_j exactly (offset 128 for Q8_0, 8 for
+// Q4_0, 0 for Q4_1), then acc = fma(d_w * d_x, float(i), acc), and for Q4_1 acc = fma(m_w,
+// d_x * sum_j x_j, acc). Every ISA path performs exactly these f32 operations in this order, so
+// all paths give bit-identical results, and a token's result never depends on the other tokens
+// of the batch (the thread split is over tiles of rows): batch invariance holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu_isa.h"
+#include "tensor/tensor_view.h"
+
+namespace inferd {
+
+inline constexpr int64_t kQuantTileRows = 16;
+inline constexpr int64_t kQuantBlockValues = 32;
+
+// Activations [tokens, k] quantized per token in blocks of 32: q = round(x / d), d = max|x| / 127
+// (d = 0 and q = 0 for an all-zero block), with each block's sum of q and d * sum.
+class QuantizedActivations final {
+ public:
+  // Quantizes x [tokens, k]; k must be a multiple of 32. Allocates only when larger than before.
+  void quantize(const float* x, int64_t tokens, int64_t k);
+
+  int64_t tokens() const { return tokens_; }
+  int64_t k() const { return k_; }
+  int64_t blocks() const { return k_ / kQuantBlockValues; }
+  const int8_t* q(int64_t t) const { return q_.get() + t * k_; }
+  const float* scale(int64_t t) const { return scale_.data() + t * blocks(); }
+  const int32_t* sum(int64_t t) const { return sum_.data() + t * blocks(); }
+  const float* scaled_sum(int64_t t) const { return scaled_sum_.data() + t * blocks(); }
+
+ private:
+  int64_t tokens_ = 0;
+  int64_t k_ = 0;
+  size_t capacity_ = 0;
+  std::unique_ptr<int8_t[], void (*)(void*)> q_{nullptr, nullptr};
+  std::vector<float> scale_;
+  std::vector<int32_t> sum_;
+  std::vector<float> scaled_sum_;
+};
+
+// Scalar quantization of one token's row, the reference every path matches bit for bit.
+void quantize_activations_reference(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
+                                    float* scaled_sum);
+
+// Where one packed part's rows go: y[t * ld + r] for its rows r, plus bias[r] when given.
+struct QuantMatmulOutput {
+  float* y = nullptr;
+  int64_t ld = 0;
+  const float* bias = nullptr;
+};
+
+class PackedQuantWeight final {
+ public:
+  // Whether the integer kernels take this dtype.
+  static bool supports(DType dtype);
+
+  // Packs one or more matrices of one supported dtype and row length, one after another, each
+  // padded to whole tiles (Q, K and V as one matmul). Errors name an unsupported or mixed dtype.
+  static Expected<PackedQuantWeight> pack(std::span<const TensorView* const> parts);
+  // Packs gate and up ([intermediate, hidden] each) tile by tile interleaved, for the SwiGLU
+  // matmul: y = silu(x gate^T) * (x up^T).
+  static Expected<PackedQuantWeight> pack_swiglu(const TensorView& gate, const TensorView& up);
+
+  DType dtype() const { return dtype_; }
+  int64_t cols() const { return cols_; }
+  int64_t tiles() const { return tiles_; }
+  bool swiglu() const { return swiglu_; }
+  size_t num_parts() const { return parts_.size(); }
+  int64_t part_rows(size_t part) const { return parts_[part].rows; }
+  size_t tile_bytes() const { return tile_bytes_; }
+  size_t block_bytes() const { return block_bytes_; }
+  const std::byte* tile(int64_t index) const {
+    return data_.get() + static_cast<size_t>(index) * tile_bytes_;
+  }
+  size_t num_bytes() const { return static_cast<size_t>(tiles_) * tile_bytes_; }
+
+ private:
+  struct Part {
+    int64_t first_tile = 0;
+    int64_t num_tiles = 0;
+    int64_t rows = 0;
+  };
+  static Expected<PackedQuantWeight> pack_tiles(std::span<const TensorView* const> parts, bool interleave);
+
+  DType dtype_ = DType::kQ8_0;
+  int64_t cols_ = 0;
+  int64_t tiles_ = 0;
+  bool swiglu_ = false;
+  size_t block_bytes_ = 0;
+  size_t tile_bytes_ = 0;
+  std::vector<Part> parts_;
+  std::unique_ptr<std::byte[], void (*)(void*)> data_{nullptr, nullptr};
+
+  friend void quant_matmul(const QuantizedActivations&, const PackedQuantWeight&,
+                           std::span<const QuantMatmulOutput>, ThreadPool&, Isa);
+};
+
+// y = x w^T (+ bias) for every part of w: outputs[p] receives part p. With a SwiGLU-packed w,
+// one output receives silu(gate) * up ([tokens, intermediate]). Runs the active ISA's path
+// unless `isa` says otherwise (tests); the split over threads is by tiles of rows.
+void quant_matmul(const QuantizedActivations& x, const PackedQuantWeight& w,
+                  std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa = active_isa());
+
+}  // namespace inferd

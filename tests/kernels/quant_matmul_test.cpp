@@ -1,0 +1,272 @@
+#include "kernels/quant_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "tensor/dequantize.h"
+#include "test_support.h"
+
+namespace inferd {
+namespace {
+
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+
+// Every path this CPU can run, scalar first.
+std::vector<Isa> paths() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kVnni, Isa::kAmx}) {
+    if (static_cast<int>(isa) <= static_cast<int>(detected_isa())) out.push_back(isa);
+  }
+  return out;
+}
+
+std::vector<float> dequantized(const QuantizedActivations& xq) {
+  std::vector<float> out(static_cast<size_t>(xq.tokens() * xq.k()));
+  for (int64_t t = 0; t < xq.tokens(); ++t)
+    for (int64_t i = 0; i < xq.k(); ++i)
+      out[static_cast<size_t>(t * xq.k() + i)] = xq.q(t)[i] * xq.scale(t)[i / kQuantBlockValues];
+  return out;
+}
+
+// y[t, n] in double from the dequantized weights and the (dequantized) int8 activations.
+std::vector<double> reference(const TensorView& w, const std::vector<float>& x, int64_t tokens,
+                              const float* bias) {
+  const int64_t n = w.num_rows(), k = w.row_length();
+  std::vector<float> row(static_cast<size_t>(k));
+  std::vector<double> y(static_cast<size_t>(tokens * n));
+  for (int64_t r = 0; r < n; ++r) {
+    dequantize_row(w.dtype, w.row(r), row.data(), k);
+    for (int64_t t = 0; t < tokens; ++t) {
+      double acc = bias != nullptr ? bias[r] : 0.0;
+      for (int64_t i = 0; i < k; ++i)
+        acc += static_cast<double>(row[static_cast<size_t>(i)]) * x[static_cast<size_t>(t * k + i)];
+      y[static_cast<size_t>(t * n + r)] = acc;
+    }
+  }
+  return y;
+}
+
+TEST(QuantizeActivationsTest, EveryPathMatchesTheReferenceBitForBit) {
+  std::mt19937 rng(7);
+  for (int64_t k : {32, 96, 576}) {
+    auto x = test::random_floats(static_cast<size_t>(5 * k), rng);
+    for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
+    x[40] = 1e-30f;                                                     // a tiny value
+    QuantizedActivations xq;
+    xq.quantize(x.data(), 5, k);
+    std::vector<int8_t> q(static_cast<size_t>(k));
+    std::vector<float> scale(static_cast<size_t>(k / 32)), scaled(scale.size());
+    std::vector<int32_t> sum(scale.size());
+    for (int64_t t = 0; t < 5; ++t) {
+      quantize_activations_reference(x.data() + t * k, k, q.data(), scale.data(), sum.data(), scaled.data());
+      ASSERT_EQ(0, std::memcmp(q.data(), xq.q(t), q.size()));
+      for (size_t b = 0; b < scale.size(); ++b) {
+        ASSERT_EQ(scale[b], xq.scale(t)[b]);
+        ASSERT_EQ(sum[b], xq.sum(t)[b]);
+        ASSERT_EQ(scaled[b], xq.scaled_sum(t)[b]);
+        // Round to nearest: each value within half a step of its original.
+        for (int j = 0; j < 32; ++j) {
+          const size_t i = b * 32 + static_cast<size_t>(j);
+          EXPECT_LE(std::fabs(q[i] * scale[b] - x[static_cast<size_t>(t * k) + i]),
+                    0.5001f * scale[b] + 1e-37f);
+        }
+      }
+    }
+    EXPECT_EQ(xq.scale(0)[0], 0.0f);
+    EXPECT_EQ(xq.sum(0)[0], 0);
+  }
+}
+
+struct Shape {
+  int64_t tokens, rows, k;
+};
+
+// Random shapes, odd ones included: every path bit-identical to the scalar path, and all within
+// f32 rounding of the double-precision product of the dequantized operands.
+TEST(QuantMatmulTest, EveryPathMatchesScalarAndTheDequantizedProduct) {
+  ThreadPool pool(3);
+  std::mt19937 rng(11);
+  for (DType dtype : kTypes) {
+    for (Shape s : {Shape{1, 1, 32}, Shape{1, 16, 64}, Shape{3, 17, 96}, Shape{8, 33, 32}, Shape{9, 5, 576},
+                    Shape{19, 100, 160}, Shape{1, 47, 896}}) {
+      SCOPED_TRACE(std::string(dtype_info(dtype).name) + " T=" + std::to_string(s.tokens) +
+                   " N=" + std::to_string(s.rows) + " K=" + std::to_string(s.k));
+      std::vector<std::byte> storage;
+      TensorView w = test::random_tensor(dtype, s.rows, s.k, rng, &storage);
+      auto x = test::random_floats(static_cast<size_t>(s.tokens * s.k), rng);
+      auto bias = test::random_floats(static_cast<size_t>(s.rows), rng);
+      QuantizedActivations xq;
+      xq.quantize(x.data(), s.tokens, s.k);
+      const TensorView* parts[] = {&w};
+      auto packed = PackedQuantWeight::pack(parts);
+      ASSERT_TRUE(packed.has_value()) << packed.status().message();
+      const auto want = reference(w, dequantized(xq), s.tokens, bias.data());
+      std::vector<float> scalar(static_cast<size_t>(s.tokens * s.rows));
+      for (Isa isa : paths()) {
+        SCOPED_TRACE(std::string(isa_name(isa)));
+        std::vector<float> got(scalar.size(), -1.0f);
+        const QuantMatmulOutput out{got.data(), s.rows, bias.data()};
+        quant_matmul(xq, *packed, {&out, 1}, pool, isa);
+        if (isa == Isa::kScalar) scalar = got;
+        ASSERT_EQ(0, std::memcmp(scalar.data(), got.data(), got.size() * sizeof(float)));
+        double err = 0, mag = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          err = std::max(err, std::fabs(got[i] - want[i]));
+          mag = std::max(mag, std::fabs(want[i]));
+        }
+        EXPECT_LE(err, 1e-5 * std::max(mag, 1.0));
+      }
+    }
+  }
+}
+
+// Against the f32 activations, the int8 rounding costs at most half a step per value.
+TEST(QuantMatmulTest, ErrorAgainstF32ActivationsIsBoundedByTheRounding) {
+  ThreadPool pool(2);
+  std::mt19937 rng(3);
+  for (DType dtype : kTypes) {
+    std::vector<std::byte> storage;
+    TensorView w = test::random_tensor(dtype, 24, 256, rng, &storage);
+    auto x = test::random_floats(4 * 256, rng);
+    QuantizedActivations xq;
+    xq.quantize(x.data(), 4, 256);
+    const TensorView* parts[] = {&w};
+    auto packed = PackedQuantWeight::pack(parts);
+    ASSERT_TRUE(packed.has_value());
+    std::vector<float> got(4 * 24);
+    const QuantMatmulOutput out{got.data(), 24, nullptr};
+    quant_matmul(xq, *packed, {&out, 1}, pool);
+    const auto exact = reference(w, x, 4, nullptr);
+    std::vector<float> row(256);
+    for (int64_t r = 0; r < 24; ++r) {
+      dequantize_row(dtype, w.row(r), row.data(), 256);
+      for (int64_t t = 0; t < 4; ++t) {
+        double bound = 1e-5;
+        for (int64_t i = 0; i < 256; ++i)
+          bound += std::fabs(row[static_cast<size_t>(i)]) * 0.5001 * xq.scale(t)[i / 32];
+        EXPECT_LE(std::fabs(got[static_cast<size_t>(t * 24 + r)] - exact[static_cast<size_t>(t * 24 + r)]),
+                  bound);
+      }
+    }
+  }
+}
+
+// Batch invariance: a token's outputs do not depend on the other tokens or the thread count.
+TEST(QuantMatmulTest, TokenResultsIndependentOfBatchAndThreads) {
+  std::mt19937 rng(99);
+  for (DType dtype : kTypes) {
+    std::vector<std::byte> storage;
+    TensorView w = test::random_tensor(dtype, 45, 96, rng, &storage);
+    const TensorView* parts[] = {&w};
+    auto packed = PackedQuantWeight::pack(parts);
+    ASSERT_TRUE(packed.has_value());
+    auto x = test::random_floats(11 * 96, rng);
+    QuantizedActivations all;
+    all.quantize(x.data(), 11, 96);
+    std::vector<float> batched(11 * 45);
+    ThreadPool pool4(4);
+    const QuantMatmulOutput out{batched.data(), 45, nullptr};
+    quant_matmul(all, *packed, {&out, 1}, pool4);
+    ThreadPool pool1(1);
+    for (int64_t t = 0; t < 11; ++t) {
+      QuantizedActivations one;
+      one.quantize(x.data() + t * 96, 1, 96);
+      std::vector<float> alone(45);
+      const QuantMatmulOutput o{alone.data(), 45, nullptr};
+      quant_matmul(one, *packed, {&o, 1}, pool1);
+      for (int64_t n = 0; n < 45; ++n)
+        ASSERT_EQ(alone[static_cast<size_t>(n)], batched[static_cast<size_t>(t * 45 + n)]);
+    }
+  }
+}
+
+// Q, K and V packed as one matmul give each part exactly what it gives alone, bias included.
+TEST(QuantMatmulTest, FusedPartsEqualSeparateMatmuls) {
+  ThreadPool pool(2);
+  std::mt19937 rng(5);
+  for (DType dtype : kTypes) {
+    std::vector<std::byte> sq, sk, sv;
+    TensorView q = test::random_tensor(dtype, 40, 64, rng, &sq);
+    TensorView k = test::random_tensor(dtype, 7, 64, rng, &sk);
+    TensorView v = test::random_tensor(dtype, 21, 64, rng, &sv);
+    auto x = test::random_floats(3 * 64, rng);
+    auto bias = test::random_floats(40 + 7 + 21, rng);
+    QuantizedActivations xq;
+    xq.quantize(x.data(), 3, 64);
+    const TensorView* all[] = {&q, &k, &v};
+    auto fused = PackedQuantWeight::pack(all);
+    ASSERT_TRUE(fused.has_value());
+    EXPECT_EQ(fused->num_parts(), 3u);
+    EXPECT_EQ(fused->tiles(), 3 + 1 + 2);
+    std::vector<float> yq(3 * 40), yk(3 * 7), yv(3 * 21);
+    const QuantMatmulOutput outs[3] = {
+        {yq.data(), 40, bias.data()}, {yk.data(), 7, bias.data() + 40}, {yv.data(), 21, bias.data() + 47}};
+    quant_matmul(xq, *fused, outs, pool);
+    const TensorView* views[] = {&q, &k, &v};
+    std::vector<float>* ys[] = {&yq, &yk, &yv};
+    const float* biases[] = {bias.data(), bias.data() + 40, bias.data() + 47};
+    for (int p = 0; p < 3; ++p) {
+      const TensorView* one[] = {views[p]};
+      auto alone = PackedQuantWeight::pack(one);
+      ASSERT_TRUE(alone.has_value());
+      const int64_t rows = views[p]->num_rows();
+      std::vector<float> y(static_cast<size_t>(3 * rows));
+      const QuantMatmulOutput o{y.data(), rows, biases[p]};
+      quant_matmul(xq, *alone, {&o, 1}, pool);
+      EXPECT_EQ(y, *ys[p]) << "part " << p;
+    }
+  }
+}
+
+// Gate and up packed for SwiGLU give silu(gate) * up of the two separate matmuls, bit for bit.
+TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
+  ThreadPool pool(2);
+  std::mt19937 rng(8);
+  for (DType dtype : kTypes) {
+    std::vector<std::byte> sg, su;
+    TensorView gate = test::random_tensor(dtype, 37, 96, rng, &sg);
+    TensorView up = test::random_tensor(dtype, 37, 96, rng, &su);
+    auto x = test::random_floats(10 * 96, rng);
+    QuantizedActivations xq;
+    xq.quantize(x.data(), 10, 96);
+    auto fused = PackedQuantWeight::pack_swiglu(gate, up);
+    ASSERT_TRUE(fused.has_value());
+    std::vector<float> y(10 * 37);
+    const QuantMatmulOutput out{y.data(), 37, nullptr};
+    quant_matmul(xq, *fused, {&out, 1}, pool);
+    std::vector<float> g(y.size()), u(y.size());
+    for (auto [view, dst] : {std::pair{&gate, &g}, std::pair{&up, &u}}) {
+      const TensorView* one[] = {view};
+      auto packed = PackedQuantWeight::pack(one);
+      ASSERT_TRUE(packed.has_value());
+      const QuantMatmulOutput o{dst->data(), 37, nullptr};
+      quant_matmul(xq, *packed, {&o, 1}, pool);
+    }
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], g[i] / (1.0f + std::exp(-g[i])) * u[i]);
+  }
+}
+
+TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
+  std::mt19937 rng(1);
+  std::vector<std::byte> s1, s2, s3;
+  TensorView f16 = test::random_tensor(DType::kF16, 4, 64, rng, &s1);
+  TensorView q8 = test::random_tensor(DType::kQ8_0, 4, 64, rng, &s2);
+  TensorView q4 = test::random_tensor(DType::kQ4_0, 5, 64, rng, &s3);
+  f16.name = "blk.0.attn_q.weight";
+  const TensorView* a[] = {&f16};
+  auto r = PackedQuantWeight::pack(a);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("blk.0.attn_q.weight"), std::string::npos);
+  const TensorView* mixed[] = {&q8, &q4};
+  EXPECT_FALSE(PackedQuantWeight::pack(mixed).has_value());
+  EXPECT_TRUE(PackedQuantWeight::pack_swiglu(q4, q4).has_value());
+  TensorView q4b = q4;
+  q4b.shape = {4, 64, 1, 1};
+  EXPECT_FALSE(PackedQuantWeight::pack_swiglu(q4, q4b).has_value());
+}
+
+}  // namespace
+}  // namespace inferd
