@@ -9,6 +9,7 @@
 
 #include "bench/bench_report.h"
 #include "cli_error.h"
+#include "engine_flags.h"
 #include "common/thread_pool.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
@@ -121,6 +122,7 @@ BenchCommands add_bench_commands(CLI::App* bench, BenchServeFlags* f, BenchLaten
       ->check(CLI::NonNegativeNumber);
   latency->add_option("-r,--repetitions", l->options.repetitions, "repetitions")->check(CLI::PositiveNumber);
   latency->add_flag("--json", l->json, "print one JSON object instead of a table");
+  add_matmul_flag(latency, &l->matmul);
   return {serve, latency};
 }
 
@@ -222,7 +224,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   auto weights = load_model(path);
   if (!weights) return fail(weights.status().message());
   ThreadPool pool(threads);
-  Transformer model(**weights, pool);
+  Transformer model(**weights, pool, transformer_options(f.matmul));
   auto r = run_latency_benchmark(model, f.options);
   if (!r) return fail(r.status().message());
   const std::string name = std::filesystem::path(path).filename().string();

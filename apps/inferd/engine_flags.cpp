@@ -8,7 +8,19 @@
 
 namespace inferd {
 
+void add_matmul_flag(CLI::App* cmd, std::string* matmul) {
+  cmd->add_option("--matmul", *matmul,
+                  "quantized weights: int8 (int8 activations, integer kernels; default) or f32 (weights "
+                  "expanded to f32: slower, closest to an f32 reference)")
+      ->check(CLI::IsMember({"int8", "f32"}));
+}
+
+TransformerOptions transformer_options(const std::string& matmul) {
+  return {.matmul = matmul == "f32" ? MatmulPath::kF32 : MatmulPath::kInt8};
+}
+
 void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
+  add_matmul_flag(cmd, &f->matmul);
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV cache size: bytes (2GiB, 512MB) or a fraction of free RAM (0.3)");
   cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV storage: f16, bf16 or f32");

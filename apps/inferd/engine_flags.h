@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "engine/engine.h"
 #include "model/model_config.h"
+#include "model/transformer.h"
 
 namespace inferd {
 
@@ -27,7 +28,12 @@ struct EngineFlags {
   double kv_offload_disk_gb = 8;
   std::string kv_offload_redis;
   double kv_offload_watermark = 0.8;
+  std::string matmul = "int8";
 };
+
+// --matmul int8|f32: how the transformer multiplies quantized weights (see MatmulPath).
+void add_matmul_flag(CLI::App* cmd, std::string* matmul);
+TransformerOptions transformer_options(const std::string& matmul);
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 

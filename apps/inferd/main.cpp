@@ -106,6 +106,7 @@ struct RunFlags {
   int32_t top_k = 0;
   float top_p = 1.0f;
   std::optional<uint64_t> seed;
+  std::string matmul = "int8";
 };
 
 void print_stats(double load_secs, const GenerationStats& s) {
@@ -154,7 +155,7 @@ int run_generate(const CommonFlags& flags, const RunFlags& run) {
     ids = std::move(chat->ids);
   }
   ThreadPool pool(flags.threads);
-  Transformer model(**m, pool);
+  Transformer model(**m, pool, transformer_options(run.matmul));
   std::optional<IncrementalDetokenizer> detok;
   if (tokenizer) detok.emplace(*tokenizer, std::vector<std::string>{});
   bool first = true;
@@ -262,7 +263,7 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   auto options = engine_options(engine_flags, (*m)->config);
   if (!options) return fail(options.status().message());
   ThreadPool pool(flags.threads);
-  Transformer model(**m, pool);
+  Transformer model(**m, pool, transformer_options(engine_flags.matmul));
   Engine engine(model, *options);
   std::fprintf(stderr, "%s\n", describe_kv_cache(*options, engine_flags, (*m)->config).c_str());
   // Lines that did not parse are reported as errors without reaching the engine.
@@ -345,6 +346,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   run_cmd->add_option("--top-p", run.top_p, "nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
   run_cmd->add_option("--seed", run.seed, "random seed (same seed, same output)");
+  add_matmul_flag(run_cmd, &run.matmul);
 
   auto* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a text as JSON");
   add_common(tokenize_cmd, &common);

@@ -1,118 +1,263 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <type_traits>
+#include <cstring>
 #include <vector>
 
 #include "common/half.h"
 #include "kernels/f32_kernels.h"
 
+#if defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+#endif
+
 namespace inferd {
 
 namespace {
 
-// Reads n elements of type T as f32 into out (identity for float).
-template <typename T>
-const float* as_f32(const void* p, int64_t n, float* out);
-template <>
-const float* as_f32<float>(const void* p, int64_t, float*) {
-  return static_cast<const float*>(p);
-}
-struct F16 {};
-struct BF16 {};
-template <>
-const float* as_f32<F16>(const void* p, int64_t n, float* out) {
-  f32_kernels().f16_to_f32(static_cast<const uint16_t*>(p), out, n);
-  return out;
-}
-template <>
-const float* as_f32<BF16>(const void* p, int64_t n, float* out) {
-  const auto* h = static_cast<const uint16_t*>(p);
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(h[i]);
-  return out;
+// Flash-style attention: each work item is (sequence, KV head, up to kTileTokens of the
+// sequence's query tokens); it walks the context in chunks of kChunk positions, converting each
+// chunk's K (transposed, [head_dim][kChunk]) and V ([kChunk][head_dim]) to f32 once for all of
+// the item's query rows (its tokens x the query heads sharing the KV head), and keeps per row a
+// running max, sum and output (online softmax). Chunks start at absolute multiples of kChunk,
+// so a (token, head)'s arithmetic depends only on its query, its position and the K/V: never on
+// which other tokens share its item, the batch, or the thread split.
+constexpr int64_t kChunk = 16;
+constexpr int64_t kTileTokens = 8;
+
+struct Item {
+  int32_t sequence;
+  int32_t kv_head;
+  int64_t first_token;  // batch row
+  int64_t num_tokens;
+};
+
+// Converts n slots' head of K or V (kv_dim-strided rows in the cache) to f32.
+void load_rows(const KvLayerView& kv, const std::byte* base, std::span<const int32_t> block_table, int64_t first,
+               int64_t n, int64_t kv_dim, int64_t offset, int64_t hd, float* out /* [n][hd] */) {
+  const size_t elem = kv.dtype == KvDType::kF32 ? 4 : 2;
+  const F32Kernels& kernels = f32_kernels();
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t p = first + c;
+    const int64_t slot =
+        static_cast<int64_t>(block_table[static_cast<size_t>(p / kv.block_size)]) * kv.block_size + p % kv.block_size;
+    const std::byte* src = base + static_cast<size_t>(slot * kv_dim + offset) * elem;
+    float* dst = out + c * hd;
+    switch (kv.dtype) {
+      case KvDType::kF32: std::memcpy(dst, src, static_cast<size_t>(hd) * 4); break;
+      case KvDType::kF16: kernels.f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, hd); break;
+      case KvDType::kBF16:
+        for (int64_t d = 0; d < hd; ++d) dst[d] = bf16_to_f32(load_u16(src + 2 * d));
+        break;
+    }
+  }
 }
 
-template <typename T>
-constexpr size_t kElementBytes = std::is_same_v<T, float> ? 4 : 2;
+// Per query row state of the online softmax.
+struct RowState {
+  float max;
+  float sum;
+};
 
-template <typename T>
-void attend(const float* q, std::span<const AttentionSequence> sequences,
-            std::span<const int32_t> token_sequence, const KvLayerView& kv, const AttentionShape& shape,
-            float* out, ThreadPool& pool);
+// ---------------------------------------------------------------------------------------------
+// Portable path.
+
+void chunk_rows_scalar(const float* const* q, const int64_t* limit, int64_t rows, const float* k /*[hd][kChunk]*/,
+                       const float* v /*[kChunk][hd]*/, int64_t hd, float scale, RowState* state, float* o) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t valid = limit[r];
+    if (valid <= 0) continue;
+    float s[kChunk];
+    for (int64_t c = 0; c < valid; ++c) s[c] = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) {
+      const float qd = q[r][d];
+      for (int64_t c = 0; c < valid; ++c) s[c] += qd * k[d * kChunk + c];
+    }
+    float m = state[r].max;
+    for (int64_t c = 0; c < valid; ++c) m = std::max(m, s[c] *= scale);
+    const float corr = std::exp(state[r].max - m);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < valid; ++c) sum += (s[c] = std::exp(s[c] - m));
+    state[r].sum = state[r].sum * corr + sum;
+    state[r].max = m;
+    float* out = o + r * hd;
+    for (int64_t d = 0; d < hd; ++d) out[d] *= corr;
+    for (int64_t c = 0; c < valid; ++c)
+      for (int64_t d = 0; d < hd; ++d) out[d] += s[c] * v[c * hd + d];
+  }
+}
+
+#if defined(__x86_64__)
+#define INFERD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+// e^x for x <= 0 (scores minus their running max), about 2 ulp; lanes below -87 give 0.
+INFERD_AVX512 inline __m512 exp_nonpositive(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.0f);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_max_ps(x, lo);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
+}
+
+INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit, int64_t rows, const float* k,
+                                     const float* v, int64_t hd, float scale, RowState* state, float* o) {
+  static_assert(kChunk == 16);
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t valid = limit[r];
+    if (valid <= 0) continue;
+    const __mmask16 live = valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
+    // Scores of the chunk's 16 positions at once: sum_d q[d] * K^T[d][:], two chains.
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int64_t d = 0;
+    for (; d + 2 <= hd; d += 2) {
+      s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), _mm512_loadu_ps(k + d * kChunk), s0);
+      s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d + 1]), _mm512_loadu_ps(k + (d + 1) * kChunk), s1);
+    }
+    if (d < hd) s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), _mm512_loadu_ps(k + d * kChunk), s0);
+    __m512 s = _mm512_mask_blend_ps(live, neg_inf, _mm512_mul_ps(_mm512_add_ps(s0, s1), _mm512_set1_ps(scale)));
+    const float m = std::max(state[r].max, _mm512_reduce_max_ps(s));
+    const float corr = _mm_cvtss_f32(_mm512_castps512_ps128(
+        exp_nonpositive(_mm512_set1_ps(state[r].max == -INFINITY ? -INFINITY : state[r].max - m))));
+    const __m512 p = _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(m))));
+    state[r].sum = state[r].sum * corr + _mm512_reduce_add_ps(p);
+    state[r].max = m;
+    alignas(64) float pw[16];
+    _mm512_store_ps(pw, p);
+    float* out = o + r * hd;
+    const __m512 cv = _mm512_set1_ps(corr);
+    for (int64_t j = 0; j < hd; j += 16) {
+      const __mmask16 mask =
+          hd - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (hd - j)) - 1u);
+      __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, out + j), cv);
+      for (int64_t c = 0; c < valid; ++c)
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(pw[c]), _mm512_maskz_loadu_ps(mask, v + c * hd + j), acc);
+      _mm512_mask_storeu_ps(out + j, mask, acc);
+    }
+  }
+}
+#endif
+
+using ChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const float*, const float*, int64_t, float,
+                         RowState*, float*);
+
+ChunkFn chunk_kernel(Isa isa) {
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) return chunk_rows_avx512;
+#else
+  (void)isa;
+#endif
+  return chunk_rows_scalar;
+}
 
 }  // namespace
 
 void paged_attention(const float* q, std::span<const AttentionSequence> sequences,
-                     std::span<const int32_t> token_sequence, const KvLayerView& kv,
-                     const AttentionShape& shape, float* out, ThreadPool& pool) {
-  switch (kv.dtype) {
-    case KvDType::kF32: return attend<float>(q, sequences, token_sequence, kv, shape, out, pool);
-    case KvDType::kF16: return attend<F16>(q, sequences, token_sequence, kv, shape, out, pool);
-    case KvDType::kBF16: return attend<BF16>(q, sequences, token_sequence, kv, shape, out, pool);
-  }
-}
-
-namespace {
-
-template <typename T>
-void attend(const float* q, std::span<const AttentionSequence> sequences,
-            std::span<const int32_t> token_sequence, const KvLayerView& kv, const AttentionShape& shape,
-            float* out, ThreadPool& pool) {
+                     std::span<const int32_t> token_sequence, const KvLayerView& kv, const AttentionShape& shape,
+                     float* out, ThreadPool& pool, Isa isa) {
+  (void)token_sequence;  // rows are found through each sequence's query range
   const int64_t hd = shape.head_dim;
   const int64_t q_dim = shape.num_heads * hd;
   const int64_t kv_dim = shape.num_kv_heads * hd;
   const int64_t group = shape.num_heads / shape.num_kv_heads;
-  const auto num_items = static_cast<int64_t>(token_sequence.size()) * shape.num_heads;
-  const F32Kernels& kernels = f32_kernels();
-  pool.parallel_for(num_items, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scores;
-    thread_local std::vector<float> row(static_cast<size_t>(hd));
-    if (static_cast<int64_t>(row.size()) < hd) row.resize(static_cast<size_t>(hd));
+  const ChunkFn chunk_fn = chunk_kernel(isa);
+  // Items: every sequence's query tokens in tiles, times the KV heads. Listed in an order that
+  // alternates long and short contexts (tiles from the front and back of each prompt), so the
+  // contiguous split over threads gets a fair share of the causal work.
+  thread_local std::vector<Item> item_list;  // the caller's; workers reach it through `items`
+  std::vector<Item>& items = item_list;
+  items.clear();
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const AttentionSequence& seq = sequences[s];
+    const int64_t tiles = (seq.num_queries + kTileTokens - 1) / kTileTokens;
+    for (int64_t i = 0; i < tiles; ++i) {
+      const int64_t tile = i % 2 == 0 ? i / 2 : tiles - 1 - i / 2;
+      const int64_t first = seq.query_start + tile * kTileTokens;
+      const int64_t n = std::min(kTileTokens, seq.query_start + seq.num_queries - first);
+      for (int64_t g = 0; g < shape.num_kv_heads; ++g)
+        items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(g), first, n});
+    }
+  }
+  pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> kt, vc, rows_out, krows;
+    thread_local std::vector<RowState> state;
+    thread_local std::vector<const float*> qrows;
+    thread_local std::vector<int64_t> pos, limit;
+    const auto max_rows = static_cast<size_t>(kTileTokens * group);
+    if (kt.size() < static_cast<size_t>(hd * kChunk)) {
+      kt.resize(static_cast<size_t>(hd * kChunk));
+      vc.resize(kt.size());
+      krows.resize(kt.size());
+    }
+    if (rows_out.size() < max_rows * static_cast<size_t>(hd)) rows_out.resize(max_rows * static_cast<size_t>(hd));
+    if (state.size() < max_rows) {
+      state.resize(max_rows);
+      qrows.resize(max_rows);
+      pos.resize(max_rows);
+      limit.resize(max_rows);
+    }
     const auto* key_base = static_cast<const std::byte*>(kv.key);
     const auto* value_base = static_cast<const std::byte*>(kv.value);
-    // One head's K or V of a slot, as f32 (converted into `row` unless stored as f32).
-    auto head = [&](const std::byte* base, int64_t slot, int64_t kv_offset) {
-      return as_f32<T>(base + static_cast<size_t>(slot * kv_dim + kv_offset) * kElementBytes<T>, hd,
-                       row.data());
-    };
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / shape.num_heads;
-      const int64_t h = item % shape.num_heads;
-      const AttentionSequence& seq = sequences[static_cast<size_t>(token_sequence[static_cast<size_t>(t)])];
-      const int64_t pos = seq.context_len - seq.num_queries + (t - seq.query_start);
-      const int64_t n_ctx = pos + 1;
-      if (static_cast<int64_t>(scores.size()) < n_ctx) scores.resize(static_cast<size_t>(n_ctx));
-      const float* qv = q + t * q_dim + h * hd;
-      const int64_t kv_offset = (h / group) * hd;
-      auto slot_of = [&](int64_t p) {
-        return static_cast<int64_t>(seq.block_table[static_cast<size_t>(p / kv.block_size)]) * kv.block_size +
-               p % kv.block_size;
-      };
-      float max_score = -INFINITY;
-      for (int64_t p = 0; p < n_ctx; ++p) {
-        const float s = kernels.dot(qv, head(key_base, slot_of(p), kv_offset), hd) * shape.scale;
-        scores[static_cast<size_t>(p)] = s;
-        max_score = std::max(max_score, s);
+    for (int64_t it = begin; it < end; ++it) {
+      const Item& item = items[static_cast<size_t>(it)];
+      const AttentionSequence& seq = sequences[static_cast<size_t>(item.sequence)];
+      const int64_t rows = item.num_tokens * group;
+      int64_t last_pos = 0;
+      for (int64_t t = 0; t < item.num_tokens; ++t) {
+        const int64_t row_index = item.first_token + t;
+        const int64_t p = seq.context_len - seq.num_queries + (row_index - seq.query_start);
+        last_pos = std::max(last_pos, p);
+        for (int64_t h = 0; h < group; ++h) {
+          const auto r = static_cast<size_t>(t * group + h);
+          qrows[r] = q + row_index * q_dim + (item.kv_head * group + h) * hd;
+          pos[r] = p;
+          state[r] = {-INFINITY, 0.0f};
+        }
       }
-      float sum = 0;
-      for (int64_t p = 0; p < n_ctx; ++p) {
-        const float e = std::exp(scores[static_cast<size_t>(p)] - max_score);
-        scores[static_cast<size_t>(p)] = e;
-        sum += e;
+      std::fill_n(rows_out.begin(), rows * hd, 0.0f);
+      const int64_t offset = item.kv_head * hd;
+      for (int64_t c0 = 0; c0 <= last_pos; c0 += kChunk) {
+        const int64_t n = std::min(kChunk, last_pos + 1 - c0);
+        load_rows(kv, key_base, seq.block_table, c0, n, kv_dim, offset, hd, krows.data());
+        for (int64_t d = 0; d < hd; ++d)
+          for (int64_t c = 0; c < kChunk; ++c)
+            kt[static_cast<size_t>(d * kChunk + c)] = c < n ? krows[static_cast<size_t>(c * hd + d)] : 0.0f;
+        load_rows(kv, value_base, seq.block_table, c0, n, kv_dim, offset, hd, vc.data());
+        for (int64_t r = 0; r < rows; ++r)
+          limit[static_cast<size_t>(r)] = std::min(n, pos[static_cast<size_t>(r)] + 1 - c0);
+        chunk_fn(qrows.data(), limit.data(), rows, kt.data(), vc.data(), hd, shape.scale, state.data(),
+                 rows_out.data());
       }
-      const float inv_sum = 1.0f / sum;
-      float* o = out + t * q_dim + h * hd;
-      for (int64_t d = 0; d < hd; ++d) o[d] = 0;
-      for (int64_t p = 0; p < n_ctx; ++p) {
-        const float w = scores[static_cast<size_t>(p)] * inv_sum;
-        const float* vv = head(value_base, slot_of(p), kv_offset);
-        for (int64_t d = 0; d < hd; ++d) o[d] += w * vv[d];
+      for (int64_t t = 0; t < item.num_tokens; ++t) {
+        for (int64_t h = 0; h < group; ++h) {
+          const auto r = static_cast<size_t>(t * group + h);
+          const float inv = 1.0f / state[r].sum;
+          float* o = out + (item.first_token + t) * q_dim + (item.kv_head * group + h) * hd;
+          const float* src = rows_out.data() + r * static_cast<size_t>(hd);
+          for (int64_t d = 0; d < hd; ++d) o[d] = src[d] * inv;
+        }
       }
     }
   });
 }
-
-}  // namespace
 
 }  // namespace inferd

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "common/thread_pool.h"
+#include "kernels/cpu_isa.h"
 
 namespace inferd {
 
@@ -41,9 +42,12 @@ struct AttentionShape {
 
 // out[t, h, :] = softmax(q[t, h, :] . K^T * scale) V over the causal context of token t.
 // q, out: [num_tokens, num_heads * head_dim]. token_sequence[t] is t's index in `sequences`.
-// Each (token, head) is computed in a fixed order, independent of the rest of the batch.
+// Flash-style (online softmax over chunks of 16 positions, K/V converted to f32 once per chunk
+// for all query heads of a KV head and up to 8 tokens of a sequence). Each (token, head) is
+// computed in a fixed order, independent of the rest of the batch. `isa` picks the path
+// (AVX-512 or portable; tests run both).
 void paged_attention(const float* q, std::span<const AttentionSequence> sequences,
                      std::span<const int32_t> token_sequence, const KvLayerView& kv,
-                     const AttentionShape& shape, float* out, ThreadPool& pool);
+                     const AttentionShape& shape, float* out, ThreadPool& pool, Isa isa = active_isa());
 
 }  // namespace inferd

@@ -39,6 +39,27 @@ void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, const floa
   }
 }
 
+void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
+             const float* inv_freq, RopePairing pairing) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    const int64_t i0 = pairing == RopePairing::kNeox ? i : 2 * i;
+    const int64_t i1 = pairing == RopePairing::kNeox ? i + half : 2 * i + 1;
+    for (float* x : {q, k}) {
+      const int64_t heads = x == q ? num_q_heads : num_kv_heads;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + h * head_dim;
+        const float a = v[i0], b = v[i1];
+        v[i0] = a * c - b * s;
+        v[i1] = b * c + a * s;
+      }
+    }
+  }
+}
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

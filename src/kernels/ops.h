@@ -20,6 +20,11 @@ enum class RopePairing { kNeox, kInterleaved };
 void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, const float* inv_freq,
           RopePairing pairing);
 
+// rope() of a token's query heads and key heads at one position, the angles computed once for
+// both (bit-identical to two rope() calls).
+void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
+             const float* inv_freq, RopePairing pairing);
+
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 

@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "kernels/ops.h"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized (GCC bug 105593).
@@ -202,18 +203,21 @@ INFERD_VNNI void tile_vnni(const TileArgs& a) {
         w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
       }
     }
+    // Each token's integer accumulator starts at -offset * sum(x), so that after the eight
+    // vpdpbusd it holds sum_j (w_j - offset) * x_j; tokens interleave for independent chains.
+    __m512i dot[NT];
     for (int t = 0; t < NT; ++t) {
-      const int8_t* xb = xq[t] + b * kQuantBlockValues;
-      __m512i d0 = _mm512_setzero_si512();
-      __m512i d1 = _mm512_setzero_si512();
-      for (int g = 0; g < 8; g += 2) {
-        d0 = _mm512_dpbusd_epi32(d0, w[g], _mm512_set1_epi32(static_cast<int>(load_u32(xb + 4 * g))));
-        d1 = _mm512_dpbusd_epi32(d1, w[g + 1], _mm512_set1_epi32(static_cast<int>(load_u32(xb + 4 * g + 4))));
+      dot[t] = offset != 0 ? _mm512_set1_epi32(-offset * xs[t][b]) : _mm512_setzero_si512();
+    }
+    for (int g = 0; g < 8; ++g) {
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xb = xq[t] + b * kQuantBlockValues;
+        dot[t] = _mm512_dpbusd_epi32(dot[t], w[g], _mm512_set1_epi32(static_cast<int>(load_u32(xb + 4 * g))));
       }
-      __m512i dot = _mm512_add_epi32(d0, d1);
-      if constexpr (offset != 0) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * xs[t][b]));
+    }
+    for (int t = 0; t < NT; ++t) {
       const __m512 dwdx = _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b]));
-      acc[t] = _mm512_fmadd_ps(dwdx, _mm512_cvtepi32_ps(dot), acc[t]);
+      acc[t] = _mm512_fmadd_ps(dwdx, _mm512_cvtepi32_ps(dot[t]), acc[t]);
       if constexpr (DT == DType::kQ4_1) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xss[t][b]), acc[t]);
     }
   }
@@ -311,7 +315,7 @@ void quantize_activations_reference(const float* x, int64_t k, int8_t* q, float*
   }
 }
 
-void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k) {
+void QuantizedActivations::reserve(int64_t tokens, int64_t k) {
   INFERD_CHECK_MSG(k % kQuantBlockValues == 0, "activation row length must be a multiple of 32");
   const auto need = static_cast<size_t>(tokens * k);
   if (need > capacity_) {
@@ -326,13 +330,34 @@ void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k) {
   }
   tokens_ = tokens;
   k_ = k;
-  auto* row_fn = quantize_row_scalar;
+}
+
+QuantizedActivations::RowFn QuantizedActivations::row_function() {
 #if defined(__x86_64__)
-  if (static_cast<int>(active_isa()) >= static_cast<int>(Isa::kVnni)) row_fn = quantize_row_avx512;
+  if (static_cast<int>(active_isa()) >= static_cast<int>(Isa::kVnni)) return quantize_row_avx512;
 #endif
+  return quantize_row_scalar;
+}
+
+void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k) {
+  reserve(tokens, k);
+  const RowFn row_fn = row_function();
   for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t bt = t * (k / kQuantBlockValues);
+    const int64_t bt = t * blocks();
     row_fn(x + t * k, k, q_.get() + t * k, scale_.data() + bt, sum_.data() + bt, scaled_sum_.data() + bt);
+  }
+}
+
+void QuantizedActivations::quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens,
+                                             int64_t k) {
+  reserve(tokens, k);
+  const RowFn row_fn = row_function();
+  thread_local std::vector<float> row;
+  if (static_cast<int64_t>(row.size()) < k) row.resize(static_cast<size_t>(k));
+  for (int64_t t = 0; t < tokens; ++t) {
+    rms_norm(x + t * k, weight, row.data(), k, eps);
+    const int64_t bt = t * blocks();
+    row_fn(row.data(), k, q_.get() + t * k, scale_.data() + bt, sum_.data() + bt, scaled_sum_.data() + bt);
   }
 }
 

@@ -41,6 +41,9 @@ class QuantizedActivations final {
  public:
   // Quantizes x [tokens, k]; k must be a multiple of 32. Allocates only when larger than before.
   void quantize(const float* x, int64_t tokens, int64_t k);
+  // quantize() of rms_norm(x) row by row, each normalised row quantized while in L1 (the same
+  // bits as rms_norm then quantize). x: [tokens, k]; weight: [k].
+  void quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens, int64_t k);
 
   int64_t tokens() const { return tokens_; }
   int64_t k() const { return k_; }
@@ -51,6 +54,10 @@ class QuantizedActivations final {
   const float* scaled_sum(int64_t t) const { return scaled_sum_.data() + t * blocks(); }
 
  private:
+  void reserve(int64_t tokens, int64_t k);
+  using RowFn = void (*)(const float*, int64_t, int8_t*, float*, int32_t*, float*);
+  static RowFn row_function();
+
   int64_t tokens_ = 0;
   int64_t k_ = 0;
   size_t capacity_ = 0;

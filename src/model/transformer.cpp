@@ -135,19 +135,18 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
   const auto n = static_cast<int64_t>(b.token_ids.size());
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const int64_t hd = c.head_dim;
-  for (int64_t t = 0; t < n; ++t) {
-    rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
-             eps);
-  }
   auto bias = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   const PackedLayer& p = packed_[static_cast<size_t>(layer_index)];
   if (p.qkv) {
-    quantized_.quantize(normed_.data(), n, c.hidden_size);
+    quantized_.quantize_rms_norm(hidden_.data(), l.attn_norm.data(), eps, n, c.hidden_size);
     const QuantMatmulOutput out[3] = {{q_.data(), c.q_dim(), bias(l.bq)},
                                       {k_.data(), c.kv_dim(), bias(l.bk)},
                                       {v_.data(), c.kv_dim(), bias(l.bv)}};
     quant_matmul(quantized_, *p.qkv, out, pool_);
   } else {
+    for (int64_t t = 0; t < n; ++t) {
+      rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size, eps);
+    }
     matmul(normed_.data(), n, l.wq, bias(l.bq), q_.data(), pool_);
     matmul(normed_.data(), n, l.wk, bias(l.bk), k_.data(), pool_);
     matmul(normed_.data(), n, l.wv, bias(l.bv), v_.data(), pool_);
@@ -160,8 +159,7 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
       for (int64_t h = 0; h < c.num_kv_heads; ++h) rms_norm(k + h * hd, l.k_norm.data(), k + h * hd, hd, eps);
     }
     const int64_t pos = b.positions[static_cast<size_t>(t)];
-    rope(q, c.num_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
-    rope(k, c.num_kv_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
+    rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
     const int64_t slot = b.slot_mapping[static_cast<size_t>(t)];
     cache.write(layer_index, slot, k, &v_[t * c.kv_dim()]);
   }
@@ -176,15 +174,15 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
 void Transformer::mlp_block(const LayerWeights& l, const PackedLayer& p, int64_t n) {
   const ModelConfig& c = config();
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  for (int64_t t = 0; t < n; ++t) {
-    rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size, eps);
-  }
   if (p.gate_up) {
     // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices.
-    quantized_.quantize(normed_.data(), n, c.hidden_size);
+    quantized_.quantize_rms_norm(hidden_.data(), l.ffn_norm.data(), eps, n, c.hidden_size);
     const QuantMatmulOutput out{gate_.data(), c.intermediate_size, nullptr};
     quant_matmul(quantized_, *p.gate_up, {&out, 1}, pool_);
   } else {
+    for (int64_t t = 0; t < n; ++t) {
+      rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size, eps);
+    }
     matmul(normed_.data(), n, l.w_gate, nullptr, gate_.data(), pool_);
     matmul(normed_.data(), n, l.w_up, nullptr, up_.data(), pool_);
     silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.intermediate_size);

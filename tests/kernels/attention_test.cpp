@@ -41,23 +41,29 @@ void reference(const float* q, const std::vector<float>& k, const std::vector<fl
   }
 }
 
-TEST(AttentionTest, PagedMatchesNaiveWithShuffledBlocksAndGqa) {
-  std::mt19937 rng(77);
-  const AttentionShape shape{6, 2, 10, 1.0f / std::sqrt(10.0f)};
+struct Seq {
+  int64_t cached, queries;
+};
+
+std::vector<Isa> paths() {
+  std::vector<Isa> out{Isa::kScalar};
+  if (static_cast<int>(detected_isa()) >= static_cast<int>(Isa::kAvx512)) out.push_back(Isa::kAvx512);
+  return out;
+}
+
+// Sequences over shuffled blocks of a paged cache, with GQA, checked against naive attention on
+// every path; f16 / bf16 storage within its rounding.
+void check_against_naive(const AttentionShape& shape, const std::vector<Seq>& seqs, int64_t block_size,
+                         uint32_t seed) {
+  std::mt19937 rng(seed);
   const int64_t kv_dim = shape.num_kv_heads * shape.head_dim;
   const int64_t q_dim = shape.num_heads * shape.head_dim;
-  const int64_t block_size = 4, num_blocks = 64;
+  const int64_t num_blocks = 64;
   std::vector<float> key_cache(static_cast<size_t>(num_blocks * block_size * kv_dim));
   std::vector<float> value_cache(key_cache.size());
   std::vector<int32_t> free_blocks(num_blocks);
   std::iota(free_blocks.begin(), free_blocks.end(), 0);
   std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
-
-  // Three sequences: a prefill chunk after 5 cached tokens, a decode at position 17, a fresh prompt.
-  struct Seq {
-    int64_t cached, queries;
-  };
-  const std::vector<Seq> seqs = {{5, 7}, {17, 1}, {0, 3}};
   std::vector<std::vector<int32_t>> tables;
   std::vector<std::vector<float>> contiguous_k, contiguous_v;
   std::vector<AttentionSequence> att;
@@ -89,11 +95,13 @@ TEST(AttentionTest, PagedMatchesNaiveWithShuffledBlocksAndGqa) {
   }
   const int64_t num_tokens = row;
   auto q = test::random_floats(static_cast<size_t>(num_tokens * q_dim), rng);
+  for (Isa isa : paths()) {
+  SCOPED_TRACE(std::string(isa_name(isa)));
   std::vector<float> out(q.size());
   ThreadPool pool(3);
   paged_attention(q.data(), att, token_seq,
                   KvLayerView{key_cache.data(), value_cache.data(), block_size, KvDType::kF32}, shape,
-                  out.data(), pool);
+                  out.data(), pool, isa);
   // The same K/V stored as f16 and bf16: attention within the storage rounding of f32's.
   for (KvDType dtype : {KvDType::kF16, KvDType::kBF16}) {
     std::vector<uint16_t> k16(key_cache.size()), v16(value_cache.size());
@@ -103,7 +111,7 @@ TEST(AttentionTest, PagedMatchesNaiveWithShuffledBlocksAndGqa) {
     }
     std::vector<float> out16(q.size());
     paged_attention(q.data(), att, token_seq, KvLayerView{k16.data(), v16.data(), block_size, dtype}, shape,
-                    out16.data(), pool);
+                    out16.data(), pool, isa);
     const double bound = dtype == KvDType::kF16 ? 2e-3 : 2e-2;
     EXPECT_LT(test::relative_max_error(out16.data(), out.data(), out.size()), bound);
   }
@@ -115,6 +123,62 @@ TEST(AttentionTest, PagedMatchesNaiveWithShuffledBlocksAndGqa) {
     reference(q.data() + t * q_dim, contiguous_k[si], contiguous_v[si], pos, shape, want.data());
     for (int64_t i = 0; i < q_dim; ++i)
       ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 1e-5) << t;
+  }
+  }
+}
+
+// Three sequences: a prefill chunk after 5 cached tokens, a decode at position 17, a fresh
+// prompt; odd head size.
+TEST(AttentionTest, PagedMatchesNaiveWithShuffledBlocksAndGqa) {
+  check_against_naive({6, 2, 10, 1.0f / std::sqrt(10.0f)}, {{5, 7}, {17, 1}, {0, 3}}, 4, 77);
+}
+
+// Contexts spanning several 16-position chunks, tiles of 8 query tokens cut mid-prompt, Qwen's
+// head size and a GQA group of 7.
+TEST(AttentionTest, PagedMatchesNaiveAcrossChunksAndTiles) {
+  check_against_naive({14, 2, 64, 0.125f}, {{0, 21}, {50, 1}, {33, 9}, {3, 2}}, 16, 5);
+  check_against_naive({3, 1, 33, 0.2f}, {{40, 17}}, 8, 6);
+}
+
+// Batch invariance: a token's output is the same bits whether its sequence runs alone, with
+// other sequences, or its prompt is split into chunks (the later chunk reading the earlier's K/V).
+TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunking) {
+  for (Isa isa : paths()) {
+    std::mt19937 rng(31);
+    const AttentionShape shape{6, 2, 64, 0.125f};
+    const int64_t kv_dim = 2 * 64, q_dim = 6 * 64, block_size = 16;
+    const int64_t ctx = 45;
+    std::vector<int32_t> table = {3, 0, 2};
+    std::vector<float> key(static_cast<size_t>(4 * block_size * kv_dim)), value(key.size());
+    for (auto& x : key) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+    for (auto& x : value) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+    auto q = test::random_floats(static_cast<size_t>(ctx * q_dim), rng);
+    const KvLayerView kv{key.data(), value.data(), block_size, KvDType::kF32};
+    ThreadPool pool(2);
+    // The whole prompt at once.
+    std::vector<float> whole(q.size());
+    std::vector<int32_t> ts(static_cast<size_t>(ctx), 0);
+    const AttentionSequence all{0, ctx, ctx, table};
+    paged_attention(q.data(), {&all, 1}, ts, kv, shape, whole.data(), pool, isa);
+    // In chunks of 13, 1, 31 tokens.
+    std::vector<float> chunked(q.size());
+    int64_t done = 0;
+    for (int64_t n : {13, 1, 31}) {
+      const AttentionSequence part{0, n, done + n, table};
+      std::vector<int32_t> pts(static_cast<size_t>(n), 0);
+      paged_attention(q.data() + done * q_dim, {&part, 1}, pts, kv, shape, chunked.data() + done * q_dim, pool, isa);
+      done += n;
+    }
+    EXPECT_EQ(whole, chunked) << isa_name(isa);
+    // Token 20 decoded alone, next to another sequence.
+    std::vector<int32_t> other_table = {1};
+    const AttentionSequence both[2] = {{0, 3, 10, other_table}, {3, 1, 21, table}};
+    std::vector<float> qq(static_cast<size_t>(4 * q_dim));
+    std::copy_n(q.begin() + 20 * q_dim, q_dim, qq.begin() + 3 * q_dim);
+    std::vector<float> out(qq.size());
+    std::vector<int32_t> bts = {0, 0, 0, 1};
+    paged_attention(qq.data(), both, bts, kv, shape, out.data(), pool, isa);
+    EXPECT_TRUE(std::equal(out.begin() + 3 * q_dim, out.end(), whole.begin() + 20 * q_dim)) << isa_name(isa);
   }
 }
 

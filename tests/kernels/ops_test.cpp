@@ -77,5 +77,24 @@ TEST(OpsTest, SiluMul) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
 }
 
+// The fused query/key rotation equals two rope() calls bit for bit, for both pairings.
+TEST(OpsTest, RopeQkEqualsSeparateRotations) {
+  std::mt19937 rng(4);
+  const int64_t hd = 64;
+  auto inv = rope_inverse_frequencies(hd, 1000000.0);
+  for (RopePairing pairing : {RopePairing::kNeox, RopePairing::kInterleaved}) {
+    for (int64_t pos : {0, 1, 37, 4095}) {
+      auto q = test::random_floats(14 * hd, rng);
+      auto k = test::random_floats(2 * hd, rng);
+      auto q2 = q, k2 = k;
+      rope_qk(q.data(), 14, k.data(), 2, hd, pos, inv.data(), pairing);
+      rope(q2.data(), 14, hd, pos, inv.data(), pairing);
+      rope(k2.data(), 2, hd, pos, inv.data(), pairing);
+      EXPECT_EQ(q, q2);
+      EXPECT_EQ(k, k2);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/ops.h"
 #include "tensor/dequantize.h"
 #include "test_support.h"
 
@@ -77,6 +78,23 @@ TEST(QuantizeActivationsTest, EveryPathMatchesTheReferenceBitForBit) {
     }
     EXPECT_EQ(xq.scale(0)[0], 0.0f);
     EXPECT_EQ(xq.sum(0)[0], 0);
+  }
+}
+
+// RMSNorm fused with the quantization gives the bits of the two steps one after the other.
+TEST(QuantizeActivationsTest, FusedRmsNormEqualsNormThenQuantize) {
+  std::mt19937 rng(12);
+  const int64_t k = 896;
+  auto x = test::random_floats(static_cast<size_t>(3 * k), rng);
+  auto weight = test::random_floats(static_cast<size_t>(k), rng);
+  std::vector<float> normed(x.size());
+  for (int64_t t = 0; t < 3; ++t) rms_norm(x.data() + t * k, weight.data(), normed.data() + t * k, k, 1e-6f);
+  QuantizedActivations fused, separate;
+  fused.quantize_rms_norm(x.data(), weight.data(), 1e-6f, 3, k);
+  separate.quantize(normed.data(), 3, k);
+  for (int64_t t = 0; t < 3; ++t) {
+    ASSERT_EQ(0, std::memcmp(fused.q(t), separate.q(t), static_cast<size_t>(k)));
+    ASSERT_EQ(0, std::memcmp(fused.scale(t), separate.scale(t), static_cast<size_t>(k / 32) * sizeof(float)));
   }
 }
 
