@@ -9,8 +9,8 @@
 
 #include "bench/bench_report.h"
 #include "cli_error.h"
-#include "engine_flags.h"
 #include "common/thread_pool.h"
+#include "engine_flags.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "tokenizer/tokenizer_loader.h"

@@ -75,7 +75,8 @@ Status load_all(const std::string& path, int threads, const EngineFlags& engine_
   std::fprintf(stderr, "inferd: %s\n",
                describe_kv_cache(options, engine_flags, out->weights->config).c_str());
   out->pool = std::make_unique<ThreadPool>(threads);
-  out->model = std::make_unique<Transformer>(*out->weights, *out->pool, transformer_options(engine_flags.matmul));
+  out->model =
+      std::make_unique<Transformer>(*out->weights, *out->pool, transformer_options(engine_flags.matmul));
   out->engine = std::make_unique<AsyncEngine>(*out->model, options);
   ctx->engine = out->engine.get();
   ctx->tokenizer = out->tokenizer.get();

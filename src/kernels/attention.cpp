@@ -42,14 +42,16 @@ struct Item {
 };
 
 // Converts n slots' head of K or V (kv_dim-strided rows in the cache) to f32.
-void load_rows(const KvLayerView& kv, const std::byte* base, std::span<const int32_t> block_table, int64_t first,
-               int64_t n, int64_t kv_dim, int64_t offset, int64_t hd, float* out /* [n][hd] */) {
+void load_rows(const KvLayerView& kv, const std::byte* base, std::span<const int32_t> block_table,
+               int64_t first, int64_t n, int64_t kv_dim, int64_t offset, int64_t hd,
+               float* out /* [n][hd] */) {
   const size_t elem = kv.dtype == KvDType::kF32 ? 4 : 2;
   const F32Kernels& kernels = f32_kernels();
   for (int64_t c = 0; c < n; ++c) {
     const int64_t p = first + c;
     const int64_t slot =
-        static_cast<int64_t>(block_table[static_cast<size_t>(p / kv.block_size)]) * kv.block_size + p % kv.block_size;
+        static_cast<int64_t>(block_table[static_cast<size_t>(p / kv.block_size)]) * kv.block_size +
+        p % kv.block_size;
     const std::byte* src = base + static_cast<size_t>(slot * kv_dim + offset) * elem;
     float* dst = out + c * hd;
     switch (kv.dtype) {
@@ -71,8 +73,9 @@ struct RowState {
 // ---------------------------------------------------------------------------------------------
 // Portable path.
 
-void chunk_rows_scalar(const float* const* q, const int64_t* limit, int64_t rows, const float* k /*[hd][kChunk]*/,
-                       const float* v /*[kChunk][hd]*/, int64_t hd, float scale, RowState* state, float* o) {
+void chunk_rows_scalar(const float* const* q, const int64_t* limit, int64_t rows,
+                       const float* k /*[hd][kChunk]*/, const float* v /*[kChunk][hd]*/, int64_t hd,
+                       float scale, RowState* state, float* o) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t valid = limit[r];
     if (valid <= 0) continue;
@@ -118,14 +121,16 @@ INFERD_AVX512 inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
 }
 
-INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit, int64_t rows, const float* k,
-                                     const float* v, int64_t hd, float scale, RowState* state, float* o) {
+INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit, int64_t rows,
+                                     const float* k, const float* v, int64_t hd, float scale, RowState* state,
+                                     float* o) {
   static_assert(kChunk == 16);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t valid = limit[r];
     if (valid <= 0) continue;
-    const __mmask16 live = valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
+    const __mmask16 live =
+        valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
     // Scores of the chunk's 16 positions at once: sum_d q[d] * K^T[d][:], two chains.
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     int64_t d = 0;
@@ -134,7 +139,8 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
       s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d + 1]), _mm512_loadu_ps(k + (d + 1) * kChunk), s1);
     }
     if (d < hd) s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), _mm512_loadu_ps(k + d * kChunk), s0);
-    __m512 s = _mm512_mask_blend_ps(live, neg_inf, _mm512_mul_ps(_mm512_add_ps(s0, s1), _mm512_set1_ps(scale)));
+    __m512 s =
+        _mm512_mask_blend_ps(live, neg_inf, _mm512_mul_ps(_mm512_add_ps(s0, s1), _mm512_set1_ps(scale)));
     const float m = std::max(state[r].max, _mm512_reduce_max_ps(s));
     const float corr = _mm_cvtss_f32(_mm512_castps512_ps128(
         exp_nonpositive(_mm512_set1_ps(state[r].max == -INFINITY ? -INFINITY : state[r].max - m))));
@@ -157,8 +163,8 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
 }
 #endif
 
-using ChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const float*, const float*, int64_t, float,
-                         RowState*, float*);
+using ChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const float*, const float*, int64_t,
+                         float, RowState*, float*);
 
 ChunkFn chunk_kernel(Isa isa) {
 #if defined(__x86_64__)
@@ -172,8 +178,8 @@ ChunkFn chunk_kernel(Isa isa) {
 }  // namespace
 
 void paged_attention(const float* q, std::span<const AttentionSequence> sequences,
-                     std::span<const int32_t> token_sequence, const KvLayerView& kv, const AttentionShape& shape,
-                     float* out, ThreadPool& pool, Isa isa) {
+                     std::span<const int32_t> token_sequence, const KvLayerView& kv,
+                     const AttentionShape& shape, float* out, ThreadPool& pool, Isa isa) {
   (void)token_sequence;  // rows are found through each sequence's query range
   const int64_t hd = shape.head_dim;
   const int64_t q_dim = shape.num_heads * hd;
@@ -208,7 +214,8 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       vc.resize(kt.size());
       krows.resize(kt.size());
     }
-    if (rows_out.size() < max_rows * static_cast<size_t>(hd)) rows_out.resize(max_rows * static_cast<size_t>(hd));
+    if (rows_out.size() < max_rows * static_cast<size_t>(hd))
+      rows_out.resize(max_rows * static_cast<size_t>(hd));
     if (state.size() < max_rows) {
       state.resize(max_rows);
       qrows.resize(max_rows);

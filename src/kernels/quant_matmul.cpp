@@ -105,6 +105,40 @@ void quantize_row_scalar(const float* x, int64_t k, int8_t* q, float* scale, int
   quantize_activations_reference(x, k, q, scale, sum, scaled_sum);
 }
 
+// e^x by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (Cephes' coefficients),
+// x clamped to [-87, 88]; every operation is one the AVX-512 version performs the same way
+// (fma, round to nearest even, exact scaling by 2^n), so both give the same bits.
+float exp_poly(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, x);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3333519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r * r, r + 1.0f);
+  return std::ldexp(p, static_cast<int>(n));
+}
+
+// Epilogues: a tile's [num_tokens][16] results into y (+ bias), or silu(gate) * up.
+void store_scalar(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
+  for (int t = 0; t < nt; ++t)
+    for (int r = 0; r < rows; ++r)
+      y[t * ld + r] = out[t * kQuantTileRows + r] + (bias != nullptr ? bias[r] : 0.0f);
+}
+
+void swiglu_scalar(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
+  for (int t = 0; t < nt; ++t) {
+    for (int r = 0; r < rows; ++r) {
+      const float g = gate[t * kQuantTileRows + r];
+      y[t * ld + r] = g / (1.0f + exp_poly(-g)) * up[t * kQuantTileRows + r];
+    }
+  }
+}
+
 #if defined(__x86_64__)
 
 #define INFERD_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -205,14 +239,24 @@ INFERD_VNNI void tile_vnni(const TileArgs& a) {
     }
     // Each token's integer accumulator starts at -offset * sum(x), so that after the eight
     // vpdpbusd it holds sum_j (w_j - offset) * x_j; tokens interleave for independent chains.
+    // With few tokens, each token's sum runs as several chains (integer sums are exact in any
+    // order), so the vpdpbusd latency does not serialise the block.
+    constexpr int kChains = NT == 1 ? 4 : (NT == 2 ? 2 : 1);
     __m512i dot[NT];
     for (int t = 0; t < NT; ++t) {
-      dot[t] = offset != 0 ? _mm512_set1_epi32(-offset * xs[t][b]) : _mm512_setzero_si512();
-    }
-    for (int g = 0; g < 8; ++g) {
-      for (int t = 0; t < NT; ++t) {
-        const int8_t* xb = xq[t] + b * kQuantBlockValues;
-        dot[t] = _mm512_dpbusd_epi32(dot[t], w[g], _mm512_set1_epi32(static_cast<int>(load_u32(xb + 4 * g))));
+      __m512i part[kChains];
+      part[0] = offset != 0 ? _mm512_set1_epi32(-offset * xs[t][b]) : _mm512_setzero_si512();
+      for (int c = 1; c < kChains; ++c) part[c] = _mm512_setzero_si512();
+      const int8_t* xb = xq[t] + b * kQuantBlockValues;
+      for (int g = 0; g < 8; ++g)
+        part[g % kChains] = _mm512_dpbusd_epi32(part[g % kChains], w[g],
+                                                _mm512_set1_epi32(static_cast<int>(load_u32(xb + 4 * g))));
+      if constexpr (kChains == 4) {
+        dot[t] = _mm512_add_epi32(_mm512_add_epi32(part[0], part[1]), _mm512_add_epi32(part[2], part[3]));
+      } else if constexpr (kChains == 2) {
+        dot[t] = _mm512_add_epi32(part[0], part[1]);
+      } else {
+        dot[t] = part[0];
       }
     }
     for (int t = 0; t < NT; ++t) {
@@ -222,6 +266,40 @@ INFERD_VNNI void tile_vnni(const TileArgs& a) {
     }
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.out + t * kQuantTileRows, acc[t]);
+}
+
+INFERD_VNNI inline __m512 exp_poly_avx512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+INFERD_VNNI void store_avx512(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
+  const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
+  const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
+  for (int t = 0; t < nt; ++t)
+    _mm512_mask_storeu_ps(y + t * ld, mask, _mm512_add_ps(_mm512_loadu_ps(out + t * kQuantTileRows), b));
+}
+
+INFERD_VNNI void swiglu_avx512(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
+  const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int t = 0; t < nt; ++t) {
+    const __m512 g = _mm512_loadu_ps(gate + t * kQuantTileRows);
+    const __m512 e = exp_poly_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(y + t * ld, mask, _mm512_mul_ps(silu, _mm512_loadu_ps(up + t * kQuantTileRows)));
+  }
 }
 
 INFERD_VNNI void quantize_row_avx512(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
@@ -444,6 +522,14 @@ void quant_matmul(const QuantizedActivations& x, const PackedQuantWeight& w,
   if (tokens == 0) return;
   const int64_t units = w.swiglu_ ? w.tiles_ / 2 : w.tiles_;
   const int64_t blocks = w.cols_ / kQuantBlockValues;
+  auto store = store_scalar;
+  auto swiglu = swiglu_scalar;
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni)) {
+    store = store_avx512;
+    swiglu = swiglu_avx512;
+  }
+#endif
   pool.parallel_for(units, [&](int64_t begin, int64_t end) {
     alignas(64) float out[kMaxTokens * kQuantTileRows];
     alignas(64) float out_up[kMaxTokens * kQuantTileRows];
@@ -462,25 +548,14 @@ void quant_matmul(const QuantizedActivations& x, const PackedQuantWeight& w,
       for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
         const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
         const TileFn fn = tile_kernel(isa, w.dtype_, nt);
+        float* y = o.y + t0 * o.ld + row0;
         if (w.swiglu_) {
           fn({w.tile(2 * u), w.dtype_, blocks, w.block_bytes_, &x, t0, nt, out});
           fn({w.tile(2 * u + 1), w.dtype_, blocks, w.block_bytes_, &x, t0, nt, out_up});
-          for (int t = 0; t < nt; ++t) {
-            float* y = o.y + (t0 + t) * o.ld + row0;
-            for (int r = 0; r < rows; ++r) {
-              const float g = out[t * kQuantTileRows + r];
-              y[r] = g / (1.0f + std::exp(-g)) * out_up[t * kQuantTileRows + r];
-            }
-          }
+          swiglu(out, out_up, nt, rows, y, o.ld);
         } else {
           fn({w.tile(u), w.dtype_, blocks, w.block_bytes_, &x, t0, nt, out});
-          for (int t = 0; t < nt; ++t) {
-            float* y = o.y + (t0 + t) * o.ld + row0;
-            for (int r = 0; r < rows; ++r) {
-              const float b = o.bias != nullptr ? o.bias[row0 + r] : 0.0f;
-              y[r] = out[t * kQuantTileRows + r] + b;
-            }
-          }
+          store(out, nt, rows, y, o.ld, o.bias != nullptr ? o.bias + row0 : nullptr);
         }
       }
     }

@@ -145,7 +145,8 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
     quant_matmul(quantized_, *p.qkv, out, pool_);
   } else {
     for (int64_t t = 0; t < n; ++t) {
-      rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size, eps);
+      rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
+               eps);
     }
     matmul(normed_.data(), n, l.wq, bias(l.bq), q_.data(), pool_);
     matmul(normed_.data(), n, l.wk, bias(l.bk), k_.data(), pool_);
@@ -181,7 +182,8 @@ void Transformer::mlp_block(const LayerWeights& l, const PackedLayer& p, int64_t
     quant_matmul(quantized_, *p.gate_up, {&out, 1}, pool_);
   } else {
     for (int64_t t = 0; t < n; ++t) {
-      rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size, eps);
+      rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
+               eps);
     }
     matmul(normed_.data(), n, l.w_gate, nullptr, gate_.data(), pool_);
     matmul(normed_.data(), n, l.w_up, nullptr, up_.data(), pool_);

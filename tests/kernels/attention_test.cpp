@@ -96,34 +96,34 @@ void check_against_naive(const AttentionShape& shape, const std::vector<Seq>& se
   const int64_t num_tokens = row;
   auto q = test::random_floats(static_cast<size_t>(num_tokens * q_dim), rng);
   for (Isa isa : paths()) {
-  SCOPED_TRACE(std::string(isa_name(isa)));
-  std::vector<float> out(q.size());
-  ThreadPool pool(3);
-  paged_attention(q.data(), att, token_seq,
-                  KvLayerView{key_cache.data(), value_cache.data(), block_size, KvDType::kF32}, shape,
-                  out.data(), pool, isa);
-  // The same K/V stored as f16 and bf16: attention within the storage rounding of f32's.
-  for (KvDType dtype : {KvDType::kF16, KvDType::kBF16}) {
-    std::vector<uint16_t> k16(key_cache.size()), v16(value_cache.size());
-    for (size_t i = 0; i < k16.size(); ++i) {
-      k16[i] = dtype == KvDType::kF16 ? f32_to_f16(key_cache[i]) : f32_to_bf16(key_cache[i]);
-      v16[i] = dtype == KvDType::kF16 ? f32_to_f16(value_cache[i]) : f32_to_bf16(value_cache[i]);
+    SCOPED_TRACE(std::string(isa_name(isa)));
+    std::vector<float> out(q.size());
+    ThreadPool pool(3);
+    paged_attention(q.data(), att, token_seq,
+                    KvLayerView{key_cache.data(), value_cache.data(), block_size, KvDType::kF32}, shape,
+                    out.data(), pool, isa);
+    // The same K/V stored as f16 and bf16: attention within the storage rounding of f32's.
+    for (KvDType dtype : {KvDType::kF16, KvDType::kBF16}) {
+      std::vector<uint16_t> k16(key_cache.size()), v16(value_cache.size());
+      for (size_t i = 0; i < k16.size(); ++i) {
+        k16[i] = dtype == KvDType::kF16 ? f32_to_f16(key_cache[i]) : f32_to_bf16(key_cache[i]);
+        v16[i] = dtype == KvDType::kF16 ? f32_to_f16(value_cache[i]) : f32_to_bf16(value_cache[i]);
+      }
+      std::vector<float> out16(q.size());
+      paged_attention(q.data(), att, token_seq, KvLayerView{k16.data(), v16.data(), block_size, dtype}, shape,
+                      out16.data(), pool, isa);
+      const double bound = dtype == KvDType::kF16 ? 2e-3 : 2e-2;
+      EXPECT_LT(test::relative_max_error(out16.data(), out.data(), out.size()), bound);
     }
-    std::vector<float> out16(q.size());
-    paged_attention(q.data(), att, token_seq, KvLayerView{k16.data(), v16.data(), block_size, dtype}, shape,
-                    out16.data(), pool, isa);
-    const double bound = dtype == KvDType::kF16 ? 2e-3 : 2e-2;
-    EXPECT_LT(test::relative_max_error(out16.data(), out.data(), out.size()), bound);
-  }
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const AttentionSequence& s = att[static_cast<size_t>(token_seq[static_cast<size_t>(t)])];
-    const int64_t pos = s.context_len - s.num_queries + (t - s.query_start);
-    std::vector<float> want(static_cast<size_t>(q_dim));
-    const auto si = static_cast<size_t>(token_seq[static_cast<size_t>(t)]);
-    reference(q.data() + t * q_dim, contiguous_k[si], contiguous_v[si], pos, shape, want.data());
-    for (int64_t i = 0; i < q_dim; ++i)
-      ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 1e-5) << t;
-  }
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const AttentionSequence& s = att[static_cast<size_t>(token_seq[static_cast<size_t>(t)])];
+      const int64_t pos = s.context_len - s.num_queries + (t - s.query_start);
+      std::vector<float> want(static_cast<size_t>(q_dim));
+      const auto si = static_cast<size_t>(token_seq[static_cast<size_t>(t)]);
+      reference(q.data() + t * q_dim, contiguous_k[si], contiguous_v[si], pos, shape, want.data());
+      for (int64_t i = 0; i < q_dim; ++i)
+        ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 1e-5) << t;
+    }
   }
 }
 
@@ -166,7 +166,8 @@ TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunking) {
     for (int64_t n : {13, 1, 31}) {
       const AttentionSequence part{0, n, done + n, table};
       std::vector<int32_t> pts(static_cast<size_t>(n), 0);
-      paged_attention(q.data() + done * q_dim, {&part, 1}, pts, kv, shape, chunked.data() + done * q_dim, pool, isa);
+      paged_attention(q.data() + done * q_dim, {&part, 1}, pts, kv, shape, chunked.data() + done * q_dim,
+                      pool, isa);
       done += n;
     }
     EXPECT_EQ(whole, chunked) << isa_name(isa);

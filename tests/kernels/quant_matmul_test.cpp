@@ -239,7 +239,7 @@ TEST(QuantMatmulTest, FusedPartsEqualSeparateMatmuls) {
   }
 }
 
-// Gate and up packed for SwiGLU give silu(gate) * up of the two separate matmuls, bit for bit.
+// Gate and up packed for SwiGLU give silu(gate) * up of the two separate matmuls.
 TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
   ThreadPool pool(2);
   std::mt19937 rng(8);
@@ -255,6 +255,12 @@ TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
     std::vector<float> y(10 * 37);
     const QuantMatmulOutput out{y.data(), 37, nullptr};
     quant_matmul(xq, *fused, {&out, 1}, pool);
+    for (Isa isa : paths()) {  // every path gives the same bits
+      std::vector<float> other(y.size());
+      const QuantMatmulOutput o{other.data(), 37, nullptr};
+      quant_matmul(xq, *fused, {&o, 1}, pool, isa);
+      ASSERT_EQ(other, y) << isa_name(isa);
+    }
     std::vector<float> g(y.size()), u(y.size());
     for (auto [view, dst] : {std::pair{&gate, &g}, std::pair{&up, &u}}) {
       const TensorView* one[] = {view};
@@ -263,7 +269,11 @@ TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
       const QuantMatmulOutput o{dst->data(), 37, nullptr};
       quant_matmul(xq, *packed, {&o, 1}, pool);
     }
-    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], g[i] / (1.0f + std::exp(-g[i])) * u[i]);
+    // The epilogue's exp is a polynomial within a few ulp of libm's.
+    for (size_t i = 0; i < y.size(); ++i) {
+      const float want = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      ASSERT_NEAR(y[i], want, 4e-7f * std::max(1.0f, std::fabs(want)));
+    }
   }
 }
 

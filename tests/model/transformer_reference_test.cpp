@@ -80,8 +80,9 @@ TEST_P(ReferenceLogitsTest, MatchesTransformers) {
     Transformer exact(**weights, pool, {.matmul = MatmulPath::kF32});
     auto exact_logits = test::all_logits(exact, ref.prompts, 0, /*together=*/false);
     const double e = test::relative_max_error(exact_logits.data(), rounded.data(), got.size());
-    std::printf("[ figures  ] %s/%s (f32 path) vs transformers on the same %s-rounded weights: %.3g (bound 1e-4)\n",
-                tc.variant.c_str(), tc.file.c_str(), label.c_str(), e);
+    std::printf(
+        "[ figures  ] %s/%s (f32 path) vs transformers on the same %s-rounded weights: %.3g (bound 1e-4)\n",
+        tc.variant.c_str(), tc.file.c_str(), label.c_str(), e);
     EXPECT_LT(e, 1e-4);
     const double e8 = test::relative_max_error(got.data(), rounded.data(), got.size());
     std::printf("[ figures  ] %s/%s (default path) vs the same: %.3g (bound %.0e)\n", tc.variant.c_str(),
