@@ -29,7 +29,7 @@ struct BenchLatencyFlags {
   std::string model;  // default: the default model
   int threads = 2;
   bool json = false;
-  std::string matmul = "int8";
+  std::string matmul = "packed";
 };
 
 struct BenchCommands {

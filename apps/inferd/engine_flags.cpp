@@ -9,14 +9,15 @@
 namespace inferd {
 
 void add_matmul_flag(CLI::App* cmd, std::string* matmul) {
-  cmd->add_option("--matmul", *matmul,
-                  "quantized weights: int8 (int8 activations, integer kernels; default) or f32 (weights "
-                  "expanded to f32: slower, closest to an f32 reference)")
-      ->check(CLI::IsMember({"int8", "f32"}));
+  cmd->add_option(
+         "--matmul", *matmul,
+         "packed (default: weights repacked for the int8 / f16 kernels, activations rounded to 8 bits "
+         "for quantized weights) or f32 (weights expanded to f32: slower, closest to an f32 reference)")
+      ->check(CLI::IsMember({"packed", "f32"}));
 }
 
 TransformerOptions transformer_options(const std::string& matmul) {
-  return {.matmul = matmul == "f32" ? MatmulPath::kF32 : MatmulPath::kInt8};
+  return {.matmul = matmul == "f32" ? MatmulPath::kF32 : MatmulPath::kPacked};
 }
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* f) {

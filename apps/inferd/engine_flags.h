@@ -28,7 +28,7 @@ struct EngineFlags {
   double kv_offload_disk_gb = 8;
   std::string kv_offload_redis;
   double kv_offload_watermark = 0.8;
-  std::string matmul = "int8";
+  std::string matmul = "packed";
 };
 
 // --matmul int8|f32: how the transformer multiplies quantized weights (see MatmulPath).

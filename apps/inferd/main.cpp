@@ -106,7 +106,7 @@ struct RunFlags {
   int32_t top_k = 0;
   float top_p = 1.0f;
   std::optional<uint64_t> seed;
-  std::string matmul = "int8";
+  std::string matmul = "packed";
 };
 
 void print_stats(double load_secs, const GenerationStats& s) {

@@ -161,6 +161,74 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
     }
   }
 }
+
+// 16 values from element d of one K/V row, as f32.
+INFERD_AVX512 inline __m512 load16_avx512(KvDType dtype, const std::byte* row, int64_t d) {
+  switch (dtype) {
+    case KvDType::kF32: return _mm512_loadu_ps(row + 4 * d);
+    case KvDType::kF16:
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d)));
+    case KvDType::kBF16:
+      return _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d))), 16));
+  }
+  return _mm512_setzero_ps();
+}
+
+// K of positions first .. first+n-1 (n <= 16) of one head, transposed: out[d][c] (zeros for
+// c >= n), 16 x 16 tiles converted and transposed in registers.
+INFERD_AVX512 void load_transposed_avx512(const KvLayerView& kv, const std::byte* base,
+                                          std::span<const int32_t> block_table, int64_t first, int64_t n,
+                                          int64_t kv_dim, int64_t offset, int64_t hd, float* out) {
+  const size_t elem = kv.dtype == KvDType::kF32 ? 4 : 2;
+  const std::byte* src[16];
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t p = first + c;
+    const int64_t slot =
+        static_cast<int64_t>(block_table[static_cast<size_t>(p / kv.block_size)]) * kv.block_size +
+        p % kv.block_size;
+    src[c] = base + static_cast<size_t>(slot * kv_dim + offset) * elem;
+  }
+  int64_t d0 = 0;
+  for (; d0 + 16 <= hd; d0 += 16) {
+    __m512 r[16], t[16];
+    for (int c = 0; c < 16; ++c) r[c] = c < n ? load16_avx512(kv.dtype, src[c], d0) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+      r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+      r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 16; i += 8) {
+      for (int j = 0; j < 4; ++j) {
+        t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+        t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xDD);
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+      r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
+    }
+    for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + (d0 + i) * kChunk, r[i]);
+  }
+  for (int64_t d = d0; d < hd; ++d) {
+    for (int64_t c = 0; c < kChunk; ++c) {
+      float v = 0.0f;
+      if (c < n) {
+        switch (kv.dtype) {
+          case KvDType::kF32: std::memcpy(&v, src[c] + 4 * d, 4); break;
+          case KvDType::kF16: v = load_f16(src[c] + 2 * d); break;
+          case KvDType::kBF16: v = bf16_to_f32(load_u16(src[c] + 2 * d)); break;
+        }
+      }
+      out[d * kChunk + c] = v;
+    }
+  }
+}
 #endif
 
 using ChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const float*, const float*, int64_t,
@@ -186,6 +254,8 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
   const int64_t kv_dim = shape.num_kv_heads * hd;
   const int64_t group = shape.num_heads / shape.num_kv_heads;
   const ChunkFn chunk_fn = chunk_kernel(isa);
+  // The transposed K is the same values either way; the vector transpose only saves time.
+  [[maybe_unused]] const bool vector_transpose = static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
   // Items: every sequence's query tokens in tiles, times the KV heads. Listed in an order that
   // alternates long and short contexts (tiles from the front and back of each prompt), so the
   // contiguous split over threads gets a fair share of the causal work.
@@ -244,10 +314,17 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       const int64_t offset = item.kv_head * hd;
       for (int64_t c0 = 0; c0 <= last_pos; c0 += kChunk) {
         const int64_t n = std::min(kChunk, last_pos + 1 - c0);
-        load_rows(kv, key_base, seq.block_table, c0, n, kv_dim, offset, hd, krows.data());
-        for (int64_t d = 0; d < hd; ++d)
-          for (int64_t c = 0; c < kChunk; ++c)
-            kt[static_cast<size_t>(d * kChunk + c)] = c < n ? krows[static_cast<size_t>(c * hd + d)] : 0.0f;
+#if defined(__x86_64__)
+        if (vector_transpose) {
+          load_transposed_avx512(kv, key_base, seq.block_table, c0, n, kv_dim, offset, hd, kt.data());
+        } else
+#endif
+        {
+          load_rows(kv, key_base, seq.block_table, c0, n, kv_dim, offset, hd, krows.data());
+          for (int64_t d = 0; d < hd; ++d)
+            for (int64_t c = 0; c < kChunk; ++c)
+              kt[static_cast<size_t>(d * kChunk + c)] = c < n ? krows[static_cast<size_t>(c * hd + d)] : 0.0f;
+        }
         load_rows(kv, value_base, seq.block_table, c0, n, kv_dim, offset, hd, vc.data());
         for (int64_t r = 0; r < rows; ++r)
           limit[static_cast<size_t>(r)] = std::min(n, pos[static_cast<size_t>(r)] + 1 - c0);

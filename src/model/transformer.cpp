@@ -12,18 +12,26 @@ namespace inferd {
 namespace {
 
 // The matrices packed as one integer matmul, or nothing when any of them has no integer kernel.
-std::optional<PackedQuantWeight> try_pack(std::initializer_list<const TensorView*> parts) {
+// Whether a dtype has a packed kernel worth taking on this CPU: the integer kernels always; the
+// float kernel where AVX-512 runs it (elsewhere the f32 path's AVX2 dot products are faster).
+bool packable(DType dtype) {
+  if (!PackedWeight::supports(dtype)) return false;
+  return !PackedWeight::is_float_dtype(dtype) ||
+         static_cast<int>(active_isa()) >= static_cast<int>(Isa::kAvx512);
+}
+
+std::optional<PackedWeight> try_pack(std::initializer_list<const TensorView*> parts) {
   for (const TensorView* p : parts) {
-    if (!PackedQuantWeight::supports(p->dtype)) return std::nullopt;
+    if (!packable(p->dtype)) return std::nullopt;
   }
-  auto packed = PackedQuantWeight::pack(std::span<const TensorView* const>(parts.begin(), parts.size()));
+  auto packed = PackedWeight::pack(std::span<const TensorView* const>(parts.begin(), parts.size()));
   if (!packed) return std::nullopt;
   return std::move(packed).value();
 }
 
-std::optional<PackedQuantWeight> try_pack_swiglu(const TensorView& gate, const TensorView& up) {
-  if (!PackedQuantWeight::supports(gate.dtype) || !PackedQuantWeight::supports(up.dtype)) return std::nullopt;
-  auto packed = PackedQuantWeight::pack_swiglu(gate, up);
+std::optional<PackedWeight> try_pack_swiglu(const TensorView& gate, const TensorView& up) {
+  if (!packable(gate.dtype) || !packable(up.dtype)) return std::nullopt;
+  auto packed = PackedWeight::pack_swiglu(gate, up);
   if (!packed) return std::nullopt;
   return std::move(packed).value();
 }
@@ -35,7 +43,7 @@ Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool, Transfor
       pool_(pool),
       inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)) {
   packed_.resize(weights.layers.size());
-  if (options.matmul != MatmulPath::kInt8) return;
+  if (options.matmul != MatmulPath::kPacked) return;
   for (size_t i = 0; i < weights.layers.size(); ++i) {
     const LayerWeights& l = weights.layers[i];
     PackedLayer& p = packed_[i];
@@ -48,11 +56,25 @@ Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool, Transfor
 }
 
 void Transformer::linear(const float* x, int64_t n, const TensorView& w,
-                         const std::optional<PackedQuantWeight>& packed, const float* bias, float* y) {
+                         const std::optional<PackedWeight>& packed, const float* bias, float* y) {
   if (!packed) return matmul(x, n, w, bias, y, pool_);
-  quantized_.quantize(x, n, w.row_length());
   const QuantMatmulOutput out{y, w.num_rows(), bias};
-  quant_matmul(quantized_, *packed, {&out, 1}, pool_);
+  packed_matmul(x, n, *packed, quantized_, {&out, 1}, pool_);
+}
+
+void Transformer::norm_and_matmul(const std::vector<float>& norm_weight, const PackedWeight& w,
+                                  std::span<const QuantMatmulOutput> outputs, int64_t n) {
+  const ModelConfig& c = config();
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  if (w.is_float()) {
+    for (int64_t t = 0; t < n; ++t)
+      rms_norm(&hidden_[t * c.hidden_size], norm_weight.data(), &normed_[t * c.hidden_size], c.hidden_size,
+               eps);
+    float_matmul(normed_.data(), n, w, outputs, pool_);
+  } else {
+    quantized_.quantize_rms_norm(hidden_.data(), norm_weight.data(), eps, n, c.hidden_size);
+    quant_matmul(quantized_, w, outputs, pool_);
+  }
 }
 
 void Transformer::reserve(int64_t n) {
@@ -138,11 +160,10 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
   auto bias = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   const PackedLayer& p = packed_[static_cast<size_t>(layer_index)];
   if (p.qkv) {
-    quantized_.quantize_rms_norm(hidden_.data(), l.attn_norm.data(), eps, n, c.hidden_size);
     const QuantMatmulOutput out[3] = {{q_.data(), c.q_dim(), bias(l.bq)},
                                       {k_.data(), c.kv_dim(), bias(l.bk)},
                                       {v_.data(), c.kv_dim(), bias(l.bv)}};
-    quant_matmul(quantized_, *p.qkv, out, pool_);
+    norm_and_matmul(l.attn_norm, *p.qkv, out, n);
   } else {
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
@@ -177,9 +198,8 @@ void Transformer::mlp_block(const LayerWeights& l, const PackedLayer& p, int64_t
   const auto eps = static_cast<float>(c.rms_norm_eps);
   if (p.gate_up) {
     // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices.
-    quantized_.quantize_rms_norm(hidden_.data(), l.ffn_norm.data(), eps, n, c.hidden_size);
     const QuantMatmulOutput out{gate_.data(), c.intermediate_size, nullptr};
-    quant_matmul(quantized_, *p.gate_up, {&out, 1}, pool_);
+    norm_and_matmul(l.ffn_norm, *p.gate_up, {&out, 1}, n);
   } else {
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,

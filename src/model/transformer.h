@@ -11,7 +11,7 @@
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "kernels/attention.h"
-#include "kernels/quant_matmul.h"
+#include "kernels/packed_matmul.h"
 #include "kv/kv_cache.h"
 #include "model/model_weights.h"
 
@@ -31,24 +31,25 @@ struct ForwardBatch {
   std::span<const int32_t> logit_rows;  // token rows whose logits are wanted
 };
 
-// How the linear layers multiply block-quantized weights (Q8_0, Q4_0, Q4_1; other types always
-// take the f32 path).
+// How the linear layers multiply their weights. Both are batch-invariant.
 enum class MatmulPath {
-  // Default: weights repacked at load, activations quantized to int8 per block of 32, exact
-  // integer dot products (VNNI / AVX2), as llama.cpp does. Batch-invariant.
-  kInt8,
+  // Default: weights repacked at load into 16-row tiles. Block-quantized weights (GGUF Q8_0,
+  // Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) with activations quantized to int8 per block of
+  // 32 and exact integer dot products (VNNI / AVX2), as llama.cpp does; F32 / F16 / BF16
+  // weights (where AVX-512 runs them) with f32 fmas on the stored values.
+  kPacked,
   // Weights expanded to f32 row by row and multiplied in f32: several times slower; matches an
-  // f32 reference run on the dequantized weights to ~1e-5 relative. Batch-invariant.
+  // f32 reference run on the dequantized weights to ~1e-5 relative.
   kF32,
 };
 
 struct TransformerOptions {
-  MatmulPath matmul = MatmulPath::kInt8;
+  MatmulPath matmul = MatmulPath::kPacked;
 };
 
 class Transformer final {
  public:
-  // weights and pool: not owned, must outlive the Transformer. With MatmulPath::kInt8 the
+  // weights and pool: not owned, must outlive the Transformer. With MatmulPath::kPacked the
   // quantized weights are repacked here (a copy of their bytes).
   Transformer(const ModelWeights& weights, ThreadPool& pool, TransformerOptions options = {});
 
@@ -70,22 +71,26 @@ class Transformer final {
   void reserve(int64_t num_tokens);
   // y = x w^T (+ bias) through the packed integer kernel when there is one, else in f32.
   void linear(const float* x, int64_t num_tokens, const TensorView& w,
-              const std::optional<PackedQuantWeight>& packed, const float* bias, float* y);
+              const std::optional<PackedWeight>& packed, const float* bias, float* y);
 
-  // Weights repacked for the integer kernels; empty optionals take the f32 path.
+  // Weights repacked for the packed kernels; empty optionals take the f32 path.
   struct PackedLayer {
-    std::optional<PackedQuantWeight> qkv;  // Q, K and V as one matmul
-    std::optional<PackedQuantWeight> wo;
-    std::optional<PackedQuantWeight> gate_up;  // SwiGLU-packed gate and up
-    std::optional<PackedQuantWeight> down;
+    std::optional<PackedWeight> qkv;  // Q, K and V as one matmul
+    std::optional<PackedWeight> wo;
+    std::optional<PackedWeight> gate_up;  // SwiGLU-packed gate and up
+    std::optional<PackedWeight> down;
   };
   void mlp_block(const LayerWeights& layer, const PackedLayer& packed, int64_t num_tokens);
+  // rms_norm(hidden_) times w into outputs (the norm fused with int8 quantization where w is
+  // block-quantized).
+  void norm_and_matmul(const std::vector<float>& norm_weight, const PackedWeight& w,
+                       std::span<const QuantMatmulOutput> outputs, int64_t num_tokens);
 
   const ModelWeights& weights_;
   ThreadPool& pool_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   std::vector<PackedLayer> packed_;
-  std::optional<PackedQuantWeight> packed_lm_head_;
+  std::optional<PackedWeight> packed_lm_head_;
   QuantizedActivations quantized_;  // the current linear layer's input, int8
   int64_t capacity_ = 0;            // tokens the buffers below hold
   std::vector<float> hidden_;       // [T, hidden] residual stream

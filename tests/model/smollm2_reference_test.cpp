@@ -112,7 +112,7 @@ Agreement run_against(const char* reference_json, const char* peer, MatmulPath p
 // Both round activations to 8 bits inside the quantized dot products, but not identically
 // (llama.cpp keeps Q8_1's scale and sum in f16, inferd in f32), so a few near-ties may flip.
 TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCpp) {
-  const Agreement a = run_against("llamacpp_reference.json", "llama.cpp", MatmulPath::kInt8);
+  const Agreement a = run_against("llamacpp_reference.json", "llama.cpp", MatmulPath::kPacked);
   if (a.positions == 0) GTEST_SKIP() << "default model not installed";
   EXPECT_GE(a.top1, 0.98);
   EXPECT_LT(a.max_last_diff, 0.05 * a.max_last_ref);
@@ -130,7 +130,7 @@ TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCppOnTheF32Path) {
 // unit at most and keeps the argmax at nearly every position.
 TEST(SmolLM2Test, Int8PathStaysCloseToTransformersOnDequantizedWeights) {
   const Agreement a = run_against("hf_dequant_reference.json",
-                                  "transformers (f32, dequantized; inferd int8 path)", MatmulPath::kInt8);
+                                  "transformers (f32, dequantized; inferd int8 path)", MatmulPath::kPacked);
   if (a.positions == 0) GTEST_SKIP() << "default model not installed";
   EXPECT_GE(a.top1, 0.96);
   EXPECT_LT(a.max_last_diff, 0.05 * a.max_last_ref);

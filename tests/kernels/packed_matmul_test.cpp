@@ -1,4 +1,4 @@
-#include "kernels/quant_matmul.h"
+#include "kernels/packed_matmul.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,14 @@
 namespace inferd {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_0,
+                            DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+// k rounded up to the dtype's block (256 values for K-quants).
+int64_t k_for(DType dtype, int64_t k) {
+  const int64_t block = dtype_info(dtype).block_values;
+  return (k + block - 1) / block * block;
+}
 
 // Every path this CPU can run, scalar first.
 std::vector<Isa> paths() {
@@ -60,13 +67,16 @@ TEST(QuantizeActivationsTest, EveryPathMatchesTheReferenceBitForBit) {
     xq.quantize(x.data(), 5, k);
     std::vector<int8_t> q(static_cast<size_t>(k));
     std::vector<float> scale(static_cast<size_t>(k / 32)), scaled(scale.size());
-    std::vector<int32_t> sum(scale.size());
+    std::vector<int32_t> sum(scale.size()), half(2 * scale.size());
     for (int64_t t = 0; t < 5; ++t) {
-      quantize_activations_reference(x.data() + t * k, k, q.data(), scale.data(), sum.data(), scaled.data());
+      quantize_activations_reference(x.data() + t * k, k, q.data(), scale.data(), sum.data(), scaled.data(),
+                                     half.data());
       ASSERT_EQ(0, std::memcmp(q.data(), xq.q(t), q.size()));
       for (size_t b = 0; b < scale.size(); ++b) {
         ASSERT_EQ(scale[b], xq.scale(t)[b]);
         ASSERT_EQ(sum[b], xq.sum(t)[b]);
+        ASSERT_EQ(half[2 * b], xq.half_sum(t)[2 * b]);
+        ASSERT_EQ(half[2 * b] + half[2 * b + 1], sum[b]);
         ASSERT_EQ(scaled[b], xq.scaled_sum(t)[b]);
         // Round to nearest: each value within half a step of its original.
         for (int j = 0; j < 32; ++j) {
@@ -110,6 +120,7 @@ TEST(QuantMatmulTest, EveryPathMatchesScalarAndTheDequantizedProduct) {
   for (DType dtype : kTypes) {
     for (Shape s : {Shape{1, 1, 32}, Shape{1, 16, 64}, Shape{3, 17, 96}, Shape{8, 33, 32}, Shape{9, 5, 576},
                     Shape{19, 100, 160}, Shape{1, 47, 896}}) {
+      s.k = k_for(dtype, s.k);
       SCOPED_TRACE(std::string(dtype_info(dtype).name) + " T=" + std::to_string(s.tokens) +
                    " N=" + std::to_string(s.rows) + " K=" + std::to_string(s.k));
       std::vector<std::byte> storage;
@@ -119,7 +130,7 @@ TEST(QuantMatmulTest, EveryPathMatchesScalarAndTheDequantizedProduct) {
       QuantizedActivations xq;
       xq.quantize(x.data(), s.tokens, s.k);
       const TensorView* parts[] = {&w};
-      auto packed = PackedQuantWeight::pack(parts);
+      auto packed = PackedWeight::pack(parts);
       ASSERT_TRUE(packed.has_value()) << packed.status().message();
       const auto want = reference(w, dequantized(xq), s.tokens, bias.data());
       std::vector<float> scalar(static_cast<size_t>(s.tokens * s.rows));
@@ -152,7 +163,7 @@ TEST(QuantMatmulTest, ErrorAgainstF32ActivationsIsBoundedByTheRounding) {
     QuantizedActivations xq;
     xq.quantize(x.data(), 4, 256);
     const TensorView* parts[] = {&w};
-    auto packed = PackedQuantWeight::pack(parts);
+    auto packed = PackedWeight::pack(parts);
     ASSERT_TRUE(packed.has_value());
     std::vector<float> got(4 * 24);
     const QuantMatmulOutput out{got.data(), 24, nullptr};
@@ -176,14 +187,15 @@ TEST(QuantMatmulTest, ErrorAgainstF32ActivationsIsBoundedByTheRounding) {
 TEST(QuantMatmulTest, TokenResultsIndependentOfBatchAndThreads) {
   std::mt19937 rng(99);
   for (DType dtype : kTypes) {
+    const int64_t k = k_for(dtype, 96);
     std::vector<std::byte> storage;
-    TensorView w = test::random_tensor(dtype, 45, 96, rng, &storage);
+    TensorView w = test::random_tensor(dtype, 45, k, rng, &storage);
     const TensorView* parts[] = {&w};
-    auto packed = PackedQuantWeight::pack(parts);
+    auto packed = PackedWeight::pack(parts);
     ASSERT_TRUE(packed.has_value());
-    auto x = test::random_floats(11 * 96, rng);
+    auto x = test::random_floats(11 * k, rng);
     QuantizedActivations all;
-    all.quantize(x.data(), 11, 96);
+    all.quantize(x.data(), 11, k);
     std::vector<float> batched(11 * 45);
     ThreadPool pool4(4);
     const QuantMatmulOutput out{batched.data(), 45, nullptr};
@@ -191,7 +203,7 @@ TEST(QuantMatmulTest, TokenResultsIndependentOfBatchAndThreads) {
     ThreadPool pool1(1);
     for (int64_t t = 0; t < 11; ++t) {
       QuantizedActivations one;
-      one.quantize(x.data() + t * 96, 1, 96);
+      one.quantize(x.data() + t * k, 1, k);
       std::vector<float> alone(45);
       const QuantMatmulOutput o{alone.data(), 45, nullptr};
       quant_matmul(one, *packed, {&o, 1}, pool1);
@@ -206,16 +218,17 @@ TEST(QuantMatmulTest, FusedPartsEqualSeparateMatmuls) {
   ThreadPool pool(2);
   std::mt19937 rng(5);
   for (DType dtype : kTypes) {
+    const int64_t cols = k_for(dtype, 64);
     std::vector<std::byte> sq, sk, sv;
-    TensorView q = test::random_tensor(dtype, 40, 64, rng, &sq);
-    TensorView k = test::random_tensor(dtype, 7, 64, rng, &sk);
-    TensorView v = test::random_tensor(dtype, 21, 64, rng, &sv);
-    auto x = test::random_floats(3 * 64, rng);
+    TensorView q = test::random_tensor(dtype, 40, cols, rng, &sq);
+    TensorView k = test::random_tensor(dtype, 7, cols, rng, &sk);
+    TensorView v = test::random_tensor(dtype, 21, cols, rng, &sv);
+    auto x = test::random_floats(3 * cols, rng);
     auto bias = test::random_floats(40 + 7 + 21, rng);
     QuantizedActivations xq;
-    xq.quantize(x.data(), 3, 64);
+    xq.quantize(x.data(), 3, cols);
     const TensorView* all[] = {&q, &k, &v};
-    auto fused = PackedQuantWeight::pack(all);
+    auto fused = PackedWeight::pack(all);
     ASSERT_TRUE(fused.has_value());
     EXPECT_EQ(fused->num_parts(), 3u);
     EXPECT_EQ(fused->tiles(), 3 + 1 + 2);
@@ -228,7 +241,7 @@ TEST(QuantMatmulTest, FusedPartsEqualSeparateMatmuls) {
     const float* biases[] = {bias.data(), bias.data() + 40, bias.data() + 47};
     for (int p = 0; p < 3; ++p) {
       const TensorView* one[] = {views[p]};
-      auto alone = PackedQuantWeight::pack(one);
+      auto alone = PackedWeight::pack(one);
       ASSERT_TRUE(alone.has_value());
       const int64_t rows = views[p]->num_rows();
       std::vector<float> y(static_cast<size_t>(3 * rows));
@@ -244,13 +257,14 @@ TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
   ThreadPool pool(2);
   std::mt19937 rng(8);
   for (DType dtype : kTypes) {
+    const int64_t k = k_for(dtype, 96);
     std::vector<std::byte> sg, su;
-    TensorView gate = test::random_tensor(dtype, 37, 96, rng, &sg);
-    TensorView up = test::random_tensor(dtype, 37, 96, rng, &su);
-    auto x = test::random_floats(10 * 96, rng);
+    TensorView gate = test::random_tensor(dtype, 37, k, rng, &sg);
+    TensorView up = test::random_tensor(dtype, 37, k, rng, &su);
+    auto x = test::random_floats(10 * k, rng);
     QuantizedActivations xq;
-    xq.quantize(x.data(), 10, 96);
-    auto fused = PackedQuantWeight::pack_swiglu(gate, up);
+    xq.quantize(x.data(), 10, k);
+    auto fused = PackedWeight::pack_swiglu(gate, up);
     ASSERT_TRUE(fused.has_value());
     std::vector<float> y(10 * 37);
     const QuantMatmulOutput out{y.data(), 37, nullptr};
@@ -264,7 +278,7 @@ TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
     std::vector<float> g(y.size()), u(y.size());
     for (auto [view, dst] : {std::pair{&gate, &g}, std::pair{&up, &u}}) {
       const TensorView* one[] = {view};
-      auto packed = PackedQuantWeight::pack(one);
+      auto packed = PackedWeight::pack(one);
       ASSERT_TRUE(packed.has_value());
       const QuantMatmulOutput o{dst->data(), 37, nullptr};
       quant_matmul(xq, *packed, {&o, 1}, pool);
@@ -280,20 +294,66 @@ TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
 TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
   std::mt19937 rng(1);
   std::vector<std::byte> s1, s2, s3;
-  TensorView f16 = test::random_tensor(DType::kF16, 4, 64, rng, &s1);
+  TensorView cube = test::random_tensor(DType::kQ8_0, 4, 64, rng, &s1);
   TensorView q8 = test::random_tensor(DType::kQ8_0, 4, 64, rng, &s2);
   TensorView q4 = test::random_tensor(DType::kQ4_0, 5, 64, rng, &s3);
-  f16.name = "blk.0.attn_q.weight";
-  const TensorView* a[] = {&f16};
-  auto r = PackedQuantWeight::pack(a);
+  cube.name = "blk.0.attn_q.weight";
+  cube.num_dims = 3;
+  cube.shape = {2, 2, 64, 1};
+  const TensorView* a[] = {&cube};
+  auto r = PackedWeight::pack(a);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.status().message().find("blk.0.attn_q.weight"), std::string::npos);
   const TensorView* mixed[] = {&q8, &q4};
-  EXPECT_FALSE(PackedQuantWeight::pack(mixed).has_value());
-  EXPECT_TRUE(PackedQuantWeight::pack_swiglu(q4, q4).has_value());
+  EXPECT_FALSE(PackedWeight::pack(mixed).has_value());
+  EXPECT_TRUE(PackedWeight::pack_swiglu(q4, q4).has_value());
   TensorView q4b = q4;
   q4b.shape = {4, 64, 1, 1};
-  EXPECT_FALSE(PackedQuantWeight::pack_swiglu(q4, q4b).has_value());
+  EXPECT_FALSE(PackedWeight::pack_swiglu(q4, q4b).has_value());
+}
+
+// Float weights: every path bit-identical, within f32 rounding of the double product, odd
+// sizes included; a token's outputs do not depend on the batch.
+TEST(FloatMatmulTest, EveryPathMatchesScalarAndTheDoubleProduct) {
+  ThreadPool pool(3);
+  std::mt19937 rng(21);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (Shape s :
+         {Shape{1, 1, 1}, Shape{3, 17, 37}, Shape{9, 16, 64}, Shape{12, 33, 100}, Shape{1, 40, 896}}) {
+      SCOPED_TRACE(std::string(dtype_info(dtype).name) + " T=" + std::to_string(s.tokens) +
+                   " N=" + std::to_string(s.rows) + " K=" + std::to_string(s.k));
+      std::vector<std::byte> storage;
+      TensorView w = test::random_tensor(dtype, s.rows, s.k, rng, &storage);
+      auto x = test::random_floats(static_cast<size_t>(s.tokens * s.k), rng);
+      auto bias = test::random_floats(static_cast<size_t>(s.rows), rng);
+      const TensorView* parts[] = {&w};
+      auto packed = PackedWeight::pack(parts);
+      ASSERT_TRUE(packed.has_value()) << packed.status().message();
+      ASSERT_TRUE(packed->is_float());
+      const auto want = reference(w, x, s.tokens, bias.data());
+      std::vector<float> scalar(static_cast<size_t>(s.tokens * s.rows));
+      for (Isa isa : paths()) {
+        std::vector<float> got(scalar.size());
+        const QuantMatmulOutput out{got.data(), s.rows, bias.data()};
+        float_matmul(x.data(), s.tokens, *packed, {&out, 1}, pool, isa);
+        if (isa == Isa::kScalar) scalar = got;
+        ASSERT_EQ(scalar, got) << isa_name(isa);
+        double err = 0, mag = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          err = std::max(err, std::fabs(got[i] - want[i]));
+          mag = std::max(mag, std::fabs(want[i]));
+        }
+        EXPECT_LE(err, 1e-5 * std::max(mag, 1.0));
+      }
+      // Token by token gives the batch's bits.
+      for (int64_t t = 0; t < s.tokens; ++t) {
+        std::vector<float> alone(static_cast<size_t>(s.rows));
+        const QuantMatmulOutput o{alone.data(), s.rows, bias.data()};
+        float_matmul(x.data() + t * s.k, 1, *packed, {&o, 1}, pool);
+        ASSERT_TRUE(std::equal(alone.begin(), alone.end(), scalar.begin() + t * s.rows));
+      }
+    }
+  }
 }
 
 }  // namespace

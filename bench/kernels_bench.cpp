@@ -1,0 +1,242 @@
+// Kernel microbenchmarks against this machine's measured roofline (Google Benchmark):
+//
+//   build/kernels_bench [--benchmark_filter=...]
+//
+// Roofline: BM_ReadBandwidth streams a 512 MiB buffer (memory bandwidth, GB/s, all threads);
+// BM_VnniPeak runs independent vpdpbusd chains (int8 multiply-adds per second per thread).
+// Kernels report GB/s of weight bytes (decode: one token, bandwidth-bound) or GOP/s (int8 or f32
+// multiply-adds x 2; prefill, compute-bound) at the shapes of Qwen2.5-0.5B's MLP (4864 x 896)
+// and its attention (14 heads, 2 KV heads, head size 64).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/half.h"
+#include "common/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/cpu_isa.h"
+#include "kernels/matmul.h"
+#include "kernels/packed_matmul.h"
+#include "tensor/dtype.h"
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized / -Wuninitialized (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace inferd {
+namespace {
+
+constexpr int kThreads = 2;
+
+// Random block-quantized weights with sane scales (the scale fields written as small f16s).
+struct RandomWeight {
+  std::vector<std::byte> bytes;
+  TensorView view;
+};
+
+RandomWeight random_weight(DType dtype, int64_t rows, int64_t cols) {
+  RandomWeight w;
+  const DTypeInfo& info = dtype_info(dtype);
+  w.bytes.resize(static_cast<size_t>(dtype_bytes(dtype, cols) * rows));
+  std::mt19937 rng(1);
+  for (auto& b : w.bytes) b = static_cast<std::byte>(rng() & 0xff);
+  const uint16_t small = f32_to_f16(0.01f);
+  const int64_t blocks = rows * cols / info.block_values;
+  for (int64_t i = 0; i < blocks; ++i) {
+    std::byte* blk = w.bytes.data() + i * info.block_bytes;
+    switch (dtype) {
+      case DType::kF32:
+      case DType::kF16:
+      case DType::kBF16: break;
+      case DType::kQ6_K: std::memcpy(blk + 208, &small, 2); break;
+      case DType::kQ4_1:
+      case DType::kQ5_1:
+      case DType::kQ4_K:
+      case DType::kQ5_K: std::memcpy(blk + 2, &small, 2); [[fallthrough]];
+      default: std::memcpy(blk, &small, 2); break;
+    }
+  }
+  if (dtype == DType::kF16) {
+    for (int64_t i = 0; i < rows * cols; ++i) std::memcpy(w.bytes.data() + 2 * i, &small, 2);
+  }
+  w.view.name = "bench";
+  w.view.dtype = dtype;
+  w.view.num_dims = 2;
+  w.view.shape = {rows, cols, 1, 1};
+  w.view.data = w.bytes.data();
+  w.view.num_bytes = w.bytes.size();
+  return w;
+}
+
+std::vector<float> random_floats(size_t n) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const size_t n = size_t{512} << 20;
+  std::vector<uint64_t> buf(n / 8, 1);
+  ThreadPool pool(kThreads);
+  for (auto _ : state) {
+    uint64_t sums[kThreads] = {};
+    pool.parallel_for(kThreads, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const size_t lo = buf.size() * static_cast<size_t>(t) / kThreads;
+        const size_t hi = buf.size() * static_cast<size_t>(t + 1) / kThreads;
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = lo; i + 4 <= hi; i += 4) {
+          s0 += buf[i];
+          s1 += buf[i + 1];
+          s2 += buf[i + 2];
+          s3 += buf[i + 3];
+        }
+        sums[t] = s0 + s1 + s2 + s3;
+      }
+    });
+    benchmark::DoNotOptimize(sums);
+  }
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(n) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_chains(int64_t iters, int32_t* out) {
+  __m512i acc[8];
+  for (auto& a : acc) a = _mm512_setzero_si512();
+  const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(5);
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& a : acc) a = _mm512_dpbusd_epi32(a, x, y);
+  __m512i s = acc[0];
+  for (int j = 1; j < 8; ++j) s = _mm512_add_epi32(s, acc[j]);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, s);
+  *out = lanes[0];
+}
+
+// One thread's peak: int8 ops (2 per multiply-add) per second.
+void BM_VnniPeak(benchmark::State& state) {
+  if (static_cast<int>(detected_isa()) < static_cast<int>(Isa::kVnni)) {
+    state.SkipWithError("no AVX512-VNNI");
+    return;
+  }
+  const int64_t iters = 1 << 20;
+  int32_t out = 0;
+  for (auto _ : state) {
+    vnni_chains(iters, &out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["GOP/s"] = benchmark::Counter(
+      2.0 * 64 * 8 * static_cast<double>(iters) * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_VnniPeak)->UseRealTime();
+#endif
+
+// Integer matmul of T tokens by an N x K quantized weight (activation quantization included).
+void BM_QuantMatmul(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t tokens = state.range(1), n = 4864, k = 896 * (dtype_info(dtype).block_values == 256 ? 2 : 1);
+  RandomWeight w = random_weight(dtype, n, k);
+  const TensorView* parts[] = {&w.view};
+  auto packed = PackedWeight::pack(parts);
+  if (!packed) {
+    state.SkipWithError(packed.status().message().c_str());
+    return;
+  }
+  auto x = random_floats(static_cast<size_t>(tokens * k));
+  std::vector<float> y(static_cast<size_t>(tokens * n));
+  QuantizedActivations xq;
+  ThreadPool pool(kThreads);
+  const QuantMatmulOutput out{y.data(), n, nullptr};
+  for (auto _ : state) {
+    xq.quantize(x.data(), tokens, k);
+    quant_matmul(xq, *packed, {&out, 1}, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(dtype_info(dtype).name) + " T=" + std::to_string(tokens));
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(packed->num_bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(tokens * n * k) * iters / 1e9,
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_QuantMatmul)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ4_0),
+                    static_cast<int64_t>(DType::kQ4_1), static_cast<int64_t>(DType::kQ4_K),
+                    static_cast<int64_t>(DType::kQ6_K)},
+                   {1, 16, 512}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The f32 path (weights expanded to f32 row by row), for comparison and for F16 weights.
+void BM_F32Matmul(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t tokens = state.range(1), n = 4864, k = 896;
+  RandomWeight w = random_weight(dtype, n, k);
+  auto x = random_floats(static_cast<size_t>(tokens * k));
+  std::vector<float> y(static_cast<size_t>(tokens * n));
+  ThreadPool pool(kThreads);
+  for (auto _ : state) {
+    matmul(x.data(), tokens, w.view, nullptr, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(dtype_info(dtype).name) + " T=" + std::to_string(tokens));
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(w.bytes.size()) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(tokens * n * k) * iters / 1e9,
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_F32Matmul)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kQ8_0)}, {1, 16, 512}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// Paged attention, f16 KV: `tokens` queries of one sequence ending at context `ctx`.
+void BM_Attention(benchmark::State& state) {
+  const int64_t tokens = state.range(0), ctx = state.range(1);
+  const AttentionShape shape{14, 2, 64, 0.125f};
+  const int64_t kv_dim = 128, q_dim = 14 * 64, block = 16;
+  const int64_t blocks = (ctx + block - 1) / block;
+  std::vector<uint16_t> key(static_cast<size_t>(blocks * block * kv_dim), f32_to_f16(0.1f));
+  std::vector<uint16_t> value(key.size(), f32_to_f16(0.2f));
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int64_t i = 0; i < blocks; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  auto q = random_floats(static_cast<size_t>(tokens * q_dim));
+  std::vector<float> out(q.size());
+  std::vector<int32_t> token_seq(static_cast<size_t>(tokens), 0);
+  const AttentionSequence seq{0, tokens, ctx, table};
+  ThreadPool pool(kThreads);
+  const KvLayerView kv{key.data(), value.data(), block, KvDType::kF16};
+  for (auto _ : state) {
+    paged_attention(q.data(), {&seq, 1}, token_seq, kv, shape, out.data(), pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Multiply-adds: QK^T and PV over each query's causal context.
+  double macs = 0;
+  for (int64_t t = 0; t < tokens; ++t) macs += 2.0 * static_cast<double>(ctx - tokens + t + 1) * 64 * 14;
+  state.counters["GOP/s"] = benchmark::Counter(2.0 * macs * static_cast<double>(state.iterations()) / 1e9,
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Attention)
+    ->Args({1, 512})
+    ->Args({1, 4096})
+    ->Args({512, 512})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace inferd
+
+BENCHMARK_MAIN();

@@ -1,0 +1,946 @@
+#include "kernels/packed_matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/check.h"
+#include "common/half.h"
+#include "kernels/ops.h"
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+#endif
+
+namespace inferd {
+
+namespace {
+
+constexpr int kMaxTokens = 8;  // tokens per pass over a tile's weights
+constexpr size_t kAlign = 64;
+
+std::byte* aligned_bytes(size_t n) {
+  const size_t rounded = (n + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  INFERD_CHECK_MSG(p != nullptr, "out of memory packing weights");
+  std::memset(p, 0, rounded == 0 ? kAlign : rounded);
+  return static_cast<std::byte*>(p);
+}
+
+// How a packed dtype stores a block of 32 values for 16 rows (see the header's layout):
+//   scales  16 x f16 (or f32 where the format's block scale is a product, K-quants)
+//   mins    16 x same, when the value is scale * q + min
+//   subs    16 x i8 twice: Q6_K's scales of the two halves of the block (integers)
+//   quants  bytes: 8 groups x 16 rows x 4 u8;  nibbles: 4 groups, value 4g+j low, 16+4g+j high
+// value = scale * (q - offset) [+ min], or for Q6_K scale * sub_half * (q - offset).
+struct Format {
+  bool nibbles;
+  bool f32_scales;
+  bool has_min;
+  bool sub_scales;
+  int32_t offset;
+};
+
+constexpr Format format_of(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return {false, false, false, false, 128};
+    case DType::kQ5_0: return {false, false, false, false, 16};
+    case DType::kQ5_1: return {false, false, true, false, 0};
+    case DType::kQ4_0: return {true, false, false, false, 8};
+    case DType::kQ4_1: return {true, false, true, false, 0};
+    case DType::kQ4_K: return {true, true, true, false, 0};
+    case DType::kQ5_K: return {false, true, true, false, 0};
+    case DType::kQ6_K: return {false, false, false, true, 32};
+    default: return {false, false, false, false, 0};
+  }
+}
+
+constexpr size_t scale_bytes(Format f) {
+  return f.f32_scales ? 64 : 32;
+}
+constexpr size_t min_offset(Format f) {
+  return scale_bytes(f);
+}
+constexpr size_t sub_offset(Format f) {
+  return min_offset(f) + (f.has_min ? scale_bytes(f) : 0);
+}
+constexpr size_t quant_offset(Format f) {
+  return sub_offset(f) + (f.sub_scales ? 32 : 0);
+}
+constexpr size_t packed_block_bytes(Format f) {
+  return quant_offset(f) + (f.nibbles ? 256 : 512);
+}
+
+float load_scale(const uint8_t* p, bool f32) {
+  if (!f32) return load_f16(p);
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+int8_t clamp_q(long v) {
+  return static_cast<int8_t>(std::clamp<long>(v, -127, 127));
+}
+
+// One source block of 32 values decoded for packing: quants as u8 (value + offset), and the
+// scale / min as the packed block stores them (f16 bits or f32), and Q6_K's half scales.
+struct SourceBlock {
+  uint8_t q[32];
+  uint16_t d16 = 0, m16 = 0;
+  float d32 = 0, m32 = 0;
+  int8_t sub[2] = {0, 0};
+};
+
+// Decodes block b (32 values) of a row of `dtype`.
+SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
+  SourceBlock out;
+  const int64_t per_super = 8;  // 32-value blocks per 256-value K-quant superblock
+  switch (dtype) {
+    case DType::kQ8_0: {
+      const uint8_t* s = row + b * 34;
+      out.d16 = load_u16(s);
+      for (int j = 0; j < 32; ++j) out.q[j] = static_cast<uint8_t>(s[2 + j] ^ 0x80);
+      break;
+    }
+    case DType::kQ4_0:
+    case DType::kQ4_1: {
+      const bool min = dtype == DType::kQ4_1;
+      const uint8_t* s = row + b * (min ? 20 : 18);
+      out.d16 = load_u16(s);
+      if (min) out.m16 = load_u16(s + 2);
+      const uint8_t* qs = s + (min ? 4 : 2);
+      for (int j = 0; j < 16; ++j) {
+        out.q[j] = qs[j] & 0x0f;
+        out.q[j + 16] = qs[j] >> 4;
+      }
+      break;
+    }
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      const bool min = dtype == DType::kQ5_1;
+      const uint8_t* s = row + b * (min ? 24 : 22);
+      out.d16 = load_u16(s);
+      if (min) out.m16 = load_u16(s + 2);
+      const uint32_t qh = load_u32(s + (min ? 4 : 2));
+      const uint8_t* qs = s + (min ? 8 : 6);
+      for (int j = 0; j < 16; ++j) {
+        out.q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4));
+        out.q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+      }
+      break;
+    }
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      const bool five = dtype == DType::kQ5_K;
+      const uint8_t* s = row + (b / per_super) * (five ? 176 : 144);
+      const int j = static_cast<int>(b % per_super);  // sub-block
+      const float d = load_f16(s), dmin = load_f16(s + 2);
+      const uint8_t* scales = s + 4;
+      uint8_t sc, mn;
+      if (j < 4) {
+        sc = scales[j] & 63;
+        mn = scales[j + 4] & 63;
+      } else {
+        sc = static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
+        mn = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+      }
+      out.d32 = d * sc;        // exact: 11-bit mantissa times a 6-bit integer
+      out.m32 = -(dmin * mn);  // value = d32 * q + m32
+      const uint8_t* ql = s + (five ? 48 : 16) + (j / 2) * 32;
+      for (int l = 0; l < 32; ++l) {
+        int v = j % 2 == 0 ? (ql[l] & 0x0f) : (ql[l] >> 4);
+        if (five) v += ((s[16 + l] >> j) & 1) << 4;
+        out.q[l] = static_cast<uint8_t>(v);
+      }
+      break;
+    }
+    case DType::kQ6_K: {
+      const uint8_t* s = row + (b / per_super) * 210;
+      const int j = static_cast<int>(b % per_super);  // values 32j .. 32j+31 of the superblock
+      out.d16 = load_u16(s + 208);
+      const int half = j / 4;     // 128-value half of the superblock
+      const int quarter = j % 4;  // which of y[l], y[l+32], y[l+64], y[l+96]
+      const uint8_t* ql = s + half * 64;
+      const uint8_t* qh = s + 128 + half * 32;
+      const auto* sc = reinterpret_cast<const int8_t*>(s + 192 + half * 8);
+      for (int l = 0; l < 32; ++l) {
+        // quarter 0: low nibbles of ql[0..31], 1: low of ql[32..63], 2: high of ql[0..31], 3: high of
+        // ql[32..63]
+        const uint8_t byte = ql[l + (quarter % 2) * 32];
+        const uint8_t lo = quarter < 2 ? (byte & 0x0f) : (byte >> 4);
+        out.q[l] = static_cast<uint8_t>(lo | (((qh[l] >> (2 * quarter)) & 3) << 4));
+      }
+      out.sub[0] = sc[quarter * 2];
+      out.sub[1] = sc[quarter * 2 + 1];
+      break;
+    }
+    default: break;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar path (the reference).
+
+struct TileArgs {
+  const std::byte* tile;
+  int64_t blocks;
+  size_t block_bytes;
+  const QuantizedActivations* x;
+  int64_t first_token;
+  int num_tokens;
+  float* out;  // [num_tokens][16]
+};
+
+// The stored u8 quant of value k (0..31) of row r in a packed block.
+inline int stored_quant(const uint8_t* quants, bool nibbles, int r, int k) {
+  if (!nibbles) return quants[64 * (k / 4) + 4 * r + k % 4];
+  const int kk = k % 16;
+  const uint8_t byte = quants[64 * (kk / 4) + 4 * r + kk % 4];
+  return k < 16 ? (byte & 0x0f) : (byte >> 4);
+}
+
+template <DType DT>
+void tile_scalar(const TileArgs& a) {
+  constexpr Format f = format_of(DT);
+  for (int t = 0; t < a.num_tokens; ++t) {
+    const int8_t* xq = a.x->q(a.first_token + t);
+    const float* xd = a.x->scale(a.first_token + t);
+    const float* xss = a.x->scaled_sum(a.first_token + t);
+    float acc[kQuantTileRows] = {};
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      const auto* blk = reinterpret_cast<const uint8_t*>(a.tile + static_cast<size_t>(b) * a.block_bytes);
+      const int8_t* xb = xq + b * kQuantBlockValues;
+      for (int r = 0; r < kQuantTileRows; ++r) {
+        int32_t half[2] = {0, 0};
+        for (int k = 0; k < 32; ++k)
+          half[k / 16] += (stored_quant(blk + quant_offset(f), f.nibbles, r, k) - f.offset) * xb[k];
+        int32_t dot = half[0] + half[1];
+        if constexpr (f.sub_scales) {
+          const auto* sub = reinterpret_cast<const int8_t*>(blk + sub_offset(f));
+          dot = sub[r] * half[0] + sub[16 + r] * half[1];
+        }
+        const float dw = load_scale(blk + (f.f32_scales ? 4 : 2) * r, f.f32_scales);
+        acc[r] = std::fma(dw * xd[b], static_cast<float>(dot), acc[r]);
+        if constexpr (f.has_min)
+          acc[r] = std::fma(load_scale(blk + min_offset(f) + (f.f32_scales ? 4 : 2) * r, f.f32_scales),
+                            xss[b], acc[r]);
+      }
+    }
+    std::memcpy(a.out + t * kQuantTileRows, acc, sizeof(acc));
+  }
+}
+
+void quantize_row_scalar(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum, float* scaled_sum,
+                         int32_t* half_sum) {
+  quantize_activations_reference(x, k, q, scale, sum, scaled_sum, half_sum);
+}
+
+// e^x by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (Cephes' coefficients),
+// x clamped to [-87, 88]; every operation is one the AVX-512 version performs the same way
+// (fma, round to nearest even, exact scaling by 2^n), so both give the same bits.
+float exp_poly(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, x);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3333519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r * r, r + 1.0f);
+  return std::ldexp(p, static_cast<int>(n));
+}
+
+// Epilogues: a tile's [num_tokens][16] results into y (+ bias), or silu(gate) * up.
+void store_scalar(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
+  for (int t = 0; t < nt; ++t)
+    for (int r = 0; r < rows; ++r)
+      y[t * ld + r] = out[t * kQuantTileRows + r] + (bias != nullptr ? bias[r] : 0.0f);
+}
+
+void swiglu_scalar(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
+  for (int t = 0; t < nt; ++t) {
+    for (int r = 0; r < rows; ++r) {
+      const float g = gate[t * kQuantTileRows + r];
+      y[t * ld + r] = g / (1.0f + exp_poly(-g)) * up[t * kQuantTileRows + r];
+    }
+  }
+}
+
+#if defined(__x86_64__)
+
+#define INFERD_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define INFERD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+// ---------------------------------------------------------------------------------------------
+// AVX2 path: the 16 rows as two halves of 8 lanes; vpmaddubsw + vpmaddwd per group of 4 bytes.
+// Q8_0's stored quants reach 255, which vpmaddubsw could saturate, so its dot is taken signed
+// (sign trick) and needs no offset; the other formats' quants are at most 63.
+
+template <DType DT, int NT>
+INFERD_AVX2 void tile_avx2(const TileArgs& a) {
+  constexpr Format f = format_of(DT);
+  constexpr bool kSigned = DT == DType::kQ8_0;
+  constexpr int32_t offset = kSigned ? 0 : f.offset;
+  constexpr size_t sstep = f.f32_scales ? 4 : 2;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i sign_flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      const std::byte* blk = a.tile + static_cast<size_t>(b) * a.block_bytes;
+      __m256 dw, mw = _mm256_setzero_ps();
+      if constexpr (f.f32_scales) {
+        dw = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32 * h));
+        if constexpr (f.has_min)
+          mw = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + min_offset(f) + 32 * h));
+      } else {
+        dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+        if constexpr (f.has_min)
+          mw = _mm256_cvtph_ps(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + min_offset(f) + 16 * h)));
+      }
+      (void)sstep;
+      __m256i sub0 = _mm256_setzero_si256(), sub1 = _mm256_setzero_si256();
+      if constexpr (f.sub_scales) {
+        sub0 = _mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + sub_offset(f) + 8 * h)));
+        sub1 = _mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + sub_offset(f) + 16 + 8 * h)));
+      }
+      const std::byte* qs = blk + quant_offset(f);
+      __m256i w[8];
+      if constexpr (f.nibbles) {
+        for (int g = 0; g < 4; ++g) {
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g + 32 * h));
+          w[g] = _mm256_and_si256(raw, low4);
+          w[g + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        }
+      } else {
+        for (int g = 0; g < 8; ++g) {
+          w[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g + 32 * h));
+          if constexpr (kSigned) w[g] = _mm256_xor_si256(w[g], sign_flip);
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xb = a.x->q(a.first_token + t) + b * kQuantBlockValues;
+        __m256i part[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int g = 0; g < 8; ++g) {
+          const __m256i xv = _mm256_set1_epi32(static_cast<int>(load_u32(xb + 4 * g)));
+          __m256i p;
+          if constexpr (kSigned) {
+            p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(xv, w[g]));
+          } else {
+            p = _mm256_maddubs_epi16(w[g], xv);
+          }
+          part[g / 4] = _mm256_add_epi32(part[g / 4], _mm256_madd_epi16(p, ones16));
+        }
+        const int32_t* hs = a.x->half_sum(a.first_token + t) + 2 * b;
+        __m256i dot;
+        if constexpr (f.sub_scales) {
+          part[0] = _mm256_sub_epi32(part[0], _mm256_set1_epi32(offset * hs[0]));
+          part[1] = _mm256_sub_epi32(part[1], _mm256_set1_epi32(offset * hs[1]));
+          dot = _mm256_add_epi32(_mm256_mullo_epi32(part[0], sub0), _mm256_mullo_epi32(part[1], sub1));
+        } else {
+          dot = _mm256_add_epi32(part[0], part[1]);
+          if constexpr (offset != 0)
+            dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(offset * a.x->sum(a.first_token + t)[b]));
+        }
+        const __m256 dwdx = _mm256_mul_ps(dw, _mm256_set1_ps(a.x->scale(a.first_token + t)[b]));
+        acc[t] = _mm256_fmadd_ps(dwdx, _mm256_cvtepi32_ps(dot), acc[t]);
+        if constexpr (f.has_min)
+          acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.x->scaled_sum(a.first_token + t)[b]), acc[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) _mm256_storeu_ps(a.out + t * kQuantTileRows + 8 * h, acc[t]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX512-VNNI path: one vpdpbusd per group of 4 bytes covers all 16 rows.
+
+template <DType DT, int NT>
+INFERD_VNNI void tile_vnni(const TileArgs& a) {
+  constexpr Format f = format_of(DT);
+  constexpr int32_t offset = f.offset;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const int8_t* xq[NT];
+  const float* xd[NT];
+  const int32_t* xs[NT];
+  const int32_t* xhs[NT];
+  const float* xss[NT];
+  for (int t = 0; t < NT; ++t) {
+    xq[t] = a.x->q(a.first_token + t);
+    xd[t] = a.x->scale(a.first_token + t);
+    xs[t] = a.x->sum(a.first_token + t);
+    xhs[t] = a.x->half_sum(a.first_token + t);
+    xss[t] = a.x->scaled_sum(a.first_token + t);
+  }
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const std::byte* blk = a.tile + static_cast<size_t>(b) * a.block_bytes;
+    __m512 dw, mw = _mm512_setzero_ps();
+    if constexpr (f.f32_scales) {
+      dw = _mm512_loadu_ps(blk);
+      if constexpr (f.has_min) mw = _mm512_loadu_ps(blk + min_offset(f));
+    } else {
+      dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+      if constexpr (f.has_min)
+        mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + min_offset(f))));
+    }
+    __m512i sub0 = _mm512_setzero_si512(), sub1 = _mm512_setzero_si512();
+    if constexpr (f.sub_scales) {
+      sub0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sub_offset(f))));
+      sub1 =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sub_offset(f) + 16)));
+    }
+    const std::byte* qs = blk + quant_offset(f);
+    __m512i w[8];
+    if constexpr (f.nibbles) {
+      for (int g = 0; g < 4; ++g) {
+        const __m512i raw = _mm512_loadu_si512(qs + 64 * g);
+        w[g] = _mm512_and_si512(raw, low4);
+        w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      }
+    } else {
+      for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(qs + 64 * g);
+    }
+    // Each token's integer accumulators start at -offset * sum(x), so that after the eight
+    // vpdpbusd they hold sum_j (w_j - offset) * x_j. With few tokens a token's sum runs as
+    // several chains (integer sums are exact in any order) so vpdpbusd latency does not
+    // serialise the block; Q6_K keeps its two halves apart for their scales.
+    constexpr int kChains = f.sub_scales ? 2 : (NT == 1 ? 4 : (NT == 2 ? 2 : 1));
+    __m512i dot[NT];
+    for (int t = 0; t < NT; ++t) {
+      __m512i part[kChains];
+      if constexpr (f.sub_scales) {
+        part[0] = _mm512_set1_epi32(-offset * xhs[t][2 * b]);
+        part[1] = _mm512_set1_epi32(-offset * xhs[t][2 * b + 1]);
+      } else {
+        part[0] = offset != 0 ? _mm512_set1_epi32(-offset * xs[t][b]) : _mm512_setzero_si512();
+        for (int c = 1; c < kChains; ++c) part[c] = _mm512_setzero_si512();
+      }
+      const int8_t* xb = xq[t] + b * kQuantBlockValues;
+      for (int g = 0; g < 8; ++g) {
+        const int c = f.sub_scales ? g / 4 : g % kChains;
+        part[c] =
+            _mm512_dpbusd_epi32(part[c], w[g], _mm512_set1_epi32(static_cast<int>(load_u32(xb + 4 * g))));
+      }
+      if constexpr (f.sub_scales) {
+        dot[t] = _mm512_add_epi32(_mm512_mullo_epi32(part[0], sub0), _mm512_mullo_epi32(part[1], sub1));
+      } else if constexpr (kChains == 4) {
+        dot[t] = _mm512_add_epi32(_mm512_add_epi32(part[0], part[1]), _mm512_add_epi32(part[2], part[3]));
+      } else if constexpr (kChains == 2) {
+        dot[t] = _mm512_add_epi32(part[0], part[1]);
+      } else {
+        dot[t] = part[0];
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const __m512 dwdx = _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b]));
+      acc[t] = _mm512_fmadd_ps(dwdx, _mm512_cvtepi32_ps(dot[t]), acc[t]);
+      if constexpr (f.has_min) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xss[t][b]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.out + t * kQuantTileRows, acc[t]);
+}
+
+INFERD_VNNI inline __m512 exp_poly_avx512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+INFERD_VNNI void store_avx512(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
+  const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
+  const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
+  for (int t = 0; t < nt; ++t)
+    _mm512_mask_storeu_ps(y + t * ld, mask, _mm512_add_ps(_mm512_loadu_ps(out + t * kQuantTileRows), b));
+}
+
+INFERD_VNNI void swiglu_avx512(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
+  const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int t = 0; t < nt; ++t) {
+    const __m512 g = _mm512_loadu_ps(gate + t * kQuantTileRows);
+    const __m512 e = exp_poly_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(y + t * ld, mask, _mm512_mul_ps(silu, _mm512_loadu_ps(up + t * kQuantTileRows)));
+  }
+}
+
+INFERD_VNNI void quantize_row_avx512(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
+                                     float* scaled_sum, int32_t* half_sum) {
+  const __m512i lo = _mm512_set1_epi32(-127);
+  const __m512i hi = _mm512_set1_epi32(127);
+  for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
+    const float* xb = x + b * kQuantBlockValues;
+    const __m512 v0 = _mm512_loadu_ps(xb);
+    const __m512 v1 = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 idv = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, idv)), lo), hi);
+    const __m512i q1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, idv)), lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kQuantBlockValues), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kQuantBlockValues + 16), _mm512_cvtepi32_epi8(q1));
+    const int32_t s0 = _mm512_reduce_add_epi32(q0);
+    const int32_t s1 = _mm512_reduce_add_epi32(q1);
+    scale[b] = d;
+    sum[b] = s0 + s1;
+    half_sum[2 * b] = s0;
+    half_sum[2 * b + 1] = s1;
+    scaled_sum[b] = d * static_cast<float>(s0 + s1);
+  }
+}
+
+#endif  // __x86_64__
+
+// ---------------------------------------------------------------------------------------------
+// Float weights (F32, F16, BF16): a tile is [K][16] of the source type, k-major. Per (token,
+// row): two chains over k (even and odd k, each a sequence of fmas), added at the end; exact f32
+// arithmetic on the stored weights, no activation rounding.
+
+template <DType DT>
+float weight_value(const std::byte* p) {
+  if constexpr (DT == DType::kF32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  } else if constexpr (DT == DType::kF16) {
+    return load_f16(p);
+  } else {
+    return bf16_to_f32(load_u16(p));
+  }
+}
+
+template <DType DT>
+constexpr size_t float_elem_bytes() {
+  return DT == DType::kF32 ? 4 : 2;
+}
+
+struct FloatTileArgs {
+  const std::byte* tile;
+  int64_t k;
+  const float* x;  // first token's row; rows k apart
+  int num_tokens;
+  float* out;  // [num_tokens][16]
+};
+
+template <DType DT>
+void float_tile_scalar(const FloatTileArgs& a) {
+  constexpr size_t e = float_elem_bytes<DT>();
+  for (int t = 0; t < a.num_tokens; ++t) {
+    const float* x = a.x + t * a.k;
+    for (int r = 0; r < kQuantTileRows; ++r) {
+      float c[2] = {0.0f, 0.0f};
+      for (int64_t k = 0; k < a.k; ++k)
+        c[k % 2] = std::fma(weight_value<DT>(a.tile + (static_cast<size_t>(k) * kQuantTileRows + r) * e),
+                            x[k], c[k % 2]);
+      a.out[t * kQuantTileRows + r] = c[0] + c[1];
+    }
+  }
+}
+
+#if defined(__x86_64__)
+template <DType DT>
+INFERD_VNNI inline __m512 load_weights16(const std::byte* p) {
+  if constexpr (DT == DType::kF32) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (DT == DType::kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
+}
+
+template <DType DT, int NT>
+INFERD_VNNI void float_tile_avx512(const FloatTileArgs& a) {
+  constexpr size_t step = float_elem_bytes<DT>() * kQuantTileRows;
+  __m512 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= a.k; k += 2) {
+    const __m512 w0 = load_weights16<DT>(a.tile + static_cast<size_t>(k) * step);
+    const __m512 w1 = load_weights16<DT>(a.tile + static_cast<size_t>(k + 1) * step);
+    for (int t = 0; t < NT; ++t) {
+      acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a.x[t * a.k + k]), acc[t][0]);
+      acc[t][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(a.x[t * a.k + k + 1]), acc[t][1]);
+    }
+  }
+  if (k < a.k) {
+    const __m512 w0 = load_weights16<DT>(a.tile + static_cast<size_t>(k) * step);
+    for (int t = 0; t < NT; ++t) acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a.x[t * a.k + k]), acc[t][0]);
+  }
+  for (int t = 0; t < NT; ++t)
+    _mm512_storeu_ps(a.out + t * kQuantTileRows, _mm512_add_ps(acc[t][0], acc[t][1]));
+}
+#endif
+
+using FloatTileFn = void (*)(const FloatTileArgs&);
+
+template <DType DT>
+FloatTileFn float_tile_kernel(Isa isa, int num_tokens) {
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
+    static constexpr FloatTileFn table[kMaxTokens] = {float_tile_avx512<DT, 1>, float_tile_avx512<DT, 2>,
+                                                      float_tile_avx512<DT, 3>, float_tile_avx512<DT, 4>,
+                                                      float_tile_avx512<DT, 5>, float_tile_avx512<DT, 6>,
+                                                      float_tile_avx512<DT, 7>, float_tile_avx512<DT, 8>};
+    return table[num_tokens - 1];
+  }
+#else
+  (void)isa;
+  (void)num_tokens;
+#endif
+  return float_tile_scalar<DT>;
+}
+
+FloatTileFn float_tile_kernel(Isa isa, DType dtype, int num_tokens) {
+  switch (dtype) {
+    case DType::kF32: return float_tile_kernel<DType::kF32>(isa, num_tokens);
+    case DType::kF16: return float_tile_kernel<DType::kF16>(isa, num_tokens);
+    default: return float_tile_kernel<DType::kBF16>(isa, num_tokens);
+  }
+}
+
+using TileFn = void (*)(const TileArgs&);
+
+template <template <DType, int> class Kernel, DType DT>
+struct ByTokens {
+  static constexpr TileFn table[kMaxTokens] = {Kernel<DT, 1>::fn, Kernel<DT, 2>::fn, Kernel<DT, 3>::fn,
+                                               Kernel<DT, 4>::fn, Kernel<DT, 5>::fn, Kernel<DT, 6>::fn,
+                                               Kernel<DT, 7>::fn, Kernel<DT, 8>::fn};
+};
+
+template <DType DT, int NT>
+struct ScalarKernel {
+  static void fn(const TileArgs& a) { tile_scalar<DT>(a); }
+};
+#if defined(__x86_64__)
+template <DType DT, int NT>
+struct Avx2Kernel {
+  static void fn(const TileArgs& a) { tile_avx2<DT, NT>(a); }
+};
+template <DType DT, int NT>
+struct VnniKernel {
+  static void fn(const TileArgs& a) { tile_vnni<DT, NT>(a); }
+};
+#endif
+
+template <template <DType, int> class Kernel>
+const TileFn* tables_for(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return ByTokens<Kernel, DType::kQ8_0>::table;
+    case DType::kQ5_0: return ByTokens<Kernel, DType::kQ5_0>::table;
+    case DType::kQ5_1: return ByTokens<Kernel, DType::kQ5_1>::table;
+    case DType::kQ4_0: return ByTokens<Kernel, DType::kQ4_0>::table;
+    case DType::kQ4_1: return ByTokens<Kernel, DType::kQ4_1>::table;
+    case DType::kQ4_K: return ByTokens<Kernel, DType::kQ4_K>::table;
+    case DType::kQ5_K: return ByTokens<Kernel, DType::kQ5_K>::table;
+    default: return ByTokens<Kernel, DType::kQ6_K>::table;
+  }
+}
+
+// The tile kernel of `isa` for `dtype` and num_tokens (1..8).
+TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni))
+    return tables_for<VnniKernel>(dtype)[num_tokens - 1];
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2))
+    return tables_for<Avx2Kernel>(dtype)[num_tokens - 1];
+#else
+  (void)isa;
+#endif
+  return tables_for<ScalarKernel>(dtype)[num_tokens - 1];
+}
+
+}  // namespace
+
+void quantize_activations_reference(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
+                                    float* scaled_sum, int32_t* half_sum) {
+  for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
+    const float* xb = x + b * kQuantBlockValues;
+    float amax = 0.0f;
+    for (int j = 0; j < kQuantBlockValues; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t s[2] = {0, 0};
+    for (int j = 0; j < kQuantBlockValues; ++j) {
+      const int8_t v = clamp_q(std::lrintf(xb[j] * id));
+      q[b * kQuantBlockValues + j] = v;
+      s[j / 16] += v;
+    }
+    scale[b] = d;
+    sum[b] = s[0] + s[1];
+    half_sum[2 * b] = s[0];
+    half_sum[2 * b + 1] = s[1];
+    scaled_sum[b] = d * static_cast<float>(s[0] + s[1]);
+  }
+}
+
+void QuantizedActivations::reserve(int64_t tokens, int64_t k) {
+  INFERD_CHECK_MSG(k % kQuantBlockValues == 0, "activation row length must be a multiple of 32");
+  const auto need = static_cast<size_t>(tokens * k);
+  if (need > capacity_) {
+    q_ = {reinterpret_cast<int8_t*>(aligned_bytes(need)), std::free};
+    capacity_ = need;
+  }
+  const auto blocks = static_cast<size_t>(tokens * (k / kQuantBlockValues));
+  if (scale_.size() < blocks) {
+    scale_.resize(blocks);
+    sum_.resize(blocks);
+    scaled_sum_.resize(blocks);
+    half_sum_.resize(2 * blocks);
+  }
+  tokens_ = tokens;
+  k_ = k;
+}
+
+QuantizedActivations::RowFn QuantizedActivations::row_function() {
+#if defined(__x86_64__)
+  if (static_cast<int>(active_isa()) >= static_cast<int>(Isa::kVnni)) return quantize_row_avx512;
+#endif
+  return quantize_row_scalar;
+}
+
+void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k) {
+  reserve(tokens, k);
+  const RowFn row_fn = row_function();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t bt = t * blocks();
+    row_fn(x + t * k, k, q_.get() + t * k, scale_.data() + bt, sum_.data() + bt, scaled_sum_.data() + bt,
+           half_sum_.data() + 2 * bt);
+  }
+}
+
+void QuantizedActivations::quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens,
+                                             int64_t k) {
+  reserve(tokens, k);
+  const RowFn row_fn = row_function();
+  thread_local std::vector<float> row;
+  if (static_cast<int64_t>(row.size()) < k) row.resize(static_cast<size_t>(k));
+  for (int64_t t = 0; t < tokens; ++t) {
+    rms_norm(x + t * k, weight, row.data(), k, eps);
+    const int64_t bt = t * blocks();
+    row_fn(row.data(), k, q_.get() + t * k, scale_.data() + bt, sum_.data() + bt, scaled_sum_.data() + bt,
+           half_sum_.data() + 2 * bt);
+  }
+}
+
+bool PackedWeight::supports(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return true;
+    default: return false;
+  }
+}
+
+bool PackedWeight::is_float_dtype(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+Expected<PackedWeight> PackedWeight::pack(std::span<const TensorView* const> parts) {
+  return pack_tiles(parts, false);
+}
+
+Expected<PackedWeight> PackedWeight::pack_swiglu(const TensorView& gate, const TensorView& up) {
+  const TensorView* parts[2] = {&gate, &up};
+  if (gate.num_rows() != up.num_rows()) {
+    return invalid_argument("gate " + gate.shape_string() + " and up " + up.shape_string() +
+                            " differ in shape");
+  }
+  return pack_tiles(parts, true);
+}
+
+Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* const> parts, bool interleave) {
+  INFERD_CHECK(!parts.empty());
+  const TensorView& first = *parts[0];
+  for (const TensorView* p : parts) {
+    if (!supports(p->dtype)) {
+      return unsupported(p->name + ": " + std::string(dtype_info(p->dtype).name) + " has no integer kernel");
+    }
+    if (p->dtype != first.dtype || p->row_length() != first.row_length() || p->num_dims != 2) {
+      return invalid_argument(p->name + ": packed together, matrices need one dtype and row length");
+    }
+  }
+  PackedWeight w;
+  w.dtype_ = first.dtype;
+  w.cols_ = first.row_length();
+  w.swiglu_ = interleave;
+  const bool is_float = is_float_dtype(w.dtype_);
+  if (!is_float && w.cols_ % kQuantBlockValues != 0)
+    return invalid_argument(first.name + ": row length not a multiple of 32");
+  const int64_t blocks = w.cols_ / kQuantBlockValues;
+  const Format f = format_of(w.dtype_);
+  const size_t elem = w.dtype_ == DType::kF32 ? 4 : 2;
+  w.block_bytes_ = is_float ? 0 : packed_block_bytes(f);
+  w.tile_bytes_ = is_float ? static_cast<size_t>(w.cols_) * kQuantTileRows * elem
+                           : static_cast<size_t>(blocks) * w.block_bytes_;
+  int64_t tiles = 0;
+  for (const TensorView* p : parts) {
+    const int64_t n = (p->num_rows() + kQuantTileRows - 1) / kQuantTileRows;
+    w.parts_.push_back({interleave ? static_cast<int64_t>(w.parts_.size()) : tiles, n, p->num_rows()});
+    tiles += n;
+  }
+  w.tiles_ = tiles;
+  w.data_ = {aligned_bytes(w.num_bytes()), std::free};
+  const size_t sstep = f.f32_scales ? 4 : 2;
+  for (size_t pi = 0; pi < parts.size(); ++pi) {
+    const TensorView& src = *parts[pi];
+    const Part& part = w.parts_[pi];
+    for (int64_t ti = 0; ti < part.num_tiles; ++ti) {
+      const int64_t tile_index = interleave ? 2 * ti + static_cast<int64_t>(pi) : part.first_tile + ti;
+      auto* tile =
+          reinterpret_cast<uint8_t*>(w.data_.get() + static_cast<size_t>(tile_index) * w.tile_bytes_);
+      for (int r = 0; r < kQuantTileRows && ti * kQuantTileRows + r < part.rows; ++r) {
+        const auto* row = reinterpret_cast<const uint8_t*>(src.row(ti * kQuantTileRows + r));
+        if (is_float) {
+          for (int64_t k = 0; k < w.cols_; ++k)
+            std::memcpy(tile + (static_cast<size_t>(k) * kQuantTileRows + static_cast<size_t>(r)) * elem,
+                        row + static_cast<size_t>(k) * elem, elem);
+          continue;
+        }
+        for (int64_t b = 0; b < blocks; ++b) {
+          const SourceBlock sb = decode_block(w.dtype_, row, b);
+          uint8_t* blk = tile + static_cast<size_t>(b) * w.block_bytes_;
+          if (f.f32_scales) {
+            std::memcpy(blk + sstep * r, &sb.d32, 4);
+            if (f.has_min) std::memcpy(blk + min_offset(f) + sstep * r, &sb.m32, 4);
+          } else {
+            std::memcpy(blk + sstep * r, &sb.d16, 2);
+            if (f.has_min) std::memcpy(blk + min_offset(f) + sstep * r, &sb.m16, 2);
+          }
+          if (f.sub_scales) {
+            blk[sub_offset(f) + r] = static_cast<uint8_t>(sb.sub[0]);
+            blk[sub_offset(f) + 16 + r] = static_cast<uint8_t>(sb.sub[1]);
+          }
+          uint8_t* qs = blk + quant_offset(f);
+          for (int k = 0; k < 32; ++k) {
+            if (!f.nibbles) {
+              qs[64 * (k / 4) + 4 * r + k % 4] = sb.q[k];
+            } else if (k < 16) {
+              qs[64 * (k / 4) + 4 * r + k % 4] = static_cast<uint8_t>(sb.q[k] | (sb.q[k + 16] << 4));
+            }
+          }
+        }
+      }
+    }
+  }
+  return w;
+}
+
+namespace {
+
+// Runs run_tile(tile, first_token, num_tokens, out) over every tile and group of up to 8 tokens
+// and writes the results (with bias, or as silu(gate) * up) into the outputs.
+template <typename RunTile>
+void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, int64_t tokens,
+           ThreadPool& pool, Isa isa, RunTile run_tile) {
+  INFERD_CHECK(outputs.size() == (w.swiglu() ? 1 : w.num_parts()));
+  if (tokens == 0) return;
+  const int64_t units = w.swiglu() ? w.tiles() / 2 : w.tiles();
+  auto store = store_scalar;
+  auto swiglu = swiglu_scalar;
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni)) {
+    store = store_avx512;
+    swiglu = swiglu_avx512;
+  }
+#endif
+  pool.parallel_for(units, [&](int64_t begin, int64_t end) {
+    alignas(64) float out[kMaxTokens * kQuantTileRows];
+    alignas(64) float out_up[kMaxTokens * kQuantTileRows];
+    for (int64_t u = begin; u < end; ++u) {
+      // The part this unit's rows belong to, and the unit's first row in it.
+      size_t part = 0;
+      int64_t row0 = 0;
+      if (w.swiglu()) {
+        row0 = u * kQuantTileRows;
+      } else {
+        while (u >= w.part_first_tile(part) + w.part_tiles(part)) ++part;
+        row0 = (u - w.part_first_tile(part)) * kQuantTileRows;
+      }
+      const int rows = static_cast<int>(std::min<int64_t>(kQuantTileRows, w.part_rows(part) - row0));
+      const QuantMatmulOutput& o = outputs[w.swiglu() ? 0 : part];
+      for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
+        const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
+        float* y = o.y + t0 * o.ld + row0;
+        if (w.swiglu()) {
+          run_tile(w.tile(2 * u), t0, nt, out);
+          run_tile(w.tile(2 * u + 1), t0, nt, out_up);
+          swiglu(out, out_up, nt, rows, y, o.ld);
+        } else {
+          run_tile(w.tile(u), t0, nt, out);
+          store(out, nt, rows, y, o.ld, o.bias != nullptr ? o.bias + row0 : nullptr);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
+                  std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa) {
+  INFERD_CHECK(!w.is_float() && x.k() == w.cols());
+  const int64_t blocks = w.cols() / kQuantBlockValues;
+  drive(w, outputs, x.tokens(), pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
+    tile_kernel(isa, w.dtype(), nt)({tile, blocks, w.block_bytes(), &x, t0, nt, out});
+  });
+}
+
+void float_matmul(const float* x, int64_t tokens, const PackedWeight& w,
+                  std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa) {
+  INFERD_CHECK(w.is_float());
+  const int64_t k = w.cols();
+  drive(w, outputs, tokens, pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
+    float_tile_kernel(isa, w.dtype(), nt)({tile, k, x + t0 * k, nt, out});
+  });
+}
+
+void packed_matmul(const float* x, int64_t tokens, const PackedWeight& w, QuantizedActivations& scratch,
+                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool) {
+  if (w.is_float()) return float_matmul(x, tokens, w, outputs, pool);
+  scratch.quantize(x, tokens, w.cols());
+  quant_matmul(scratch, w, outputs, pool);
+}
+
+}  // namespace inferd

@@ -1,0 +1,152 @@
+// Integer matmul for block-quantized weights (GGUF Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K,
+// Q6_K): activations are quantized per token to int8 in blocks of 32, each weight block's dot
+// product is an exact int32 sum (AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled
+// and accumulated in f32.
+//
+// Weights are repacked once, at load, into tiles of 16 output rows: for each block of 32 inputs a
+// tile holds the 16 rows' scales (and mins, and Q6_K's two half-block scales) and their quants
+// as u8, interleaved four bytes per row, so one 64-byte load feeds one vpdpbusd for all 16 rows:
+//
+//   tile  = block 0 | block 1 | ... | block K/32-1
+//   block = scale[16] | min[16] (formats with a min) | sub[2][16] i8 (Q6_K) | quants
+//   quants, bytes   (Q8_0, Q5_*, Q6_K): 8 groups x 16 rows x 4 u8, group g = values 4g..4g+3
+//   quants, nibbles (Q4_*):             4 groups x 16 rows x 4 u8, low nibble value 4g+j,
+//                                                                   high nibble value 16+4g+j
+//   scales/mins are f16 where the file stores them so, f32 for K-quants (d * sub-scale, exact)
+//   e.g. Q8_0 544 bytes, Q4_0 288, Q4_1 320, Q4_K 384, Q6_K 576 per 16 x 32 values
+//
+// Per (token, row, block): i = sum_j (q_j - offset) * x_j exactly (offset 128 for Q8_0 whose
+// quants are stored + 128, 16 for Q5_0, 8 for Q4_0, 32 for Q6_K, else 0; Q6_K: i = s0 * i_lo +
+// s1 * i_hi over the halves), then acc = fma(d_w * d_x, float(i), acc), and with a min acc =
+// fma(m_w, d_x * sum_j x_j, acc). Every ISA path performs exactly these f32 operations in this
+// order, so all paths give bit-identical results, and a token's result never depends on the
+// other tokens of the batch (the thread split is over tiles of rows): batch invariance holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu_isa.h"
+#include "tensor/tensor_view.h"
+
+namespace inferd {
+
+inline constexpr int64_t kQuantTileRows = 16;
+inline constexpr int64_t kQuantBlockValues = 32;
+
+// Activations [tokens, k] quantized per token in blocks of 32: q = round(x / d), d = max|x| / 127
+// (d = 0 and q = 0 for an all-zero block), with each block's sum of q and d * sum.
+class QuantizedActivations final {
+ public:
+  // Quantizes x [tokens, k]; k must be a multiple of 32. Allocates only when larger than before.
+  void quantize(const float* x, int64_t tokens, int64_t k);
+  // quantize() of rms_norm(x) row by row, each normalised row quantized while in L1 (the same
+  // bits as rms_norm then quantize). x: [tokens, k]; weight: [k].
+  void quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens, int64_t k);
+
+  int64_t tokens() const { return tokens_; }
+  int64_t k() const { return k_; }
+  int64_t blocks() const { return k_ / kQuantBlockValues; }
+  const int8_t* q(int64_t t) const { return q_.get() + t * k_; }
+  const float* scale(int64_t t) const { return scale_.data() + t * blocks(); }
+  const int32_t* sum(int64_t t) const { return sum_.data() + t * blocks(); }
+  const float* scaled_sum(int64_t t) const { return scaled_sum_.data() + t * blocks(); }
+  // Sums of each block's two halves of 16 (Q6_K's sub-blocks): [2 * blocks].
+  const int32_t* half_sum(int64_t t) const { return half_sum_.data() + 2 * t * blocks(); }
+
+ private:
+  void reserve(int64_t tokens, int64_t k);
+  using RowFn = void (*)(const float*, int64_t, int8_t*, float*, int32_t*, float*, int32_t*);
+  static RowFn row_function();
+
+  int64_t tokens_ = 0;
+  int64_t k_ = 0;
+  size_t capacity_ = 0;
+  std::unique_ptr<int8_t[], void (*)(void*)> q_{nullptr, nullptr};
+  std::vector<float> scale_;
+  std::vector<int32_t> sum_;
+  std::vector<float> scaled_sum_;
+  std::vector<int32_t> half_sum_;
+};
+
+// Scalar quantization of one token's row, the reference every path matches bit for bit.
+void quantize_activations_reference(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
+                                    float* scaled_sum, int32_t* half_sum);
+
+// Where one packed part's rows go: y[t * ld + r] for its rows r, plus bias[r] when given.
+struct QuantMatmulOutput {
+  float* y = nullptr;
+  int64_t ld = 0;
+  const float* bias = nullptr;
+};
+
+class PackedWeight final {
+ public:
+  // Whether a packed kernel takes this dtype: the integer kernels (block-quantized types) or the
+  // float kernel (F32, F16, BF16).
+  static bool supports(DType dtype);
+  static bool is_float_dtype(DType dtype);
+
+  // Packs one or more matrices of one supported dtype and row length, one after another, each
+  // padded to whole tiles (Q, K and V as one matmul). Errors name an unsupported or mixed dtype.
+  static Expected<PackedWeight> pack(std::span<const TensorView* const> parts);
+  // Packs gate and up ([intermediate, hidden] each) tile by tile interleaved, for the SwiGLU
+  // matmul: y = silu(x gate^T) * (x up^T).
+  static Expected<PackedWeight> pack_swiglu(const TensorView& gate, const TensorView& up);
+
+  DType dtype() const { return dtype_; }
+  bool is_float() const { return is_float_dtype(dtype_); }
+  int64_t part_first_tile(size_t part) const { return parts_[part].first_tile; }
+  int64_t part_tiles(size_t part) const { return parts_[part].num_tiles; }
+  int64_t cols() const { return cols_; }
+  int64_t tiles() const { return tiles_; }
+  bool swiglu() const { return swiglu_; }
+  size_t num_parts() const { return parts_.size(); }
+  int64_t part_rows(size_t part) const { return parts_[part].rows; }
+  size_t tile_bytes() const { return tile_bytes_; }
+  size_t block_bytes() const { return block_bytes_; }
+  const std::byte* tile(int64_t index) const {
+    return data_.get() + static_cast<size_t>(index) * tile_bytes_;
+  }
+  size_t num_bytes() const { return static_cast<size_t>(tiles_) * tile_bytes_; }
+
+ private:
+  struct Part {
+    int64_t first_tile = 0;
+    int64_t num_tiles = 0;
+    int64_t rows = 0;
+  };
+  static Expected<PackedWeight> pack_tiles(std::span<const TensorView* const> parts, bool interleave);
+
+  DType dtype_ = DType::kQ8_0;
+  int64_t cols_ = 0;
+  int64_t tiles_ = 0;
+  bool swiglu_ = false;
+  size_t block_bytes_ = 0;
+  size_t tile_bytes_ = 0;
+  std::vector<Part> parts_;
+  std::unique_ptr<std::byte[], void (*)(void*)> data_{nullptr, nullptr};
+};
+
+// y = x w^T (+ bias) for every part of a block-quantized w: outputs[p] receives part p. With a
+// SwiGLU-packed w, one output receives silu(gate) * up ([tokens, intermediate]). Runs the active
+// ISA's path unless `isa` says otherwise (tests); the split over threads is by tiles of rows.
+void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
+                  std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa = active_isa());
+
+// The same for float-packed weights (F32, F16, BF16), x: [tokens, cols] f32. Per output: two
+// chains of fmas over even and odd k, added at the end, on every path (AVX-512 or scalar): exact
+// f32 arithmetic on the stored weights, batch-invariant, bit-identical across paths.
+void float_matmul(const float* x, int64_t tokens, const PackedWeight& w,
+                  std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa = active_isa());
+
+// Either of the two by w's dtype, quantizing x into `scratch` for block-quantized weights.
+void packed_matmul(const float* x, int64_t tokens, const PackedWeight& w, QuantizedActivations& scratch,
+                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool);
+
+}  // namespace inferd
