@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench/perplexity.h"
 #include "cli_error.h"
 #include "engine/generator.h"
 #include "engine/offline_batch.h"
@@ -322,6 +323,58 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
 
 }  // namespace
 
+struct PerplexityFlags {
+  std::string file;
+  PerplexityOptions options;
+  std::string matmul = "packed";
+  bool compare_f32 = false;
+  bool json = false;
+};
+
+int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
+  std::ifstream in(p.file, std::ios::binary);
+  if (!in) return fail("cannot read " + p.file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  double load_secs = 0;
+  auto m = load(flags, &load_secs);
+  if (!m) return fail(m.status().message());
+  auto tokenizer = load_tokenizer(**m);
+  if (!tokenizer) return fail("perplexity needs the model's tokenizer: " + tokenizer.status().message());
+  const std::vector<int32_t> tokens = (*tokenizer)->encode(text, /*allow_special=*/false);
+  ThreadPool pool(flags.threads);
+  Transformer model(**m, pool, transformer_options(p.matmul));
+  std::optional<Transformer> reference;
+  if (p.compare_f32) reference.emplace(**m, pool, TransformerOptions{.matmul = MatmulPath::kF32});
+  auto r = perplexity(model, tokens, p.options, reference ? &*reference : nullptr);
+  if (!r) return fail(r.status().message());
+  if (p.json) {
+    nlohmann::json j = {{"model", (*m)->source_path},   {"matmul", p.matmul},
+                        {"text_tokens", tokens.size()}, {"context", p.options.context},
+                        {"chunks", r->chunks},          {"scored_tokens", r->scored_tokens},
+                        {"perplexity", r->perplexity}};
+    if (r->has_reference) {
+      j["f32_perplexity"] = r->reference_perplexity;
+      j["mean_kl_vs_f32"] = r->mean_kl;
+      j["max_kl_vs_f32"] = r->max_kl;
+      j["top1_agreement_vs_f32"] = r->top1_agreement;
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s: %zu tokens, %lld chunks of %lld, %lld scored: perplexity %.4f (%s path)\n",
+                (*m)->source_path.c_str(), tokens.size(), static_cast<long long>(r->chunks),
+                static_cast<long long>(p.options.context), static_cast<long long>(r->scored_tokens),
+                r->perplexity, p.matmul.c_str());
+    if (r->has_reference) {
+      std::printf(
+          "f32 path: perplexity %.4f (ratio %.4f); KL(f32 || %s) mean %.5f max %.4f nats; top-1 agreement "
+          "%.2f%%\n",
+          r->reference_perplexity, r->perplexity / r->reference_perplexity, p.matmul.c_str(), r->mean_kl,
+          r->max_kl, 100 * r->top1_agreement);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"inferd: LLM inference engine"};
   app.require_subcommand(1);
@@ -382,6 +435,21 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand("info", "print a model's configuration as JSON");
   add_common(info_cmd, &common);
 
+  auto* ppl_cmd =
+      app.add_subcommand("perplexity", "teacher-forced perplexity of a text (as llama-perplexity)");
+  add_common(ppl_cmd, &common);
+  PerplexityFlags ppl;
+  ppl_cmd->add_option("-f,--file", ppl.file, "UTF-8 text to score")->required();
+  ppl_cmd
+      ->add_option("-c,--context", ppl.options.context, "tokens per chunk; the second half of each is scored")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
+  ppl_cmd->add_option("--chunks", ppl.options.max_chunks, "score at most this many chunks (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  add_matmul_flag(ppl_cmd, &ppl.matmul);
+  ppl_cmd->add_flag("--compare-f32", ppl.compare_f32,
+                    "also run the f32 path on the same chunks: its perplexity, mean KL and top-1 agreement");
+  ppl_cmd->add_flag("--json", ppl.json, "print one JSON object");
+
   auto* bench_cmd = app.add_subcommand("bench", "serving and latency benchmarks");
   BenchServeFlags bench_serve;
   BenchLatencyFlags bench_latency;
@@ -401,6 +469,7 @@ int main(int argc, char** argv) {
     if (*tokenize_cmd) return run_tokenize(common, tokenize);
     if (*generate_cmd) return run_batch(common, engine_flags, gen);
     if (*serve_cmd) return run_serve(common.model, common.threads, engine_flags, serve);
+    if (*ppl_cmd) return run_perplexity(common, ppl);
     if (*bench.serve) return run_bench_serve(bench_serve);
     if (*bench.latency) return run_bench_latency(bench_latency);
   } catch (const std::exception& e) {

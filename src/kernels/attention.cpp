@@ -121,43 +121,102 @@ INFERD_AVX512 inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
 }
 
+// Per row, always the same operations: scores as two fma chains over even and odd d, added;
+// the V sum as one fma chain per 16-column block over the chunk's positions in order. Rows are
+// processed R at a time only so that K and V loads are shared and the chains overlap.
+template <int R>
+INFERD_AVX512 inline void scores_avx512(const float* const* q, const float* k, int64_t hd, __m512* out) {
+  __m512 s0[R], s1[R];
+  for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
+  int64_t d = 0;
+  for (; d + 2 <= hd; d += 2) {
+    const __m512 k0 = _mm512_loadu_ps(k + d * kChunk), k1 = _mm512_loadu_ps(k + (d + 1) * kChunk);
+    for (int r = 0; r < R; ++r) {
+      s0[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), k0, s0[r]);
+      s1[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d + 1]), k1, s1[r]);
+    }
+  }
+  if (d < hd) {
+    const __m512 k0 = _mm512_loadu_ps(k + d * kChunk);
+    for (int r = 0; r < R; ++r) s0[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), k0, s0[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_add_ps(s0[r], s1[r]);
+}
+
+// out[r] = out[r] * corr[r] + sum_{c < valid[r]} pw[r][c] * V[c], R rows sharing the V loads
+// over the positions all of them use; each row's sum runs over c in order either way.
+template <int R>
+INFERD_AVX512 inline void accumulate_v_avx512(const float* pw /*[R][16]*/, const float* corr,
+                                              const int64_t* valid, const float* v, int64_t hd,
+                                              float* const* out) {
+  int64_t common = valid[0];
+  for (int r = 1; r < R; ++r) common = std::min(common, valid[r]);
+  for (int64_t j = 0; j < hd; j += 16) {
+    const __mmask16 mask =
+        hd - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (hd - j)) - 1u);
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, out[r] + j), _mm512_set1_ps(corr[r]));
+    for (int64_t c = 0; c < common; ++c) {
+      const __m512 vc = _mm512_maskz_loadu_ps(mask, v + c * hd + j);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pw[r * 16 + c]), vc, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int64_t c = common; c < valid[r]; ++c)
+        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pw[r * 16 + c]), _mm512_maskz_loadu_ps(mask, v + c * hd + j),
+                                 acc[r]);
+      _mm512_mask_storeu_ps(out[r] + j, mask, acc[r]);
+    }
+  }
+}
+
 INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit, int64_t rows,
                                      const float* k, const float* v, int64_t hd, float scale, RowState* state,
                                      float* o) {
   static_assert(kChunk == 16);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t valid = limit[r];
-    if (valid <= 0) continue;
-    const __mmask16 live =
-        valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
-    // Scores of the chunk's 16 positions at once: sum_d q[d] * K^T[d][:], two chains.
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    int64_t d = 0;
-    for (; d + 2 <= hd; d += 2) {
-      s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), _mm512_loadu_ps(k + d * kChunk), s0);
-      s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d + 1]), _mm512_loadu_ps(k + (d + 1) * kChunk), s1);
+  constexpr int kRows = 4;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int n = static_cast<int>(std::min<int64_t>(kRows, rows - r0));
+    __m512 dots[kRows];
+    switch (n) {
+      case 4: scores_avx512<4>(q + r0, k, hd, dots); break;
+      case 3: scores_avx512<3>(q + r0, k, hd, dots); break;
+      case 2: scores_avx512<2>(q + r0, k, hd, dots); break;
+      default: scores_avx512<1>(q + r0, k, hd, dots); break;
     }
-    if (d < hd) s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), _mm512_loadu_ps(k + d * kChunk), s0);
-    __m512 s =
-        _mm512_mask_blend_ps(live, neg_inf, _mm512_mul_ps(_mm512_add_ps(s0, s1), _mm512_set1_ps(scale)));
-    const float m = std::max(state[r].max, _mm512_reduce_max_ps(s));
-    const float corr = _mm_cvtss_f32(_mm512_castps512_ps128(
-        exp_nonpositive(_mm512_set1_ps(state[r].max == -INFINITY ? -INFINITY : state[r].max - m))));
-    const __m512 p = _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(m))));
-    state[r].sum = state[r].sum * corr + _mm512_reduce_add_ps(p);
-    state[r].max = m;
-    alignas(64) float pw[16];
-    _mm512_store_ps(pw, p);
-    float* out = o + r * hd;
-    const __m512 cv = _mm512_set1_ps(corr);
-    for (int64_t j = 0; j < hd; j += 16) {
-      const __mmask16 mask =
-          hd - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (hd - j)) - 1u);
-      __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, out + j), cv);
-      for (int64_t c = 0; c < valid; ++c)
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(pw[c]), _mm512_maskz_loadu_ps(mask, v + c * hd + j), acc);
-      _mm512_mask_storeu_ps(out + j, mask, acc);
+    alignas(64) float pw[kRows * 16];
+    float corr[kRows];
+    float* outs[kRows];
+    int64_t valids[kRows];
+    for (int i = 0; i < n; ++i) {
+      const int64_t r = r0 + i;
+      const int64_t valid = std::max<int64_t>(limit[r], 0);
+      valids[i] = valid;
+      const __mmask16 live =
+          valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
+      const __m512 s = _mm512_mask_blend_ps(live, neg_inf, _mm512_mul_ps(dots[i], _mm512_set1_ps(scale)));
+      const float m = std::max(state[r].max, _mm512_reduce_max_ps(s));
+      if (m == -INFINITY) {  // nothing seen yet and nothing here: the row stays empty
+        corr[i] = 1.0f;
+        _mm512_store_ps(pw + 16 * i, _mm512_setzero_ps());
+        outs[i] = o + r * hd;
+        continue;
+      }
+      corr[i] = _mm_cvtss_f32(_mm512_castps512_ps128(
+          exp_nonpositive(_mm512_set1_ps(state[r].max == -INFINITY ? -INFINITY : state[r].max - m))));
+      const __m512 p = _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(m))));
+      state[r].sum = state[r].sum * corr[i] + _mm512_reduce_add_ps(p);
+      state[r].max = m;
+      _mm512_store_ps(pw + 16 * i, p);
+      outs[i] = o + r * hd;
+    }
+    for (int i = 0; i < n; i += 2) {
+      if (n - i >= 2) {
+        accumulate_v_avx512<2>(pw + 16 * i, corr + i, valids + i, v, hd, outs + i);
+      } else {
+        accumulate_v_avx512<1>(pw + 16 * i, corr + i, valids + i, v, hd, outs + i);
+      }
     }
   }
 }
