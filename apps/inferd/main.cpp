@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "bench.h"
 #include "bench/perplexity.h"
 #include "cli_error.h"
@@ -18,8 +20,10 @@
 #include "engine_flags.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
+#include "model/model_quantizer.h"
 #include "model/transformer.h"
 #include "serve.h"
+#include "tensor/quantize.h"
 #include "tokenizer/chat_encoder.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer_loader.h"
@@ -323,11 +327,49 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
 
 }  // namespace
 
+struct QuantizeFlags {
+  std::string input;
+  std::string output;
+  std::string type;
+};
+
+int run_quantize(const QuantizeFlags& q) {
+  const std::optional<DType> target = quantize_target(q.type);
+  if (!target) return fail("--type " + q.type + " is not one of f32, f16, bf16, q8_0, q4_0, q4_1");
+  const bool tty = isatty(2) != 0;
+  int last_percent = -1;
+  auto progress = [&](int64_t done, int64_t total, const std::string& name) {
+    const int percent = static_cast<int>(100 * done / total);
+    if (tty) {
+      const int filled = percent / 5;
+      std::fprintf(stderr, "\rquantize: [%.*s%*s] %3d%% %lld/%lld %-40.40s", filled, "####################",
+                   20 - filled, "", percent, static_cast<long long>(done), static_cast<long long>(total),
+                   name.c_str());
+      if (done == total) std::fprintf(stderr, "\n");
+    } else if (percent / 10 != last_percent / 10 || done == total) {
+      std::fprintf(stderr, "quantize: %d%% (%lld/%lld tensors)\n", percent, static_cast<long long>(done),
+                   static_cast<long long>(total));
+    }
+    last_percent = percent;
+  };
+  auto r = quantize_model(q.input, q.output, *target, progress);
+  if (!r) return fail(r.status().message());
+  std::fprintf(
+      stderr,
+      "quantize: %s -> %s (%s): %lld matrices converted, %lld 1-D tensors as f32, %lld matrices as f16 "
+      "(rows not a multiple of the block); %.1f MiB -> %.1f MiB\n",
+      q.input.c_str(), q.output.c_str(), q.type.c_str(), static_cast<long long>(r->converted),
+      static_cast<long long>(r->kept), static_cast<long long>(r->fallback),
+      static_cast<double>(r->input_bytes) / (1 << 20), static_cast<double>(r->output_bytes) / (1 << 20));
+  return 0;
+}
+
 struct PerplexityFlags {
   std::string file;
   PerplexityOptions options;
   std::string matmul = "packed";
   bool compare_f32 = false;
+  std::string reference_model;
   bool json = false;
 };
 
@@ -344,7 +386,19 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
   ThreadPool pool(flags.threads);
   Transformer model(**m, pool, transformer_options(p.matmul));
   std::optional<Transformer> reference;
-  if (p.compare_f32) reference.emplace(**m, pool, TransformerOptions{.matmul = MatmulPath::kF32});
+  std::unique_ptr<ModelWeights> reference_weights;
+  if (!p.reference_model.empty()) {
+    auto rw = load_model(p.reference_model);
+    if (!rw) return fail(rw.status().message());
+    reference_weights = std::move(*rw);
+    if (reference_weights->config.vocab_size != (*m)->config.vocab_size)
+      return fail("--reference-model has a vocabulary of " +
+                  std::to_string(reference_weights->config.vocab_size) + ", the model " +
+                  std::to_string((*m)->config.vocab_size));
+    reference.emplace(*reference_weights, pool, TransformerOptions{.matmul = MatmulPath::kF32});
+  } else if (p.compare_f32) {
+    reference.emplace(**m, pool, TransformerOptions{.matmul = MatmulPath::kF32});
+  }
   auto r = perplexity(model, tokens, p.options, reference ? &*reference : nullptr);
   if (!r) return fail(r.status().message());
   if (p.json) {
@@ -353,10 +407,11 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
                         {"chunks", r->chunks},          {"scored_tokens", r->scored_tokens},
                         {"perplexity", r->perplexity}};
     if (r->has_reference) {
-      j["f32_perplexity"] = r->reference_perplexity;
-      j["mean_kl_vs_f32"] = r->mean_kl;
-      j["max_kl_vs_f32"] = r->max_kl;
-      j["top1_agreement_vs_f32"] = r->top1_agreement;
+      j["reference"] = p.reference_model.empty() ? "f32 path" : p.reference_model;
+      j["reference_perplexity"] = r->reference_perplexity;
+      j["mean_kl"] = r->mean_kl;
+      j["max_kl"] = r->max_kl;
+      j["top1_agreement"] = r->top1_agreement;
     }
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -365,10 +420,12 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
                 static_cast<long long>(p.options.context), static_cast<long long>(r->scored_tokens),
                 r->perplexity, p.matmul.c_str());
     if (r->has_reference) {
+      const std::string ref =
+          p.reference_model.empty() ? std::string("f32 path") : p.reference_model + " (f32 path)";
       std::printf(
-          "f32 path: perplexity %.4f (ratio %.4f); KL(f32 || %s) mean %.5f max %.4f nats; top-1 agreement "
-          "%.2f%%\n",
-          r->reference_perplexity, r->perplexity / r->reference_perplexity, p.matmul.c_str(), r->mean_kl,
+          "reference %s: perplexity %.4f (ratio %.4f); KL(reference || this) mean %.5f max %.4f nats; top-1 "
+          "agreement %.2f%%\n",
+          ref.c_str(), r->reference_perplexity, r->perplexity / r->reference_perplexity, r->mean_kl,
           r->max_kl, 100 * r->top1_agreement);
     }
   }
@@ -435,6 +492,12 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand("info", "print a model's configuration as JSON");
   add_common(info_cmd, &common);
 
+  auto* quantize_cmd = app.add_subcommand("quantize", "rewrite a GGUF model's matrices in another format");
+  QuantizeFlags quant;
+  quantize_cmd->add_option("-i,--input", quant.input, "a GGUF model")->required();
+  quantize_cmd->add_option("-o,--output", quant.output, "the GGUF file to write")->required();
+  quantize_cmd->add_option("--type", quant.type, "f32, f16, bf16, q8_0, q4_0 or q4_1")->required();
+
   auto* ppl_cmd =
       app.add_subcommand("perplexity", "teacher-forced perplexity of a text (as llama-perplexity)");
   add_common(ppl_cmd, &common);
@@ -448,6 +511,11 @@ int main(int argc, char** argv) {
   add_matmul_flag(ppl_cmd, &ppl.matmul);
   ppl_cmd->add_flag("--compare-f32", ppl.compare_f32,
                     "also run the f32 path on the same chunks: its perplexity, mean KL and top-1 agreement");
+  ppl_cmd
+      ->add_option("--reference-model", ppl.reference_model,
+                   "compare against this model (e.g. the F32 original) on the f32 path: its perplexity, mean "
+                   "KL and top-1 agreement")
+      ->excludes("--compare-f32");
   ppl_cmd->add_flag("--json", ppl.json, "print one JSON object");
 
   auto* bench_cmd = app.add_subcommand("bench", "serving and latency benchmarks");
@@ -470,6 +538,7 @@ int main(int argc, char** argv) {
     if (*generate_cmd) return run_batch(common, engine_flags, gen);
     if (*serve_cmd) return run_serve(common.model, common.threads, engine_flags, serve);
     if (*ppl_cmd) return run_perplexity(common, ppl);
+    if (*quantize_cmd) return run_quantize(quant);
     if (*bench.serve) return run_bench_serve(bench_serve);
     if (*bench.latency) return run_bench_latency(bench_latency);
   } catch (const std::exception& e) {

@@ -203,8 +203,11 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
         outs[i] = o + r * hd;
         continue;
       }
-      corr[i] = _mm_cvtss_f32(_mm512_castps512_ps128(
-          exp_nonpositive(_mm512_set1_ps(state[r].max == -INFINITY ? -INFINITY : state[r].max - m))));
+      // exp(0) is exactly 1 here too, so skipping the call when the max is unchanged (most
+      // chunks of a long context) gives the same bits.
+      corr[i] = m == state[r].max ? 1.0f
+                                  : _mm_cvtss_f32(_mm512_castps512_ps128(exp_nonpositive(_mm512_set1_ps(
+                                        state[r].max == -INFINITY ? -INFINITY : state[r].max - m))));
       const __m512 p = _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(m))));
       state[r].sum = state[r].sum * corr[i] + _mm512_reduce_add_ps(p);
       state[r].max = m;
