@@ -33,7 +33,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     runs = {}  # model -> workload -> server -> result
     for f in sorted(args.dir.glob("*.json")):
-        m = re.match(r"(.+?)-(.+)-(inferd|llama-server)\.json$", f.name)
+        m = re.match(r"(.+)-(scenario_[a-z]+(?:@[a-z]+)?|shared-prefix(?:@[a-z]+)?|sweep)-(inferd|llama-server)\.json$",
+                     f.name)
         if m:
             runs.setdefault(m.group(1), {}).setdefault(m.group(2), {})[m.group(3)] = json.loads(f.read_text())
     with tempfile.TemporaryDirectory() as tmp:
