@@ -331,6 +331,7 @@ struct QuantizeFlags {
   std::string input;
   std::string output;
   std::string type;
+  bool pure = false;
 };
 
 int run_quantize(const QuantizeFlags& q) {
@@ -352,15 +353,16 @@ int run_quantize(const QuantizeFlags& q) {
     }
     last_percent = percent;
   };
-  auto r = quantize_model(q.input, q.output, *target, progress);
+  auto r = quantize_model(q.input, q.output, *target, progress, q.pure);
   if (!r) return fail(r.status().message());
   std::fprintf(
       stderr,
-      "quantize: %s -> %s (%s): %lld matrices converted, %lld 1-D tensors as f32, %lld matrices as f16 "
-      "(rows not a multiple of the block); %.1f MiB -> %.1f MiB\n",
+      "quantize: %s -> %s (%s): %lld matrices converted, %lld kept at q8_0 (embedding / output), %lld 1-D "
+      "tensors as f32, %lld matrices as f16 (rows not a multiple of the block); %.1f MiB -> %.1f MiB\n",
       q.input.c_str(), q.output.c_str(), q.type.c_str(), static_cast<long long>(r->converted),
-      static_cast<long long>(r->kept), static_cast<long long>(r->fallback),
-      static_cast<double>(r->input_bytes) / (1 << 20), static_cast<double>(r->output_bytes) / (1 << 20));
+      static_cast<long long>(r->kept_q8), static_cast<long long>(r->kept),
+      static_cast<long long>(r->fallback), static_cast<double>(r->input_bytes) / (1 << 20),
+      static_cast<double>(r->output_bytes) / (1 << 20));
   return 0;
 }
 
@@ -497,6 +499,9 @@ int main(int argc, char** argv) {
   quantize_cmd->add_option("-i,--input", quant.input, "a GGUF model")->required();
   quantize_cmd->add_option("-o,--output", quant.output, "the GGUF file to write")->required();
   quantize_cmd->add_option("--type", quant.type, "f32, f16, bf16, q8_0, q4_0 or q4_1")->required();
+  quantize_cmd->add_flag(
+      "--pure", quant.pure,
+      "4-bit types: quantize the token embedding and output matrix too (default: keep them at q8_0)");
 
   auto* ppl_cmd =
       app.add_subcommand("perplexity", "teacher-forced perplexity of a text (as llama-perplexity)");

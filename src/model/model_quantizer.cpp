@@ -40,7 +40,8 @@ std::vector<std::byte> convert(const TensorView& t, DType target) {
 }  // namespace
 
 Expected<QuantizeReport> quantize_model(const std::string& input, const std::string& output, DType target,
-                                        const QuantizeProgress& progress) {
+                                        const QuantizeProgress& progress, bool pure) {
+  const bool four_bit = target == DType::kQ4_0 || target == DType::kQ4_1;
   if (!can_quantize_to(target))
     return invalid_argument(std::string(dtype_info(target).name) + " is not a quantization target");
   if (std::filesystem::is_directory(input))
@@ -63,6 +64,9 @@ Expected<QuantizeReport> quantize_model(const std::string& input, const std::str
     } else if (t.row_length() % dtype_info(target).block_values != 0) {
       dtype = DType::kF16;
       ++report.fallback;
+    } else if (four_bit && !pure && (t.name == "token_embd.weight" || t.name == "output.weight")) {
+      dtype = DType::kQ8_0;
+      ++report.kept_q8;
     } else {
       ++report.converted;
     }

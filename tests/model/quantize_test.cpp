@@ -175,8 +175,17 @@ TEST(QuantizeTest, QuantizedModelLoadsAndMatchesTheFixture) {
   const auto la = test::all_logits(a, prompts, 0, false);
   ASSERT_FALSE(la.empty());
   EXPECT_EQ(la, test::all_logits(b, prompts, 0, false));
-  auto r4 = quantize_model(dir + "/q8.gguf", dir + "/q4.gguf", DType::kQ4_0);
+  auto r4 = quantize_model(dir + "/q8.gguf", dir + "/q4.gguf", DType::kQ4_0, {}, /*pure=*/true);
   ASSERT_TRUE(r4.has_value()) << r4.status().message();
+  EXPECT_EQ(r4->kept_q8, 0);
+  // Not pure: the (tied) token embedding stays Q8_0.
+  auto r4k = quantize_model(dir + "/q8.gguf", dir + "/q4k.gguf", DType::kQ4_0);
+  ASSERT_TRUE(r4k.has_value()) << r4k.status().message();
+  EXPECT_EQ(r4k->kept_q8, 1);
+  auto q4k = GgufFile::open(dir + "/q4k.gguf");
+  ASSERT_TRUE(q4k.has_value());
+  EXPECT_EQ(q4k->find_tensor("token_embd.weight")->dtype, DType::kQ8_0);
+  EXPECT_EQ(q4k->find_tensor("blk.0.ffn_up.weight")->dtype, DType::kQ4_0);
   auto q4 = load_model(dir + "/q4.gguf");
   ASSERT_TRUE(q4.has_value()) << q4.status().message();
   Transformer d(**q4, pool);
