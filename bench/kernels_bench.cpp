@@ -203,6 +203,37 @@ BENCHMARK(BM_F32Matmul)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// The packed float kernel (F16 / BF16 / F32 weights, f32 fmas), what F16 models run by default.
+void BM_FloatMatmul(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t tokens = state.range(1), n = 4864, k = 896;
+  RandomWeight w = random_weight(dtype, n, k);
+  const TensorView* parts[] = {&w.view};
+  auto packed = PackedWeight::pack(parts);
+  if (!packed) {
+    state.SkipWithError(packed.status().message().c_str());
+    return;
+  }
+  auto x = random_floats(static_cast<size_t>(tokens * k));
+  std::vector<float> y(static_cast<size_t>(tokens * n));
+  ThreadPool pool(kThreads);
+  const QuantMatmulOutput out{y.data(), n, nullptr};
+  for (auto _ : state) {
+    float_matmul(x.data(), tokens, *packed, {&out, 1}, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(dtype_info(dtype).name) + " T=" + std::to_string(tokens));
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(packed->num_bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(tokens * n * k) * iters / 1e9,
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FloatMatmul)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kBF16)}, {1, 16, 512}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 // Paged attention, f16 KV: `tokens` queries of one sequence ending at context `ctx`.
 void BM_Attention(benchmark::State& state) {
   const int64_t tokens = state.range(0), ctx = state.range(1);
