@@ -79,12 +79,9 @@ void AsyncEngine::loop() {
       if (stopping_) break;
     }
     take_commands();
-    for (const StepOutput& out : engine_.step()) {
-      auto it = callbacks_.find(out.id);
-      if (it == callbacks_.end()) continue;
-      it->second.callback(out);
-      if (out.finished && --it->second.unfinished == 0) callbacks_.erase(it);
-    }
+    const auto outputs = engine_.step();
+    // Published before the outputs are delivered, so a client that reads the gauges after its
+    // response sees the state that response left (e.g. its session pinned).
     num_running_ = engine_.scheduler().num_running();
     num_waiting_ = engine_.scheduler().num_waiting();
     num_free_blocks_ = engine_.block_pool().num_free_blocks();
@@ -94,6 +91,12 @@ void AsyncEngine::loop() {
     sessions_ = engine_.kv_cache_manager().num_sessions();
     pinned_blocks_ = engine_.kv_cache_manager().num_pinned_blocks();
     revived_blocks_ = engine_.block_pool().num_revived();
+    for (const StepOutput& out : outputs) {
+      auto it = callbacks_.find(out.id);
+      if (it == callbacks_.end()) continue;
+      it->second.callback(out);
+      if (out.finished && --it->second.unfinished == 0) callbacks_.erase(it);
+    }
   }
   // Shutting down: every request still known ends as aborted.
   for (auto& [id, cb] : callbacks_) engine_.abort(id);

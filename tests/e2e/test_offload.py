@@ -54,12 +54,17 @@ def test_redis_killed_mid_run_fails_no_request(make_server, redis_server):
     expected = ask(s, "Name a moon of Jupiter.")
     questions = [f"Question {i}: how far is planet {i} from the sun?" for i in range(6)]
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(ask, s, q, 24) for q in questions]
-        time.sleep(1.0)
+        futures = [pool.submit(ask, s, q, 256) for q in questions]
+        time.sleep(0.3)
         redis_server.kill()
         answers = [f.result(timeout=300) for f in futures]
     assert all(answers)
+    # New prompts after the outage: their blocks go to the (dead) tier, which must fail softly.
+    assert all(ask(s, f"After the outage, question {i}: name a comet.", 16) for i in range(3))
     assert ask(s, "Name a moon of Jupiter.") == expected  # recomputed or from the pool: the same
+    deadline = time.time() + 20  # the writer thread notices on its next write
+    while tier_metric(s, "kv_offload_tier_up", "redis") != 0 and time.time() < deadline:
+        time.sleep(0.1)
     assert tier_metric(s, "kv_offload_tier_up", "redis") == 0
     assert tier_metric(s, "kv_offload_failures_total", "redis") >= 1
 
