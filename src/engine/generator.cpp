@@ -28,7 +28,7 @@ Expected<GenerationStats> generate(Transformer& model, const std::vector<int32_t
   }
   const int64_t bs = options.block_size;
   const int64_t num_blocks = (total + bs - 1) / bs;
-  KvCache cache(c.num_layers, num_blocks, bs, c.kv_dim());
+  KvCache cache(c.num_layers, num_blocks, bs, c.kv_dim(), options.kv_dtype);
   std::vector<int32_t> block_table(static_cast<size_t>(num_blocks));
   std::iota(block_table.begin(), block_table.end(), 0);
 

@@ -25,6 +25,8 @@ struct GenerationOptions {
   std::vector<int32_t> stop_token_ids;  // generation ends after emitting one of these
   SamplingParams sampling;
   int64_t block_size = 16;
+  // The engine's default, so `inferd run` computes what `generate` / `serve` compute.
+  KvDType kv_dtype = KvDType::kF16;
 };
 
 // Generates up to max_tokens tokens after `prompt`, calling on_token(id) as each is sampled.

@@ -200,7 +200,8 @@ struct TileArgs {
   const QuantizedActivations* x;
   int64_t first_token;
   int num_tokens;
-  float* out;  // [num_tokens][16]
+  float* out;            // [num_tokens][16]
+  const std::byte* end;  // end of the packed weight: prefetches stay inside it
 };
 
 // The stored u8 quant of value k (0..31) of row r in a packed block.
@@ -399,7 +400,9 @@ INFERD_VNNI void tile_vnni(const TileArgs& a) {
     // Decode streams each tile once: ask for the block kPrefetchBlocks ahead (the hardware
     // prefetcher alone leaves memory bandwidth unused here).
     if constexpr (NT <= 2) {
-      const std::byte* ahead = blk + kPrefetchBlocks * a.block_bytes;
+      const size_t distance = static_cast<size_t>(kPrefetchBlocks) * a.block_bytes;
+      const std::byte* ahead =
+          static_cast<size_t>(a.end - blk) > distance + a.block_bytes ? blk + distance : blk;
       for (size_t off = 0; off < a.block_bytes; off += 64)
         _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
     }
@@ -559,7 +562,8 @@ struct FloatTileArgs {
   int64_t k;
   const float* x;  // first token's row; rows k apart
   int num_tokens;
-  float* out;  // [num_tokens][16]
+  float* out;            // [num_tokens][16]
+  const std::byte* end;  // end of the packed weight: prefetches stay inside it
 };
 
 template <DType DT>
@@ -931,7 +935,8 @@ void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
   INFERD_CHECK(!w.is_float() && x.k() == w.cols());
   const int64_t blocks = w.cols() / kQuantBlockValues;
   drive(w, outputs, x.tokens(), pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
-    tile_kernel(isa, w.dtype(), nt)({tile, blocks, w.block_bytes(), &x, t0, nt, out});
+    tile_kernel(isa, w.dtype(),
+                nt)({tile, blocks, w.block_bytes(), &x, t0, nt, out, w.tile(0) + w.num_bytes()});
   });
 }
 
