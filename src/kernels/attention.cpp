@@ -73,9 +73,12 @@ struct RowState {
 // ---------------------------------------------------------------------------------------------
 // Portable path.
 
-void chunk_rows_scalar(const float* const* q, const int64_t* limit, int64_t rows,
-                       const float* k /*[hd][kChunk]*/, const float* v /*[kChunk][hd]*/, int64_t hd,
-                       float scale, RowState* state, float* o) {
+// Written for the compiler to vectorise: the AVX2 path is this code compiled for AVX2 + FMA
+// (chunk_rows_avx2), the scalar path this code for the baseline ISA.
+__attribute__((always_inline)) inline void chunk_rows_generic(const float* const* q, const int64_t* limit,
+                                                              int64_t rows, const float* k /*[hd][kChunk]*/,
+                                                              const float* v /*[kChunk][hd]*/, int64_t hd,
+                                                              float scale, RowState* state, float* o) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t valid = limit[r];
     if (valid <= 0) continue;
@@ -296,9 +299,24 @@ INFERD_AVX512 void load_transposed_avx512(const KvLayerView& kv, const std::byte
 using ChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const float*, const float*, int64_t,
                          float, RowState*, float*);
 
+void chunk_rows_scalar(const float* const* q, const int64_t* limit, int64_t rows, const float* k,
+                       const float* v, int64_t hd, float scale, RowState* state, float* o) {
+  chunk_rows_generic(q, limit, rows, k, v, hd, scale, state, o);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) void chunk_rows_avx2(const float* const* q, const int64_t* limit,
+                                                              int64_t rows, const float* k, const float* v,
+                                                              int64_t hd, float scale, RowState* state,
+                                                              float* o) {
+  chunk_rows_generic(q, limit, rows, k, v, hd, scale, state, o);
+}
+#endif
+
 ChunkFn chunk_kernel(Isa isa) {
 #if defined(__x86_64__)
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) return chunk_rows_avx512;
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) return chunk_rows_avx2;
 #else
   (void)isa;
 #endif

@@ -47,6 +47,7 @@ struct Seq {
 
 std::vector<Isa> paths() {
   std::vector<Isa> out{Isa::kScalar};
+  if (static_cast<int>(detected_isa()) >= static_cast<int>(Isa::kAvx2)) out.push_back(Isa::kAvx2);
   if (static_cast<int>(detected_isa()) >= static_cast<int>(Isa::kAvx512)) out.push_back(Isa::kAvx512);
   return out;
 }
