@@ -89,10 +89,6 @@ float load_scale(const uint8_t* p, bool f32) {
   return v;
 }
 
-int8_t clamp_q(long v) {
-  return static_cast<int8_t>(std::clamp<long>(v, -127, 127));
-}
-
 // One source block of 32 values decoded for packing: quants as u8 (value + offset), and the
 // scale / min as the packed block stores them (f16 bits or f32), and Q6_K's half scales.
 struct SourceBlock {
@@ -243,15 +239,46 @@ void tile_scalar(const TileArgs& a) {
   }
 }
 
+// Rounds to nearest even and clamps to +-127; NaN gives -127, as the vector path's conversion does.
+__attribute__((always_inline)) inline int8_t round_clamp(float v) {
+  const float r = std::nearbyint(v);
+  if (r >= 127.0f) return 127;
+  if (r > -127.0f) return static_cast<int8_t>(r);
+  return -127;
+}
+
+__attribute__((always_inline)) inline void quantize_row_generic(const float* x, int64_t k, int8_t* q,
+                                                                float* scale, int32_t* sum, float* scaled_sum,
+                                                                int32_t* half_sum) {
+  for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
+    const float* xb = x + b * kQuantBlockValues;
+    float amax = 0.0f;
+    for (int j = 0; j < kQuantBlockValues; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t s[2] = {0, 0};
+    for (int j = 0; j < kQuantBlockValues; ++j) {
+      const int8_t v = round_clamp(xb[j] * id);
+      q[b * kQuantBlockValues + j] = v;
+      s[j / 16] += v;
+    }
+    scale[b] = d;
+    sum[b] = s[0] + s[1];
+    half_sum[2 * b] = s[0];
+    half_sum[2 * b + 1] = s[1];
+    scaled_sum[b] = d * static_cast<float>(s[0] + s[1]);
+  }
+}
+
 void quantize_row_scalar(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum, float* scaled_sum,
                          int32_t* half_sum) {
-  quantize_activations_reference(x, k, q, scale, sum, scaled_sum, half_sum);
+  quantize_row_generic(x, k, q, scale, sum, scaled_sum, half_sum);
 }
 
 // e^x by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (Cephes' coefficients),
 // x clamped to [-87, 88]; every operation is one the AVX-512 version performs the same way
 // (fma, round to nearest even, exact scaling by 2^n), so both give the same bits.
-float exp_poly(float x) {
+__attribute__((always_inline)) inline float exp_poly(float x) {
   x = std::min(std::max(x, -87.0f), 88.0f);
   const float n = std::nearbyint(x * 1.44269504088896341f);
   float r = std::fma(-n, 0.693359375f, x);
@@ -263,17 +290,23 @@ float exp_poly(float x) {
   p = std::fma(p, r, 1.6666665459e-1f);
   p = std::fma(p, r, 5.0000001201e-1f);
   p = std::fma(p, r * r, r + 1.0f);
-  return std::ldexp(p, static_cast<int>(n));
+  // p * 2^n, exact: n is in [-125, 127] after the clamp, so 2^n is a normal float.
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  float pow2;
+  std::memcpy(&pow2, &bits, 4);
+  return p * pow2;
 }
 
 // Epilogues: a tile's [num_tokens][16] results into y (+ bias), or silu(gate) * up.
-void store_scalar(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
+__attribute__((always_inline)) inline void store_generic(const float* out, int nt, int rows, float* y,
+                                                         int64_t ld, const float* bias) {
   for (int t = 0; t < nt; ++t)
     for (int r = 0; r < rows; ++r)
       y[t * ld + r] = out[t * kQuantTileRows + r] + (bias != nullptr ? bias[r] : 0.0f);
 }
 
-void swiglu_scalar(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
+__attribute__((always_inline)) inline void swiglu_generic(const float* gate, const float* up, int nt,
+                                                          int rows, float* y, int64_t ld) {
   for (int t = 0; t < nt; ++t) {
     for (int r = 0; r < rows; ++r) {
       const float g = gate[t * kQuantTileRows + r];
@@ -282,10 +315,34 @@ void swiglu_scalar(const float* gate, const float* up, int nt, int rows, float* 
   }
 }
 
+void store_scalar(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
+  store_generic(out, nt, rows, y, ld, bias);
+}
+
+void swiglu_scalar(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
+  swiglu_generic(gate, up, nt, rows, y, ld);
+}
+
 #if defined(__x86_64__)
 
 #define INFERD_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INFERD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define INFERD_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+// The portable epilogues and activation quantization compiled for AVX2 + FMA (fma and rounding
+// inline instead of libm calls; the same bits).
+INFERD_AVX2 void store_avx2(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
+  store_generic(out, nt, rows, y, ld, bias);
+}
+
+INFERD_AVX2 void swiglu_avx2(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
+  swiglu_generic(gate, up, nt, rows, y, ld);
+}
+
+INFERD_AVX2 void quantize_row_avx2(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
+                                   float* scaled_sum, int32_t* half_sum) {
+  quantize_row_generic(x, k, q, scale, sum, scaled_sum, half_sum);
+}
 
 // ---------------------------------------------------------------------------------------------
 // AVX2 path: the 16 rows as two halves of 8 lanes; vpmaddubsw + vpmaddwd per group of 4 bytes.
@@ -374,105 +431,43 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// AVX512-VNNI path: one vpdpbusd per group of 4 bytes covers all 16 rows.
+// AVX512-VNNI path: one vpdpbusd per group of 4 bytes covers all 16 rows. AVX-512 without VNNI:
+// the same kernel with the dot product from vpmaddubsw + vpmaddwd (bit-identical sums).
 
-template <DType DT, int NT>
-INFERD_VNNI void tile_vnni(const TileArgs& a) {
-  constexpr Format f = format_of(DT);
-  constexpr int32_t offset = f.offset;
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const int8_t* xq[NT];
-  const float* xd[NT];
-  const int32_t* xs[NT];
-  const int32_t* xhs[NT];
-  const float* xss[NT];
-  for (int t = 0; t < NT; ++t) {
-    xq[t] = a.x->q(a.first_token + t);
-    xd[t] = a.x->scale(a.first_token + t);
-    xs[t] = a.x->sum(a.first_token + t);
-    xhs[t] = a.x->half_sum(a.first_token + t);
-    xss[t] = a.x->scaled_sum(a.first_token + t);
+#define INFERD_TILE512_NAME tile_vnni
+#define INFERD_TILE512_TARGET INFERD_VNNI
+#define INFERD_TILE512_DOT _mm512_dpbusd_epi32
+#include "kernels/packed_tile512.inc"
+#undef INFERD_TILE512_NAME
+#undef INFERD_TILE512_TARGET
+#undef INFERD_TILE512_DOT
+
+// acc + sum_j u8(w_j) * s8(x_j) per 32-bit lane, as vpdpbusd computes it. vpmaddubsw saturates
+// pairs above 32767, which only Q8_0's stored quants (q + 128, up to 255) can reach: for Q8_0 the
+// signed sum q * x is taken with the sign moved onto x, and 128 * sum(x) added back.
+template <DType DT>
+INFERD_AVX512BW inline __m512i dot4_avx512bw(__m512i acc, __m512i w, __m512i x) {
+  const __m512i ones16 = _mm512_set1_epi16(1);
+  if constexpr (DT == DType::kQ8_0) {
+    const __m512i q = _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
+    const __m512i x_signed = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
+    const __m512i qx = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), x_signed), ones16);
+    const __m512i sx = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), x), ones16);
+    return _mm512_add_epi32(acc, _mm512_add_epi32(qx, _mm512_slli_epi32(sx, 7)));
+  } else {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), ones16));
   }
-  __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < a.blocks; ++b) {
-    const std::byte* blk = a.tile + static_cast<size_t>(b) * a.block_bytes;
-    // Decode streams each tile once: ask for the block kPrefetchBlocks ahead (the hardware
-    // prefetcher alone leaves memory bandwidth unused here).
-    if constexpr (NT <= 2) {
-      const size_t distance = static_cast<size_t>(kPrefetchBlocks) * a.block_bytes;
-      const std::byte* ahead =
-          static_cast<size_t>(a.end - blk) > distance + a.block_bytes ? blk + distance : blk;
-      for (size_t off = 0; off < a.block_bytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
-    }
-    __m512 dw, mw = _mm512_setzero_ps();
-    if constexpr (f.f32_scales) {
-      dw = _mm512_loadu_ps(blk);
-      if constexpr (f.has_min) mw = _mm512_loadu_ps(blk + min_offset(f));
-    } else {
-      dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-      if constexpr (f.has_min)
-        mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + min_offset(f))));
-    }
-    __m512i sub0 = _mm512_setzero_si512(), sub1 = _mm512_setzero_si512();
-    if constexpr (f.sub_scales) {
-      sub0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sub_offset(f))));
-      sub1 =
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sub_offset(f) + 16)));
-    }
-    const std::byte* qs = blk + quant_offset(f);
-    __m512i w[8];
-    if constexpr (f.nibbles) {
-      for (int g = 0; g < 4; ++g) {
-        const __m512i raw = _mm512_loadu_si512(qs + 64 * g);
-        w[g] = _mm512_and_si512(raw, low4);
-        w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-      }
-    } else {
-      for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(qs + 64 * g);
-    }
-    // Each token's integer accumulators start at -offset * sum(x), so that after the eight
-    // vpdpbusd they hold sum_j (w_j - offset) * x_j. With few tokens a token's sum runs as
-    // several chains (integer sums are exact in any order) so vpdpbusd latency does not
-    // serialise the block; Q6_K keeps its two halves apart for their scales.
-    constexpr int kChains = f.sub_scales ? 2 : (NT == 1 ? 4 : (NT == 2 ? 2 : 1));
-    __m512i dot[NT];
-    for (int t = 0; t < NT; ++t) {
-      __m512i part[kChains];
-      if constexpr (f.sub_scales) {
-        part[0] = _mm512_set1_epi32(-offset * xhs[t][2 * b]);
-        part[1] = _mm512_set1_epi32(-offset * xhs[t][2 * b + 1]);
-      } else {
-        part[0] = offset != 0 ? _mm512_set1_epi32(-offset * xs[t][b]) : _mm512_setzero_si512();
-        for (int c = 1; c < kChains; ++c) part[c] = _mm512_setzero_si512();
-      }
-      const int8_t* xb = xq[t] + b * kQuantBlockValues;
-      for (int g = 0; g < 8; ++g) {
-        const int c = f.sub_scales ? g / 4 : g % kChains;
-        part[c] =
-            _mm512_dpbusd_epi32(part[c], w[g], _mm512_set1_epi32(static_cast<int>(load_u32(xb + 4 * g))));
-      }
-      if constexpr (f.sub_scales) {
-        dot[t] = _mm512_add_epi32(_mm512_mullo_epi32(part[0], sub0), _mm512_mullo_epi32(part[1], sub1));
-      } else if constexpr (kChains == 4) {
-        dot[t] = _mm512_add_epi32(_mm512_add_epi32(part[0], part[1]), _mm512_add_epi32(part[2], part[3]));
-      } else if constexpr (kChains == 2) {
-        dot[t] = _mm512_add_epi32(part[0], part[1]);
-      } else {
-        dot[t] = part[0];
-      }
-    }
-    for (int t = 0; t < NT; ++t) {
-      const __m512 dwdx = _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b]));
-      acc[t] = _mm512_fmadd_ps(dwdx, _mm512_cvtepi32_ps(dot[t]), acc[t]);
-      if constexpr (f.has_min) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xss[t][b]), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.out + t * kQuantTileRows, acc[t]);
 }
 
-INFERD_VNNI inline __m512 exp_poly_avx512(__m512 x) {
+#define INFERD_TILE512_NAME tile_avx512bw
+#define INFERD_TILE512_TARGET INFERD_AVX512BW
+#define INFERD_TILE512_DOT dot4_avx512bw<DT>
+#include "kernels/packed_tile512.inc"
+#undef INFERD_TILE512_NAME
+#undef INFERD_TILE512_TARGET
+#undef INFERD_TILE512_DOT
+
+INFERD_AVX512BW inline __m512 exp_poly_avx512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -488,14 +483,16 @@ INFERD_VNNI inline __m512 exp_poly_avx512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-INFERD_VNNI void store_avx512(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
+INFERD_AVX512BW void store_avx512(const float* out, int nt, int rows, float* y, int64_t ld,
+                                  const float* bias) {
   const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
   const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
   for (int t = 0; t < nt; ++t)
     _mm512_mask_storeu_ps(y + t * ld, mask, _mm512_add_ps(_mm512_loadu_ps(out + t * kQuantTileRows), b));
 }
 
-INFERD_VNNI void swiglu_avx512(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
+INFERD_AVX512BW void swiglu_avx512(const float* gate, const float* up, int nt, int rows, float* y,
+                                   int64_t ld) {
   const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int t = 0; t < nt; ++t) {
@@ -506,8 +503,8 @@ INFERD_VNNI void swiglu_avx512(const float* gate, const float* up, int nt, int r
   }
 }
 
-INFERD_VNNI void quantize_row_avx512(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
-                                     float* scaled_sum, int32_t* half_sum) {
+INFERD_AVX512BW void quantize_row_avx512(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
+                                         float* scaled_sum, int32_t* half_sum) {
   const __m512i lo = _mm512_set1_epi32(-127);
   const __m512i hi = _mm512_set1_epi32(127);
   for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
@@ -666,6 +663,10 @@ template <DType DT, int NT>
 struct VnniKernel {
   static void fn(const TileArgs& a) { tile_vnni<DT, NT>(a); }
 };
+template <DType DT, int NT>
+struct Avx512bwKernel {
+  static void fn(const TileArgs& a) { tile_avx512bw<DT, NT>(a); }
+};
 #endif
 
 template <template <DType, int> class Kernel>
@@ -687,6 +688,8 @@ TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
 #if defined(__x86_64__)
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni))
     return tables_for<VnniKernel>(dtype)[num_tokens - 1];
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512))
+    return tables_for<Avx512bwKernel>(dtype)[num_tokens - 1];
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2))
     return tables_for<Avx2Kernel>(dtype)[num_tokens - 1];
 #else
@@ -699,24 +702,7 @@ TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
 
 void quantize_activations_reference(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
                                     float* scaled_sum, int32_t* half_sum) {
-  for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
-    const float* xb = x + b * kQuantBlockValues;
-    float amax = 0.0f;
-    for (int j = 0; j < kQuantBlockValues; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t s[2] = {0, 0};
-    for (int j = 0; j < kQuantBlockValues; ++j) {
-      const int8_t v = clamp_q(std::lrintf(xb[j] * id));
-      q[b * kQuantBlockValues + j] = v;
-      s[j / 16] += v;
-    }
-    scale[b] = d;
-    sum[b] = s[0] + s[1];
-    half_sum[2 * b] = s[0];
-    half_sum[2 * b + 1] = s[1];
-    scaled_sum[b] = d * static_cast<float>(s[0] + s[1]);
-  }
+  quantize_row_generic(x, k, q, scale, sum, scaled_sum, half_sum);
 }
 
 void QuantizedActivations::reserve(int64_t tokens, int64_t k) {
@@ -737,16 +723,19 @@ void QuantizedActivations::reserve(int64_t tokens, int64_t k) {
   k_ = k;
 }
 
-QuantizedActivations::RowFn QuantizedActivations::row_function() {
+QuantizedActivations::RowFn QuantizedActivations::row_function(Isa isa) {
 #if defined(__x86_64__)
-  if (static_cast<int>(active_isa()) >= static_cast<int>(Isa::kVnni)) return quantize_row_avx512;
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) return quantize_row_avx512;
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) return quantize_row_avx2;
+#else
+  (void)isa;
 #endif
   return quantize_row_scalar;
 }
 
-void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k) {
+void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k, Isa isa) {
   reserve(tokens, k);
-  const RowFn row_fn = row_function();
+  const RowFn row_fn = row_function(isa);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t bt = t * blocks();
     row_fn(x + t * k, k, q_.get() + t * k, scale_.data() + bt, sum_.data() + bt, scaled_sum_.data() + bt,
@@ -757,7 +746,7 @@ void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k) {
 void QuantizedActivations::quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens,
                                              int64_t k) {
   reserve(tokens, k);
-  const RowFn row_fn = row_function();
+  const RowFn row_fn = row_function(active_isa());
   thread_local std::vector<float> row;
   if (static_cast<int64_t>(row.size()) < k) row.resize(static_cast<size_t>(k));
   for (int64_t t = 0; t < tokens; ++t) {
@@ -892,9 +881,12 @@ void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, in
   auto store = store_scalar;
   auto swiglu = swiglu_scalar;
 #if defined(__x86_64__)
-  if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni)) {
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
     store = store_avx512;
     swiglu = swiglu_avx512;
+  } else if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {
+    store = store_avx2;
+    swiglu = swiglu_avx2;
   }
 #endif
   pool.parallel_for(units, [&](int64_t begin, int64_t end) {

@@ -44,7 +44,8 @@ inline constexpr int64_t kQuantBlockValues = 32;
 class QuantizedActivations final {
  public:
   // Quantizes x [tokens, k]; k must be a multiple of 32. Allocates only when larger than before.
-  void quantize(const float* x, int64_t tokens, int64_t k);
+  // `isa` picks the path (tests); every path gives the reference's bits.
+  void quantize(const float* x, int64_t tokens, int64_t k, Isa isa = active_isa());
   // quantize() of rms_norm(x) row by row, each normalised row quantized while in L1 (the same
   // bits as rms_norm then quantize). x: [tokens, k]; weight: [k].
   void quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens, int64_t k);
@@ -62,7 +63,7 @@ class QuantizedActivations final {
  private:
   void reserve(int64_t tokens, int64_t k);
   using RowFn = void (*)(const float*, int64_t, int8_t*, float*, int32_t*, float*, int32_t*);
-  static RowFn row_function();
+  static RowFn row_function(Isa isa);
 
   int64_t tokens_ = 0;
   int64_t k_ = 0;

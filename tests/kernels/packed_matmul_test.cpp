@@ -63,31 +63,34 @@ TEST(QuantizeActivationsTest, EveryPathMatchesTheReferenceBitForBit) {
     auto x = test::random_floats(static_cast<size_t>(5 * k), rng);
     for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
     x[40] = 1e-30f;                                                     // a tiny value
-    QuantizedActivations xq;
-    xq.quantize(x.data(), 5, k);
-    std::vector<int8_t> q(static_cast<size_t>(k));
-    std::vector<float> scale(static_cast<size_t>(k / 32)), scaled(scale.size());
-    std::vector<int32_t> sum(scale.size()), half(2 * scale.size());
-    for (int64_t t = 0; t < 5; ++t) {
-      quantize_activations_reference(x.data() + t * k, k, q.data(), scale.data(), sum.data(), scaled.data(),
-                                     half.data());
-      ASSERT_EQ(0, std::memcmp(q.data(), xq.q(t), q.size()));
-      for (size_t b = 0; b < scale.size(); ++b) {
-        ASSERT_EQ(scale[b], xq.scale(t)[b]);
-        ASSERT_EQ(sum[b], xq.sum(t)[b]);
-        ASSERT_EQ(half[2 * b], xq.half_sum(t)[2 * b]);
-        ASSERT_EQ(half[2 * b] + half[2 * b + 1], sum[b]);
-        ASSERT_EQ(scaled[b], xq.scaled_sum(t)[b]);
-        // Round to nearest: each value within half a step of its original.
-        for (int j = 0; j < 32; ++j) {
-          const size_t i = b * 32 + static_cast<size_t>(j);
-          EXPECT_LE(std::fabs(q[i] * scale[b] - x[static_cast<size_t>(t * k) + i]),
-                    0.5001f * scale[b] + 1e-37f);
+    for (Isa isa : paths()) {
+      SCOPED_TRACE(std::string(isa_name(isa)));
+      QuantizedActivations xq;
+      xq.quantize(x.data(), 5, k, isa);
+      std::vector<int8_t> q(static_cast<size_t>(k));
+      std::vector<float> scale(static_cast<size_t>(k / 32)), scaled(scale.size());
+      std::vector<int32_t> sum(scale.size()), half(2 * scale.size());
+      for (int64_t t = 0; t < 5; ++t) {
+        quantize_activations_reference(x.data() + t * k, k, q.data(), scale.data(), sum.data(), scaled.data(),
+                                       half.data());
+        ASSERT_EQ(0, std::memcmp(q.data(), xq.q(t), q.size()));
+        for (size_t b = 0; b < scale.size(); ++b) {
+          ASSERT_EQ(scale[b], xq.scale(t)[b]);
+          ASSERT_EQ(sum[b], xq.sum(t)[b]);
+          ASSERT_EQ(half[2 * b], xq.half_sum(t)[2 * b]);
+          ASSERT_EQ(half[2 * b] + half[2 * b + 1], sum[b]);
+          ASSERT_EQ(scaled[b], xq.scaled_sum(t)[b]);
+          // Round to nearest: each value within half a step of its original.
+          for (int j = 0; j < 32; ++j) {
+            const size_t i = b * 32 + static_cast<size_t>(j);
+            EXPECT_LE(std::fabs(q[i] * scale[b] - x[static_cast<size_t>(t * k) + i]),
+                      0.5001f * scale[b] + 1e-37f);
+          }
         }
       }
+      EXPECT_EQ(xq.scale(0)[0], 0.0f);
+      EXPECT_EQ(xq.sum(0)[0], 0);
     }
-    EXPECT_EQ(xq.scale(0)[0], 0.0f);
-    EXPECT_EQ(xq.sum(0)[0], 0);
   }
 }
 
