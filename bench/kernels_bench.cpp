@@ -19,16 +19,8 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/matmul.h"
 #include "kernels/packed_matmul.h"
+#include "kernels/simd.h"
 #include "tensor/dtype.h"
-
-#if defined(__x86_64__)
-// GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized / -Wuninitialized (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
 
 namespace inferd {
 namespace {
@@ -83,6 +75,17 @@ std::vector<float> random_floats(size_t n) {
   return v;
 }
 
+// Labels a matmul run and reports GB/s of weight bytes and GOP/s (two per multiply-add).
+void report_matmul(benchmark::State& state, DType dtype, int64_t tokens, int64_t n, int64_t k,
+                   size_t weight_bytes) {
+  state.SetLabel(std::string(dtype_info(dtype).name) + " T=" + std::to_string(tokens));
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(weight_bytes) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(tokens * n * k) * iters / 1e9,
+                                               benchmark::Counter::kIsRate);
+}
+
 void BM_ReadBandwidth(benchmark::State& state) {
   const size_t n = size_t{512} << 20;
   std::vector<uint64_t> buf(n / 8, 1);
@@ -111,7 +114,7 @@ void BM_ReadBandwidth(benchmark::State& state) {
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_chains(int64_t iters, int32_t* out) {
+INFERD_VNNI void vnni_chains(int64_t iters, int32_t* out) {
   __m512i acc[8];
   for (auto& a : acc) a = _mm512_setzero_si512();
   const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(5);
@@ -164,12 +167,7 @@ void BM_QuantMatmul(benchmark::State& state) {
     quant_matmul(xq, *packed, {&out, 1}, pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(dtype_info(dtype).name) + " T=" + std::to_string(tokens));
-  const double iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] =
-      benchmark::Counter(static_cast<double>(packed->num_bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(tokens * n * k) * iters / 1e9,
-                                               benchmark::Counter::kIsRate);
+  report_matmul(state, dtype, tokens, n, k, packed->num_bytes());
 }
 BENCHMARK(BM_QuantMatmul)
     ->ArgsProduct({{static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ4_0),
@@ -191,12 +189,7 @@ void BM_F32Matmul(benchmark::State& state) {
     matmul(x.data(), tokens, w.view, nullptr, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(dtype_info(dtype).name) + " T=" + std::to_string(tokens));
-  const double iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] =
-      benchmark::Counter(static_cast<double>(w.bytes.size()) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(tokens * n * k) * iters / 1e9,
-                                               benchmark::Counter::kIsRate);
+  report_matmul(state, dtype, tokens, n, k, w.bytes.size());
 }
 BENCHMARK(BM_F32Matmul)
     ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kQ8_0)}, {1, 16, 512}})
@@ -222,12 +215,7 @@ void BM_FloatMatmul(benchmark::State& state) {
     float_matmul(x.data(), tokens, *packed, {&out, 1}, pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(dtype_info(dtype).name) + " T=" + std::to_string(tokens));
-  const double iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] =
-      benchmark::Counter(static_cast<double>(packed->num_bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GOP/s"] = benchmark::Counter(2.0 * static_cast<double>(tokens * n * k) * iters / 1e9,
-                                               benchmark::Counter::kIsRate);
+  report_matmul(state, dtype, tokens, n, k, packed->num_bytes());
 }
 BENCHMARK(BM_FloatMatmul)
     ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kBF16)}, {1, 16, 512}})

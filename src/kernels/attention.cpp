@@ -8,17 +8,7 @@
 
 #include "common/half.h"
 #include "kernels/f32_kernels.h"
-
-#if defined(__x86_64__)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-#endif
+#include "kernels/simd.h"
 
 namespace inferd {
 
@@ -103,25 +93,11 @@ __attribute__((always_inline)) inline void chunk_rows_generic(const float* const
 }
 
 #if defined(__x86_64__)
-#define INFERD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
-// e^x for x <= 0 (scores minus their running max), about 2 ulp; lanes below -87 give 0.
+// e^x for x <= 0 (scores minus their running max); lanes below -87 give 0.
 INFERD_AVX512 inline __m512 exp_nonpositive(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.0f);
-  const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_max_ps(x, lo);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), exp_avx512(x));
 }
 
 // Per row, always the same operations: scores as two fma chains over even and odd d, added;

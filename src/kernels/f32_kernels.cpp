@@ -1,20 +1,8 @@
 #include "kernels/f32_kernels.h"
 
 #include "common/half.h"
+#include "kernels/simd.h"
 #include "tensor/dequantize.h"
-
-#if defined(__x86_64__)
-// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*() and trip its own
-// -Wmaybe-uninitialized (GCC bug 105593); the warning is about the header, not this file.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-#endif
 
 namespace inferd {
 
@@ -51,8 +39,6 @@ constexpr F32Kernels kScalarKernels{dot_scalar, dot4_scalar, dequantize_row, f16
 
 // ---------------------------------------------------------------------------------------------
 // AVX2 + FMA path: per row 4 accumulators of 8 lanes (32 values per step), masked tail.
-
-#define INFERD_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 INFERD_AVX2 inline __m256i tail_mask8(int64_t left) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -153,8 +139,6 @@ constexpr F32Kernels kAvx2Kernels{dot_avx2, dot4_avx2, dequantize_row_avx2, f16_
 
 // ---------------------------------------------------------------------------------------------
 // AVX-512 path: per row 4 accumulators of 16 lanes (64 values per step), masked tail.
-
-#define INFERD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 INFERD_AVX512 inline __mmask16 tail_mask16(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);

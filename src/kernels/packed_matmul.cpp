@@ -9,18 +9,7 @@
 #include "common/check.h"
 #include "common/half.h"
 #include "kernels/ops.h"
-
-#if defined(__x86_64__)
-// GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-#endif
+#include "kernels/simd.h"
 
 namespace inferd {
 
@@ -270,14 +259,9 @@ __attribute__((always_inline)) inline void quantize_row_generic(const float* x, 
   }
 }
 
-void quantize_row_scalar(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum, float* scaled_sum,
-                         int32_t* half_sum) {
-  quantize_row_generic(x, k, q, scale, sum, scaled_sum, half_sum);
-}
-
-// e^x by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (Cephes' coefficients),
-// x clamped to [-87, 88]; every operation is one the AVX-512 version performs the same way
-// (fma, round to nearest even, exact scaling by 2^n), so both give the same bits.
+// The scalar mirror of exp_avx512 (kernels/simd.h): every operation is one the vector version
+// performs the same way (fma, round to nearest even, exact scaling by 2^n), so both give the
+// same bits.
 __attribute__((always_inline)) inline float exp_poly(float x) {
   x = std::min(std::max(x, -87.0f), 88.0f);
   const float n = std::nearbyint(x * 1.44269504088896341f);
@@ -324,10 +308,6 @@ void swiglu_scalar(const float* gate, const float* up, int nt, int rows, float* 
 }
 
 #if defined(__x86_64__)
-
-#define INFERD_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define INFERD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define INFERD_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 // The portable epilogues and activation quantization compiled for AVX2 + FMA (fma and rounding
 // inline instead of libm calls; the same bits).
@@ -446,7 +426,7 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
 // pairs above 32767, which only Q8_0's stored quants (q + 128, up to 255) can reach: for Q8_0 the
 // signed sum q * x is taken with the sign moved onto x, and 128 * sum(x) added back.
 template <DType DT>
-INFERD_AVX512BW inline __m512i dot4_avx512bw(__m512i acc, __m512i w, __m512i x) {
+INFERD_AVX512 inline __m512i dot4_avx512bw(__m512i acc, __m512i w, __m512i x) {
   const __m512i ones16 = _mm512_set1_epi16(1);
   if constexpr (DT == DType::kQ8_0) {
     const __m512i q = _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
@@ -460,51 +440,33 @@ INFERD_AVX512BW inline __m512i dot4_avx512bw(__m512i acc, __m512i w, __m512i x) 
 }
 
 #define INFERD_TILE512_NAME tile_avx512bw
-#define INFERD_TILE512_TARGET INFERD_AVX512BW
+#define INFERD_TILE512_TARGET INFERD_AVX512
 #define INFERD_TILE512_DOT dot4_avx512bw<DT>
 #include "kernels/packed_tile512.inc"
 #undef INFERD_TILE512_NAME
 #undef INFERD_TILE512_TARGET
 #undef INFERD_TILE512_DOT
 
-INFERD_AVX512BW inline __m512 exp_poly_avx512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
-
-INFERD_AVX512BW void store_avx512(const float* out, int nt, int rows, float* y, int64_t ld,
-                                  const float* bias) {
+INFERD_AVX512 void store_avx512(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
   const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
   const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
   for (int t = 0; t < nt; ++t)
     _mm512_mask_storeu_ps(y + t * ld, mask, _mm512_add_ps(_mm512_loadu_ps(out + t * kQuantTileRows), b));
 }
 
-INFERD_AVX512BW void swiglu_avx512(const float* gate, const float* up, int nt, int rows, float* y,
-                                   int64_t ld) {
+INFERD_AVX512 void swiglu_avx512(const float* gate, const float* up, int nt, int rows, float* y, int64_t ld) {
   const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int t = 0; t < nt; ++t) {
     const __m512 g = _mm512_loadu_ps(gate + t * kQuantTileRows);
-    const __m512 e = exp_poly_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
     const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
     _mm512_mask_storeu_ps(y + t * ld, mask, _mm512_mul_ps(silu, _mm512_loadu_ps(up + t * kQuantTileRows)));
   }
 }
 
-INFERD_AVX512BW void quantize_row_avx512(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
-                                         float* scaled_sum, int32_t* half_sum) {
+INFERD_AVX512 void quantize_row_avx512(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
+                                       float* scaled_sum, int32_t* half_sum) {
   const __m512i lo = _mm512_set1_epi32(-127);
   const __m512i hi = _mm512_set1_epi32(127);
   for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
@@ -730,7 +692,7 @@ QuantizedActivations::RowFn QuantizedActivations::row_function(Isa isa) {
 #else
   (void)isa;
 #endif
-  return quantize_row_scalar;
+  return quantize_activations_reference;
 }
 
 void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k, Isa isa) {

@@ -57,6 +57,16 @@ std::vector<double> reference(const TensorView& w, const std::vector<float>& x, 
   return y;
 }
 
+// got within f32 rounding of the double-precision product: 1e-5 of the largest |output| (or 1e-5).
+void expect_near_product(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, std::fabs(got[i] - want[i]));
+    mag = std::max(mag, std::fabs(want[i]));
+  }
+  EXPECT_LE(err, 1e-5 * std::max(mag, 1.0));
+}
+
 TEST(QuantizeActivationsTest, EveryPathMatchesTheReferenceBitForBit) {
   std::mt19937 rng(7);
   for (int64_t k : {32, 96, 576}) {
@@ -144,12 +154,7 @@ TEST(QuantMatmulTest, EveryPathMatchesScalarAndTheDequantizedProduct) {
         quant_matmul(xq, *packed, {&out, 1}, pool, isa);
         if (isa == Isa::kScalar) scalar = got;
         ASSERT_EQ(0, std::memcmp(scalar.data(), got.data(), got.size() * sizeof(float)));
-        double err = 0, mag = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          err = std::max(err, std::fabs(got[i] - want[i]));
-          mag = std::max(mag, std::fabs(want[i]));
-        }
-        EXPECT_LE(err, 1e-5 * std::max(mag, 1.0));
+        expect_near_product(got, want);
       }
     }
   }
@@ -341,12 +346,7 @@ TEST(FloatMatmulTest, EveryPathMatchesScalarAndTheDoubleProduct) {
         float_matmul(x.data(), s.tokens, *packed, {&out, 1}, pool, isa);
         if (isa == Isa::kScalar) scalar = got;
         ASSERT_EQ(scalar, got) << isa_name(isa);
-        double err = 0, mag = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          err = std::max(err, std::fabs(got[i] - want[i]));
-          mag = std::max(mag, std::fabs(want[i]));
-        }
-        EXPECT_LE(err, 1e-5 * std::max(mag, 1.0));
+        expect_near_product(got, want);
       }
       // Token by token gives the batch's bits.
       for (int64_t t = 0; t < s.tokens; ++t) {
