@@ -101,6 +101,31 @@ TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
         std::memcpy(p + 2 * i, &b, 2);
       }
       break;
+    case DType::kI8:
+    case DType::kF8_E4M3: {
+      // Random bytes (FP8: no NaN code), then per-row scales after the data, 4-byte aligned.
+      for (int64_t i = 0; i < n; ++i) {
+        auto b = static_cast<uint8_t>(byte_dist(rng));
+        if (dtype == DType::kF8_E4M3 && (b & 0x7f) == 0x7f) b = static_cast<uint8_t>(b - 1);
+        p[i] = static_cast<std::byte>(b);
+      }
+      const size_t scales_at = (row_bytes * static_cast<size_t>(rows) + 3) / 4 * 4;
+      storage->resize(scales_at + static_cast<size_t>(rows) * sizeof(float));
+      std::uniform_real_distribution<float> row_scale(0.001f, 0.02f);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float v = row_scale(rng);
+        std::memcpy(storage->data() + scales_at + static_cast<size_t>(r) * sizeof(float), &v, sizeof v);
+      }
+      TensorView t;
+      t.name = "random";
+      t.dtype = dtype;
+      t.num_dims = 2;
+      t.shape = {rows, cols, 1, 1};
+      t.data = storage->data();
+      t.num_bytes = row_bytes * static_cast<size_t>(rows);
+      t.row_scale = reinterpret_cast<const float*>(storage->data() + scales_at);
+      return t;
+    }
     default: {
       for (auto& b : *storage) b = static_cast<std::byte>(byte_dist(rng));
       const int64_t num_blocks = n / info.block_values;
@@ -111,6 +136,8 @@ TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
           case DType::kQ5_1:
           case DType::kQ4_K:
           case DType::kQ5_K:
+          case DType::kQ4_G128:
+          case DType::kQ4_G64:
             put_f16(blk, scale(rng));
             put_f16(blk + 2, scale(rng));
             break;

@@ -42,7 +42,8 @@ class RedisServer {
 };
 
 // Random weights of `dtype`, `rows` x `cols` (cols a multiple of the block size), with random
-// quant bytes and moderate finite scales. The TensorView points into `storage`.
+// quant bytes and moderate finite scales. The TensorView points into `storage` (row-scaled
+// dtypes: their row scales too, after the data).
 TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng,
                          std::vector<std::byte>* storage);
 

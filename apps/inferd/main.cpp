@@ -336,7 +336,8 @@ struct QuantizeFlags {
 
 int run_quantize(const QuantizeFlags& q) {
   const std::optional<DType> target = quantize_target(q.type);
-  if (!target) return fail("--type " + q.type + " is not one of f32, f16, bf16, q8_0, q4_0, q4_1");
+  if (!target)
+    return fail("--type " + q.type + " is not one of int8, int4, fp8, q8_0, q4_0, q4_1, f16, bf16, f32");
   const bool tty = isatty(2) != 0;
   int last_percent = -1;
   auto progress = [&](int64_t done, int64_t total, const std::string& name) {
@@ -357,12 +358,13 @@ int run_quantize(const QuantizeFlags& q) {
   if (!r) return fail(r.status().message());
   std::fprintf(
       stderr,
-      "quantize: %s -> %s (%s): %lld matrices converted, %lld kept at q8_0 (embedding / output), %lld 1-D "
-      "tensors as f32, %lld matrices as f16 (rows not a multiple of the block); %.1f MiB -> %.1f MiB\n",
+      "quantize: %s -> %s (%s): %lld matrices converted, %lld kept at q8_0 (embedding / output), %lld in "
+      "groups of 64 (rows not a multiple of 128), %lld 1-D tensors kept, %lld matrices as f16 (rows not a "
+      "multiple of the block); %.1f MiB -> %.1f MiB\n",
       q.input.c_str(), q.output.c_str(), q.type.c_str(), static_cast<long long>(r->converted),
-      static_cast<long long>(r->kept_q8), static_cast<long long>(r->kept),
-      static_cast<long long>(r->fallback), static_cast<double>(r->input_bytes) / (1 << 20),
-      static_cast<double>(r->output_bytes) / (1 << 20));
+      static_cast<long long>(r->kept_q8), static_cast<long long>(r->smaller_groups),
+      static_cast<long long>(r->kept), static_cast<long long>(r->fallback),
+      static_cast<double>(r->input_bytes) / (1 << 20), static_cast<double>(r->output_bytes) / (1 << 20));
   return 0;
 }
 
@@ -494,11 +496,20 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand("info", "print a model's configuration as JSON");
   add_common(info_cmd, &common);
 
-  auto* quantize_cmd = app.add_subcommand("quantize", "rewrite a GGUF model's matrices in another format");
+  auto* quantize_cmd = app.add_subcommand(
+      "quantize", "rewrite a model's matrices in another format (GGUF or Hugging Face dir)");
   QuantizeFlags quant;
-  quantize_cmd->add_option("-i,--input", quant.input, "a GGUF model")->required();
-  quantize_cmd->add_option("-o,--output", quant.output, "the GGUF file to write")->required();
-  quantize_cmd->add_option("--type", quant.type, "f32, f16, bf16, q8_0, q4_0 or q4_1")->required();
+  quantize_cmd->add_option("-i,--input", quant.input, "a GGUF model or a Hugging Face directory")->required();
+  quantize_cmd
+      ->add_option("-o,--output", quant.output,
+                   "the GGUF file to write (GGUF input) or the directory to write (Hugging Face input)")
+      ->required();
+  quantize_cmd
+      ->add_option(
+          "--type", quant.type,
+          "int8 (W8A8, per-channel scales), int4 (asymmetric, groups of 128), fp8 (E4M3, per-channel "
+          "scales), q8_0, q4_0, q4_1, f16, bf16 or f32")
+      ->required();
   quantize_cmd->add_flag(
       "--pure", quant.pure,
       "4-bit types: quantize the token embedding and output matrix too (default: keep them at q8_0)");

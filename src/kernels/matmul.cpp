@@ -26,6 +26,9 @@ void matmul(const float* x, int64_t num_tokens, const TensorView& w, const float
         row = reinterpret_cast<const float*>(w.row(n));
       } else {
         kernels.dequantize_row(w.dtype, w.row(n), row_buffer.data(), k);
+        if (w.row_scale != nullptr) {
+          for (int64_t i = 0; i < k; ++i) row_buffer[static_cast<size_t>(i)] *= w.row_scale[n];
+        }
         row = row_buffer.data();
       }
       const float b = bias != nullptr ? bias[n] : 0.0f;
@@ -47,7 +50,7 @@ void matmul_reference(const float* x, int64_t num_tokens, const TensorView& w, c
   const int64_t k = w.row_length();
   std::vector<float> row(static_cast<size_t>(k));
   for (int64_t n = 0; n < n_out; ++n) {
-    dequantize_row(w.dtype, w.row(n), row.data(), k);
+    dequantize_tensor_row(w, n, row.data());
     for (int64_t t = 0; t < num_tokens; ++t) {
       double acc = bias != nullptr ? bias[n] : 0.0;
       for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(x[t * k + i]) * row[static_cast<size_t>(i)];

@@ -32,13 +32,16 @@ std::byte* aligned_bytes(size_t n) {
 //   mins    16 x same, when the value is scale * q + min
 //   subs    16 x i8 twice: Q6_K's scales of the two halves of the block (integers)
 //   quants  bytes: 8 groups x 16 rows x 4 u8;  nibbles: 4 groups, value 4g+j low, 16+4g+j high
-// value = scale * (q - offset) [+ min], or for Q6_K scale * sub_half * (q - offset).
+// value = scale * (q - offset) [+ min], or for Q6_K scale * sub_half * (q - offset). Row-scaled
+// formats (I8) have no per-block scale: their 16 rows' f32 scales head the tile, and the value
+// is row_scale * (q - offset).
 struct Format {
   bool nibbles;
   bool f32_scales;
   bool has_min;
   bool sub_scales;
   int32_t offset;
+  bool row_scales = false;
 };
 
 constexpr Format format_of(DType dtype) {
@@ -51,12 +54,15 @@ constexpr Format format_of(DType dtype) {
     case DType::kQ4_K: return {true, true, true, false, 0};
     case DType::kQ5_K: return {false, true, true, false, 0};
     case DType::kQ6_K: return {false, false, false, true, 32};
+    case DType::kI8: return {false, false, false, false, 128, true};
+    case DType::kQ4_G128:
+    case DType::kQ4_G64: return format_of(DType::kQ4_1);  // each group's (d, m) in all its blocks
     default: return {false, false, false, false, 0};
   }
 }
 
 constexpr size_t scale_bytes(Format f) {
-  return f.f32_scales ? 64 : 32;
+  return f.row_scales ? 0 : (f.f32_scales ? 64 : 32);
 }
 constexpr size_t min_offset(Format f) {
   return scale_bytes(f);
@@ -69,6 +75,11 @@ constexpr size_t quant_offset(Format f) {
 }
 constexpr size_t packed_block_bytes(Format f) {
   return quant_offset(f) + (f.nibbles ? 256 : 512);
+}
+
+// Bytes before a tile's first block (or first k): the 16 rows' f32 scales of row-scaled dtypes.
+constexpr size_t tile_header_bytes(DType dtype) {
+  return dtype_has_row_scale(dtype) ? kQuantTileRows * sizeof(float) : 0;
 }
 
 float load_scale(const uint8_t* p, bool f32) {
@@ -96,6 +107,21 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       const uint8_t* s = row + b * 34;
       out.d16 = load_u16(s);
       for (int j = 0; j < 32; ++j) out.q[j] = static_cast<uint8_t>(s[2 + j] ^ 0x80);
+      break;
+    }
+    case DType::kI8:
+      for (int j = 0; j < 32; ++j) out.q[j] = static_cast<uint8_t>(row[b * 32 + j] ^ 0x80);
+      break;
+    case DType::kQ4_G128:
+    case DType::kQ4_G64: {
+      const int64_t group = q4_group_size(dtype), per_group = group / 32;
+      const uint8_t* s = row + (b / per_group) * (4 + group / 2);
+      out.d16 = load_u16(s);
+      out.m16 = load_u16(s + 2);
+      for (int j = 0; j < 32; ++j) {
+        const int64_t v = (b % per_group) * 32 + j;  // value within the group
+        out.q[j] = v < group / 2 ? (s[4 + v] & 0x0f) : (s[4 + v - group / 2] >> 4);
+      }
       break;
     }
     case DType::kQ4_0:
@@ -179,7 +205,8 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
 // Scalar path (the reference).
 
 struct TileArgs {
-  const std::byte* tile;
+  const std::byte* tile;   // the first block
+  const float* row_scale;  // the tile's 16 row scales (row-scaled formats), else null
   int64_t blocks;
   size_t block_bytes;
   const QuantizedActivations* x;
@@ -217,6 +244,10 @@ void tile_scalar(const TileArgs& a) {
           const auto* sub = reinterpret_cast<const int8_t*>(blk + sub_offset(f));
           dot = sub[r] * half[0] + sub[16 + r] * half[1];
         }
+        if constexpr (f.row_scales) {
+          acc[r] = std::fma(xd[b], static_cast<float>(dot), acc[r]);
+          continue;
+        }
         const float dw = load_scale(blk + (f.f32_scales ? 4 : 2) * r, f.f32_scales);
         acc[r] = std::fma(dw * xd[b], static_cast<float>(dot), acc[r]);
         if constexpr (f.has_min)
@@ -224,6 +255,8 @@ void tile_scalar(const TileArgs& a) {
                             xss[b], acc[r]);
       }
     }
+    if constexpr (f.row_scales)
+      for (int r = 0; r < kQuantTileRows; ++r) acc[r] *= a.row_scale[r];
     std::memcpy(a.out + t * kQuantTileRows, acc, sizeof(acc));
   }
 }
@@ -332,7 +365,7 @@ INFERD_AVX2 void quantize_row_avx2(const float* x, int64_t k, int8_t* q, float* 
 template <DType DT, int NT>
 INFERD_AVX2 void tile_avx2(const TileArgs& a) {
   constexpr Format f = format_of(DT);
-  constexpr bool kSigned = DT == DType::kQ8_0;
+  constexpr bool kSigned = f.offset == 128;  // Q8_0, I8
   constexpr int32_t offset = kSigned ? 0 : f.offset;
   constexpr size_t sstep = f.f32_scales ? 4 : 2;
   const __m256i ones16 = _mm256_set1_epi16(1);
@@ -343,8 +376,9 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a.blocks; ++b) {
       const std::byte* blk = a.tile + static_cast<size_t>(b) * a.block_bytes;
-      __m256 dw, mw = _mm256_setzero_ps();
-      if constexpr (f.f32_scales) {
+      __m256 dw = _mm256_setzero_ps(), mw = _mm256_setzero_ps();
+      if constexpr (f.row_scales) {
+      } else if constexpr (f.f32_scales) {
         dw = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32 * h));
         if constexpr (f.has_min)
           mw = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + min_offset(f) + 32 * h));
@@ -400,11 +434,16 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
           if constexpr (offset != 0)
             dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(offset * a.x->sum(a.first_token + t)[b]));
         }
-        const __m256 dwdx = _mm256_mul_ps(dw, _mm256_set1_ps(a.x->scale(a.first_token + t)[b]));
+        const __m256 dx = _mm256_set1_ps(a.x->scale(a.first_token + t)[b]);
+        const __m256 dwdx = f.row_scales ? dx : _mm256_mul_ps(dw, dx);
         acc[t] = _mm256_fmadd_ps(dwdx, _mm256_cvtepi32_ps(dot), acc[t]);
         if constexpr (f.has_min)
           acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.x->scaled_sum(a.first_token + t)[b]), acc[t]);
       }
+    }
+    if constexpr (f.row_scales) {
+      const __m256 rs = _mm256_loadu_ps(a.row_scale + 8 * h);
+      for (int t = 0; t < NT; ++t) acc[t] = _mm256_mul_ps(acc[t], rs);
     }
     for (int t = 0; t < NT; ++t) _mm256_storeu_ps(a.out + t * kQuantTileRows + 8 * h, acc[t]);
   }
@@ -423,12 +462,12 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
 #undef INFERD_TILE512_DOT
 
 // acc + sum_j u8(w_j) * s8(x_j) per 32-bit lane, as vpdpbusd computes it. vpmaddubsw saturates
-// pairs above 32767, which only Q8_0's stored quants (q + 128, up to 255) can reach: for Q8_0 the
+// pairs above 32767, which only Q8_0's and I8's stored quants (q + 128, up to 255) can reach: for those the
 // signed sum q * x is taken with the sign moved onto x, and 128 * sum(x) added back.
 template <DType DT>
 INFERD_AVX512 inline __m512i dot4_avx512bw(__m512i acc, __m512i w, __m512i x) {
   const __m512i ones16 = _mm512_set1_epi16(1);
-  if constexpr (DT == DType::kQ8_0) {
+  if constexpr (format_of(DT).offset == 128) {  // Q8_0, I8
     const __m512i q = _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
     const __m512i x_signed = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
     const __m512i qx = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), x_signed), ones16);
@@ -494,9 +533,12 @@ INFERD_AVX512 void quantize_row_avx512(const float* x, int64_t k, int8_t* q, flo
 #endif  // __x86_64__
 
 // ---------------------------------------------------------------------------------------------
-// Float weights (F32, F16, BF16): a tile is [K][16] of the source type, k-major. Per (token,
-// row): two chains over k (even and odd k, each a sequence of fmas), added at the end; exact f32
-// arithmetic on the stored weights, no activation rounding.
+// Float weights (F32, F16, BF16, F8_E4M3): a tile is [K][16] of the source type, k-major. Per
+// (token, row): two chains over k (even and odd k, each a sequence of fmas), added at the end;
+// exact f32 arithmetic on the stored weights, no activation rounding. F8_E4M3 tiles start with
+// their 16 rows' scales times 2^8: an E4M3 byte's bits shifted into an f16 are its value times
+// 2^-8 exactly (subnormals included), so the chains run on value * 2^-8 and the sum is multiplied
+// by scale * 2^8 at the end.
 
 template <DType DT>
 float weight_value(const std::byte* p) {
@@ -506,6 +548,8 @@ float weight_value(const std::byte* p) {
     return v;
   } else if constexpr (DT == DType::kF16) {
     return load_f16(p);
+  } else if constexpr (DT == DType::kF8_E4M3) {
+    return f16_to_f32(fp8_e4m3_as_f16_bits(static_cast<uint8_t>(*p)));
   } else {
     return bf16_to_f32(load_u16(p));
   }
@@ -513,11 +557,12 @@ float weight_value(const std::byte* p) {
 
 template <DType DT>
 constexpr size_t float_elem_bytes() {
-  return DT == DType::kF32 ? 4 : 2;
+  return DT == DType::kF32 ? 4 : (DT == DType::kF8_E4M3 ? 1 : 2);
 }
 
 struct FloatTileArgs {
-  const std::byte* tile;
+  const std::byte* tile;   // k = 0's 16 weights
+  const float* row_scale;  // F8_E4M3: the 16 rows' scales * 2^8, else null
   int64_t k;
   const float* x;  // first token's row; rows k apart
   int num_tokens;
@@ -536,6 +581,7 @@ void float_tile_scalar(const FloatTileArgs& a) {
         c[k % 2] = std::fma(weight_value<DT>(a.tile + (static_cast<size_t>(k) * kQuantTileRows + r) * e),
                             x[k], c[k % 2]);
       a.out[t * kQuantTileRows + r] = c[0] + c[1];
+      if constexpr (DT == DType::kF8_E4M3) a.out[t * kQuantTileRows + r] *= a.row_scale[r];
     }
   }
 }
@@ -547,6 +593,11 @@ INFERD_VNNI inline __m512 load_weights16(const std::byte* p) {
     return _mm512_loadu_ps(p);
   } else if constexpr (DT == DType::kF16) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else if constexpr (DT == DType::kF8_E4M3) {
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
+    const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7);
+    return _mm512_cvtph_ps(_mm256_or_si256(sign, mag));
   } else {
     return _mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
@@ -571,8 +622,11 @@ INFERD_VNNI void float_tile_avx512(const FloatTileArgs& a) {
     const __m512 w0 = load_weights16<DT>(a.tile + static_cast<size_t>(k) * step);
     for (int t = 0; t < NT; ++t) acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a.x[t * a.k + k]), acc[t][0]);
   }
-  for (int t = 0; t < NT; ++t)
-    _mm512_storeu_ps(a.out + t * kQuantTileRows, _mm512_add_ps(acc[t][0], acc[t][1]));
+  for (int t = 0; t < NT; ++t) {
+    __m512 sum = _mm512_add_ps(acc[t][0], acc[t][1]);
+    if constexpr (DT == DType::kF8_E4M3) sum = _mm512_mul_ps(sum, _mm512_loadu_ps(a.row_scale));
+    _mm512_storeu_ps(a.out + t * kQuantTileRows, sum);
+  }
 }
 #endif
 
@@ -599,6 +653,7 @@ FloatTileFn float_tile_kernel(Isa isa, DType dtype, int num_tokens) {
   switch (dtype) {
     case DType::kF32: return float_tile_kernel<DType::kF32>(isa, num_tokens);
     case DType::kF16: return float_tile_kernel<DType::kF16>(isa, num_tokens);
+    case DType::kF8_E4M3: return float_tile_kernel<DType::kF8_E4M3>(isa, num_tokens);
     default: return float_tile_kernel<DType::kBF16>(isa, num_tokens);
   }
 }
@@ -638,9 +693,12 @@ const TileFn* tables_for(DType dtype) {
     case DType::kQ5_0: return ByTokens<Kernel, DType::kQ5_0>::table;
     case DType::kQ5_1: return ByTokens<Kernel, DType::kQ5_1>::table;
     case DType::kQ4_0: return ByTokens<Kernel, DType::kQ4_0>::table;
-    case DType::kQ4_1: return ByTokens<Kernel, DType::kQ4_1>::table;
+    case DType::kQ4_1:
+    case DType::kQ4_G128:  // packed exactly as Q4_1 blocks
+    case DType::kQ4_G64: return ByTokens<Kernel, DType::kQ4_1>::table;
     case DType::kQ4_K: return ByTokens<Kernel, DType::kQ4_K>::table;
     case DType::kQ5_K: return ByTokens<Kernel, DType::kQ5_K>::table;
+    case DType::kI8: return ByTokens<Kernel, DType::kI8>::table;
     default: return ByTokens<Kernel, DType::kQ6_K>::table;
   }
 }
@@ -729,15 +787,19 @@ bool PackedWeight::supports(DType dtype) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kI8:
+    case DType::kQ4_G128:
+    case DType::kQ4_G64:
     case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: return true;
+    case DType::kBF16:
+    case DType::kF8_E4M3: return true;
     default: return false;
   }
 }
 
 bool PackedWeight::is_float_dtype(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF8_E4M3;
 }
 
 Expected<PackedWeight> PackedWeight::pack(std::span<const TensorView* const> parts) {
@@ -763,6 +825,9 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
     if (p->dtype != first.dtype || p->row_length() != first.row_length() || p->num_dims != 2) {
       return invalid_argument(p->name + ": packed together, matrices need one dtype and row length");
     }
+    if (dtype_has_row_scale(p->dtype) && p->row_scale == nullptr)
+      return invalid_argument(p->name + ": " + std::string(dtype_info(p->dtype).name) +
+                              " without row scales");
   }
   PackedWeight w;
   w.dtype_ = first.dtype;
@@ -773,10 +838,11 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
     return invalid_argument(first.name + ": row length not a multiple of 32");
   const int64_t blocks = w.cols_ / kQuantBlockValues;
   const Format f = format_of(w.dtype_);
-  const size_t elem = w.dtype_ == DType::kF32 ? 4 : 2;
+  const size_t elem = static_cast<size_t>(dtype_info(w.dtype_).block_bytes);  // float dtypes: bytes per value
+  const size_t header = tile_header_bytes(w.dtype_);
   w.block_bytes_ = is_float ? 0 : packed_block_bytes(f);
-  w.tile_bytes_ = is_float ? static_cast<size_t>(w.cols_) * kQuantTileRows * elem
-                           : static_cast<size_t>(blocks) * w.block_bytes_;
+  w.tile_bytes_ = header + (is_float ? static_cast<size_t>(w.cols_) * kQuantTileRows * elem
+                                     : static_cast<size_t>(blocks) * w.block_bytes_);
   int64_t tiles = 0;
   for (const TensorView* p : parts) {
     const int64_t n = (p->num_rows() + kQuantTileRows - 1) / kQuantTileRows;
@@ -791,10 +857,17 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
     const Part& part = w.parts_[pi];
     for (int64_t ti = 0; ti < part.num_tiles; ++ti) {
       const int64_t tile_index = interleave ? 2 * ti + static_cast<int64_t>(pi) : part.first_tile + ti;
-      auto* tile =
+      auto* tile_start =
           reinterpret_cast<uint8_t*>(w.data_.get() + static_cast<size_t>(tile_index) * w.tile_bytes_);
+      uint8_t* tile = tile_start + header;
       for (int r = 0; r < kQuantTileRows && ti * kQuantTileRows + r < part.rows; ++r) {
         const auto* row = reinterpret_cast<const uint8_t*>(src.row(ti * kQuantTileRows + r));
+        if (header != 0) {
+          // F8_E4M3's kernel sums value * 2^-8 (see the float kernel): its scale carries the 2^8.
+          const float scale =
+              src.row_scale[ti * kQuantTileRows + r] * (w.dtype_ == DType::kF8_E4M3 ? 256.0f : 1.0f);
+          std::memcpy(tile_start + sizeof(float) * static_cast<size_t>(r), &scale, sizeof(float));
+        }
         if (is_float) {
           for (int64_t k = 0; k < w.cols_; ++k)
             std::memcpy(tile + (static_cast<size_t>(k) * kQuantTileRows + static_cast<size_t>(r)) * elem,
@@ -804,7 +877,9 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
         for (int64_t b = 0; b < blocks; ++b) {
           const SourceBlock sb = decode_block(w.dtype_, row, b);
           uint8_t* blk = tile + static_cast<size_t>(b) * w.block_bytes_;
-          if (f.f32_scales) {
+          if (f.row_scales) {
+            // no per-block scale: the row's scale heads the tile
+          } else if (f.f32_scales) {
             std::memcpy(blk + sstep * r, &sb.d32, 4);
             if (f.has_min) std::memcpy(blk + min_offset(f) + sstep * r, &sb.m32, 4);
           } else {
@@ -888,9 +963,11 @@ void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa) {
   INFERD_CHECK(!w.is_float() && x.k() == w.cols());
   const int64_t blocks = w.cols() / kQuantBlockValues;
+  const size_t header = tile_header_bytes(w.dtype());
   drive(w, outputs, x.tokens(), pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
-    tile_kernel(isa, w.dtype(),
-                nt)({tile, blocks, w.block_bytes(), &x, t0, nt, out, w.tile(0) + w.num_bytes()});
+    const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
+    tile_kernel(isa, w.dtype(), nt)(
+        {tile + header, row_scale, blocks, w.block_bytes(), &x, t0, nt, out, w.tile(0) + w.num_bytes()});
   });
 }
 
@@ -898,8 +975,10 @@ void float_matmul(const float* x, int64_t tokens, const PackedWeight& w,
                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa) {
   INFERD_CHECK(w.is_float());
   const int64_t k = w.cols();
+  const size_t header = tile_header_bytes(w.dtype());
   drive(w, outputs, tokens, pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
-    float_tile_kernel(isa, w.dtype(), nt)({tile, k, x + t0 * k, nt, out});
+    const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
+    float_tile_kernel(isa, w.dtype(), nt)({tile + header, row_scale, k, x + t0 * k, nt, out, nullptr});
   });
 }
 

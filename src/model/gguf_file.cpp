@@ -3,6 +3,8 @@
 #include <cstring>
 #include <limits>
 
+#include "model/row_scales.h"
+
 namespace inferd {
 
 namespace {
@@ -163,6 +165,9 @@ class GgufParser {
       }
       file.tensors_.push_back(std::move(v));
     }
+    const GgufFile* f = &file;
+    INFERD_RETURN_IF_ERROR(attach_row_scales(
+        name_, file.tensors_, [f](const std::string& n) { return f->find_tensor(n); }, &file.row_scales_));
     return file;
   }
 

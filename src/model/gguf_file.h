@@ -81,6 +81,7 @@ class GgufFile final {
   std::map<std::string, GgufValue> metadata_;
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t> tensor_index_;
+  std::vector<std::vector<float>> row_scales_;  // the I8 / F8_E4M3 tensors' scales
 };
 
 }  // namespace inferd

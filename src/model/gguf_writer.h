@@ -19,6 +19,7 @@ class GgufFileWriter final {
   // Sets (or replaces) a metadata value.
   void set(const std::string& key, GgufValue value);
   void set_u32(const std::string& key, uint32_t v);
+  void erase(const std::string& key) { metadata_.erase(key); }
   // Adds a tensor: shape outermost first (as TensorView), data = its stored bytes.
   void add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
                   std::vector<std::byte> data);

@@ -74,7 +74,7 @@ class WeightBinder {
                           ", expected [" + std::to_string(size) + "]");
     }
     std::vector<float> out(static_cast<size_t>(size));
-    dequantize_row(t->dtype, t->data, out.data(), size);
+    dequantize_tensor_row(*t, 0, out.data());
     bytes_ += t->num_bytes;
     return out;
   }

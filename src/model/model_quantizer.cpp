@@ -1,10 +1,21 @@
 #include "model/model_quantizer.h"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "model/gguf_file.h"
 #include "model/gguf_writer.h"
+#include "model/row_scales.h"
+#include "model/safetensors_file.h"
+#include "model/safetensors_writer.h"
 #include "tensor/dequantize.h"
 #include "tensor/quantize.h"
 
@@ -12,8 +23,10 @@ namespace inferd {
 
 namespace {
 
-// llama.cpp's llama_ftype values for general.file_type.
-uint32_t file_type(DType target) {
+namespace fs = std::filesystem;
+
+// llama.cpp's llama_ftype values for general.file_type; inferd's own types have none.
+std::optional<uint32_t> file_type(DType target) {
   switch (target) {
     case DType::kF32: return 0;
     case DType::kF16: return 1;
@@ -21,68 +34,226 @@ uint32_t file_type(DType target) {
     case DType::kQ4_1: return 3;
     case DType::kQ8_0: return 7;
     case DType::kBF16: return 32;
-    default: return 0;
+    default: return std::nullopt;
   }
 }
 
-std::vector<std::byte> convert(const TensorView& t, DType target) {
+bool is_four_bit(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_G128;
+}
+
+// One converted tensor: its stored bytes and, for row-scaled types, the scales.
+struct Converted {
+  DType dtype;
+  std::vector<std::byte> data;
+  std::vector<float> row_scales;
+};
+
+Converted convert(const TensorView& t, DType target, ThreadPool& pool) {
   const int64_t cols = t.row_length(), rows = t.num_rows();
   const auto out_row = static_cast<size_t>(dtype_bytes(target, cols));
-  std::vector<std::byte> out(out_row * static_cast<size_t>(rows));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    dequantize_row(t.dtype, t.row(r), row.data(), cols);
-    quantize_row(target, row.data(), out.data() + static_cast<size_t>(r) * out_row, cols);
+  Converted c{target, std::vector<std::byte>(out_row * static_cast<size_t>(rows)), {}};
+  if (dtype_has_row_scale(target)) c.row_scales.resize(static_cast<size_t>(rows));
+  pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = begin; r < end; ++r) {
+      dequantize_tensor_row(t, r, row.data());
+      quantize_row(target, row.data(), c.data.data() + static_cast<size_t>(r) * out_row, cols,
+                   c.row_scales.empty() ? nullptr : &c.row_scales[static_cast<size_t>(r)]);
+    }
+  });
+  return c;
+}
+
+// The stored type of a matrix with rows of `cols` values; counts the choice in `report`.
+DType matrix_type(DType target, int64_t cols, bool embedding_or_output, bool pure, QuantizeReport* report) {
+  if (is_four_bit(target) && !pure && embedding_or_output && cols % 32 == 0) {
+    ++report->kept_q8;
+    return DType::kQ8_0;
   }
+  if (target == DType::kQ4_G128 && cols % 128 != 0 && cols % 64 == 0) {
+    ++report->smaller_groups;
+    return DType::kQ4_G64;
+  }
+  if (cols % dtype_info(target).block_values != 0) {
+    ++report->fallback;
+    return DType::kF16;
+  }
+  ++report->converted;
+  return target;
+}
+
+// Names of the "_scale" companions of the row-scaled tensors in `tensors` (read with their
+// tensor, not copied on their own).
+std::set<std::string> companion_names(const std::vector<const TensorView*>& tensors) {
+  std::set<std::string> out;
+  for (const TensorView* t : tensors)
+    if (dtype_has_row_scale(t->dtype)) out.insert(row_scale_name(t->name));
   return out;
+}
+
+// Runs the conversion of every tensor: 1-D ones through keep_vector, matrices through convert,
+// each result handed to `emit`.
+template <typename KeepVector, typename Emit>
+void convert_all(const std::vector<const TensorView*>& tensors, DType target, bool pure,
+                 const std::set<std::string>& embedding_or_output, const QuantizeProgress& progress,
+                 QuantizeReport* report, KeepVector keep_vector, Emit emit) {
+  const std::set<std::string> skip = companion_names(tensors);
+  ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  report->tensors = static_cast<int64_t>(tensors.size() - skip.size());
+  int64_t done = 0;
+  for (const TensorView* t : tensors) {
+    if (skip.count(t->name) != 0) continue;
+    report->input_bytes += t->num_bytes;
+    if (t->num_dims < 2) {
+      ++report->kept;
+      report->output_bytes += keep_vector(*t);
+    } else {
+      const DType dtype =
+          matrix_type(target, t->row_length(), embedding_or_output.count(t->name) != 0, pure, report);
+      Converted c = convert(*t, dtype, pool);
+      report->output_bytes += c.data.size() + c.row_scales.size() * sizeof(float);
+      emit(*t, std::move(c));
+    }
+    if (progress) progress(++done, report->tensors, t->name);
+  }
+}
+
+std::vector<std::byte> float_bytes(const std::vector<float>& v) {
+  std::vector<std::byte> out(v.size() * sizeof(float));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+std::vector<int64_t> shape_of(const TensorView& t) {
+  return {t.shape.begin(), t.shape.begin() + t.num_dims};
+}
+
+Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::string& output, DType target,
+                                       const QuantizeProgress& progress, bool pure) {
+  INFERD_ASSIGN_OR_RETURN(GgufFile in, GgufFile::open(input));
+  GgufFileWriter out;
+  for (const auto& [key, value] : in.metadata()) out.set(key, value);
+  if (auto ft = file_type(target)) {
+    out.set_u32("general.file_type", *ft);
+  } else {
+    out.erase("general.file_type");
+  }
+  out.set_u32("general.quantization_version", 2);
+  std::vector<const TensorView*> tensors;
+  for (const TensorView& t : in.tensors()) tensors.push_back(&t);
+  QuantizeReport report;
+  convert_all(
+      tensors, target, pure, {"token_embd.weight", "output.weight"}, progress, &report,
+      [&](const TensorView& t) {
+        std::vector<float> v(static_cast<size_t>(t.num_elements()));
+        dequantize_tensor_row(t, 0, v.data());
+        out.add_tensor(t.name, DType::kF32, shape_of(t), float_bytes(v));
+        return v.size() * sizeof(float);
+      },
+      [&](const TensorView& t, Converted c) {
+        if (!c.row_scales.empty())
+          out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
+        out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
+      });
+  INFERD_RETURN_IF_ERROR(out.write(output));
+  return report;
+}
+
+Expected<std::string> read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return io_error(p.string() + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A Hugging Face directory in, a directory out: model.safetensors with the converted tensors,
+// config.json with a quantization_config naming the type, every other file (tokenizer, generation
+// config, chat template) copied.
+Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& output, DType target,
+                                         const QuantizeProgress& progress, bool pure) {
+  if (fs::exists(output) && !fs::is_directory(output))
+    return invalid_argument(output.string() + ": a Hugging Face directory is written as a directory");
+  if (fs::exists(output) && fs::equivalent(input, output))
+    return invalid_argument(output.string() + ": the output directory must differ from the input");
+  INFERD_ASSIGN_OR_RETURN(std::string config_text, read_text(input / "config.json"));
+  auto config = nlohmann::json::parse(config_text, nullptr, false);
+  if (config.is_discarded() || !config.is_object())
+    return corrupt_file((input / "config.json").string() + ": not a JSON object");
+  std::vector<SafetensorsFile> shards;
+  for (const auto& entry : fs::directory_iterator(input)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    INFERD_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(entry.path().string()));
+    shards.push_back(std::move(f));
+  }
+  if (shards.empty()) return not_found(input.string() + ": no .safetensors files");
+  std::vector<const TensorView*> tensors;
+  for (const auto& s : shards)
+    for (const TensorView& t : s.tensors()) tensors.push_back(&t);
+  std::sort(tensors.begin(), tensors.end(), [](auto* a, auto* b) { return a->name < b->name; });
+
+  SafetensorsWriter out;
+  out.set_metadata("inferd.quantized_type", std::string(dtype_info(target).name));
+  QuantizeReport report;
+  convert_all(
+      tensors, target, pure, {"model.embed_tokens.weight", "lm_head.weight"}, progress, &report,
+      [&](const TensorView& t) {
+        if (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16) {
+          const auto* p = t.data;
+          out.add_tensor(t.name, t.dtype, shape_of(t), std::vector<std::byte>(p, p + t.num_bytes));
+          return t.num_bytes;
+        }
+        std::vector<float> v(static_cast<size_t>(t.num_elements()));
+        dequantize_tensor_row(t, 0, v.data());
+        out.add_tensor(t.name, DType::kF32, shape_of(t), float_bytes(v));
+        return v.size() * sizeof(float);
+      },
+      [&](const TensorView& t, Converted c) {
+        if (!c.row_scales.empty())
+          out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
+        out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
+      });
+
+  std::error_code ec;
+  fs::create_directories(output, ec);
+  if (ec) return io_error("cannot create " + output.string() + ": " + ec.message());
+  for (const auto& entry : fs::directory_iterator(input)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || entry.path().extension() == ".safetensors" ||
+        name == "model.safetensors.index.json" || name == "config.json")
+      continue;
+    fs::copy_file(entry.path(), output / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) return io_error("cannot copy " + entry.path().string() + ": " + ec.message());
+  }
+  config["quantization_config"] = {{"quant_method", "inferd"}, {"weight_type", dtype_info(target).name}};
+  {
+    std::ofstream f(output / "config.json", std::ios::trunc);
+    f << config.dump(2) << "\n";
+    if (!f) return io_error("cannot write " + (output / "config.json").string());
+  }
+  fs::remove(output / "model.safetensors.index.json", ec);
+  INFERD_RETURN_IF_ERROR(out.write((output / "model.safetensors").string()));
+  return report;
 }
 
 }  // namespace
 
 Expected<QuantizeReport> quantize_model(const std::string& input, const std::string& output, DType target,
                                         const QuantizeProgress& progress, bool pure) {
-  const bool four_bit = target == DType::kQ4_0 || target == DType::kQ4_1;
   if (!can_quantize_to(target))
     return invalid_argument(std::string(dtype_info(target).name) + " is not a quantization target");
-  if (std::filesystem::is_directory(input))
-    return unsupported(input + ": Hugging Face directories cannot be quantized yet; give a GGUF file");
-  INFERD_ASSIGN_OR_RETURN(GgufFile in, GgufFile::open(input));
-  GgufFileWriter out;
-  for (const auto& [key, value] : in.metadata()) out.set(key, value);
-  out.set_u32("general.file_type", file_type(target));
-  out.set_u32("general.quantization_version", 2);
-  QuantizeReport report;
-  report.tensors = static_cast<int64_t>(in.tensors().size());
-  int64_t done = 0;
-  for (const TensorView& t : in.tensors()) {
-    std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.num_dims);
-    report.input_bytes += t.num_bytes;
-    DType dtype = target;
-    if (t.num_dims < 2) {
-      dtype = DType::kF32;
-      ++report.kept;
-    } else if (t.row_length() % dtype_info(target).block_values != 0) {
-      dtype = DType::kF16;
-      ++report.fallback;
-    } else if (four_bit && !pure && (t.name == "token_embd.weight" || t.name == "output.weight")) {
-      dtype = DType::kQ8_0;
-      ++report.kept_q8;
-    } else {
-      ++report.converted;
+  std::error_code ec;
+  if (fs::is_directory(input, ec)) {
+    if (dtype_info(target).block_values > 1 && q4_group_size(target) == 0) {
+      return unsupported(input + ": a Hugging Face directory is written as safetensors; GGUF block types (" +
+                         std::string(dtype_info(target).name) +
+                         ") need a GGUF model: give int8, int4, fp8, f16, bf16 or f32");
     }
-    std::vector<std::byte> data;
-    if (t.num_dims < 2) {
-      data.resize(static_cast<size_t>(t.num_elements()) * 4);
-      dequantize_row(t.dtype, t.data, reinterpret_cast<float*>(data.data()), t.num_elements());
-    } else {
-      data = convert(t, dtype);
-    }
-    report.output_bytes += data.size();
-    out.add_tensor(t.name, dtype, std::move(shape), std::move(data));
-    if (progress) progress(++done, report.tensors, t.name);
+    return quantize_hf_dir(input, output, target, progress, pure);
   }
-  INFERD_RETURN_IF_ERROR(out.write(output));
-  return report;
+  if (!fs::exists(input, ec)) return not_found(input + ": no such file or directory");
+  return quantize_gguf(input, output, target, progress, pure);
 }
 
 }  // namespace inferd

@@ -3,17 +3,32 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "model/row_scales.h"
+
 namespace inferd {
 
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // the format's own limit
+constexpr const char* kBlockTypePrefix = "inferd.block_type.";
 
 std::optional<DType> dtype_from_name(const std::string& s) {
   if (s == "F32") return DType::kF32;
   if (s == "F16") return DType::kF16;
   if (s == "BF16") return DType::kBF16;
+  if (s == "I8") return DType::kI8;
+  if (s == "F8_E4M3") return DType::kF8_E4M3;
   return std::nullopt;
+}
+
+// A block-quantized dtype (GGUF's or inferd's) by its name, e.g. "Q8_0", "Q4_G128".
+std::optional<DType> block_dtype_from_name(const std::string& s) {
+  for (int i = 0;; ++i) {
+    const auto d = static_cast<DType>(i);
+    const DTypeInfo& info = dtype_info(d);
+    if (info.name == s) return info.block_values > 1 ? std::optional<DType>(d) : std::nullopt;
+    if (d == DType::kLast) return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -31,6 +46,18 @@ Expected<SafetensorsFile> SafetensorsFile::parse(const std::string& name, const 
   auto json = nlohmann::json::parse(header, header + header_len, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) return fail("header is not a JSON object");
 
+  // inferd's block formats travel as U8 [rows, row bytes], named in the header's metadata.
+  std::map<std::string, DType> block_types;
+  if (auto meta = json.find("__metadata__"); meta != json.end() && meta->is_object()) {
+    for (auto& [key, value] : meta->items()) {
+      if (key.rfind(kBlockTypePrefix, 0) != 0 || !value.is_string()) continue;
+      const std::optional<DType> bt = block_dtype_from_name(value.get<std::string>());
+      if (!bt)
+        return fail("metadata '" + key + "' names unknown block type '" + value.get<std::string>() + "'");
+      block_types.emplace(key.substr(std::string_view(kBlockTypePrefix).size()), *bt);
+    }
+  }
+
   SafetensorsFile file;
   file.name_ = name;
   const size_t data_start = 8 + static_cast<size_t>(header_len);
@@ -46,9 +73,17 @@ Expected<SafetensorsFile> SafetensorsFile::parse(const std::string& name, const 
       return fail("tensor '" + key + "' needs dtype, shape and data_offsets [begin, end]");
     }
     auto dtype = dtype_from_name(dt->get<std::string>());
+    const auto block_type = block_types.find(key);
+    const bool blocks = block_type != block_types.end();
+    if (blocks) {
+      if (dt->get<std::string>() != "U8")
+        return fail("block-typed tensor '" + key + "' must be stored as U8");
+      dtype = block_type->second;
+    }
     if (!dtype) {
       return Status(StatusCode::kUnsupported, name + ": tensor '" + key + "' has unsupported dtype " +
-                                                  dt->get<std::string>() + " (F32, F16, BF16 supported)");
+                                                  dt->get<std::string>() +
+                                                  " (F32, F16, BF16, I8, F8_E4M3 supported)");
     }
     TensorView v;
     v.name = key;
@@ -71,7 +106,17 @@ Expected<SafetensorsFile> SafetensorsFile::parse(const std::string& name, const 
     }
     const uint64_t begin = (*offsets)[0].get<uint64_t>();
     const uint64_t end = (*offsets)[1].get<uint64_t>();
-    const uint64_t expected = count * static_cast<uint64_t>(dtype_info(*dtype).block_bytes);
+    uint64_t expected = count * static_cast<uint64_t>(dtype_info(*dtype).block_bytes);
+    if (blocks) {
+      // [rows, row bytes] of whole blocks: the view's rows hold block_values per block_bytes.
+      const DTypeInfo& info = dtype_info(*dtype);
+      const int64_t row_bytes = v.num_dims == 0 ? 0 : v.shape[static_cast<size_t>(v.num_dims - 1)];
+      if (v.num_dims == 0 || row_bytes % info.block_bytes != 0) {
+        return fail("tensor '" + key + "' rows are not whole " + std::string(info.name) + " blocks");
+      }
+      v.shape[static_cast<size_t>(v.num_dims - 1)] = row_bytes / info.block_bytes * info.block_values;
+      expected = count;
+    }
     if (end < begin || end > data_size) {
       return fail("tensor '" + key + "' data [" + std::to_string(begin) + ", " + std::to_string(end) +
                   ") runs past end of file");
@@ -85,6 +130,9 @@ Expected<SafetensorsFile> SafetensorsFile::parse(const std::string& name, const 
     file.index_.emplace(key, file.tensors_.size());
     file.tensors_.push_back(std::move(v));
   }
+  const SafetensorsFile* f = &file;
+  INFERD_RETURN_IF_ERROR(attach_row_scales(
+      name, file.tensors_, [f](const std::string& n) { return f->find_tensor(n); }, &file.row_scales_));
   return file;
 }
 

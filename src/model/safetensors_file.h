@@ -1,5 +1,8 @@
 // SafetensorsFile: a parsed .safetensors file (Hugging Face): tensor views into its memory map.
-// The model loader opens one per shard of a Hugging Face model directory.
+// The model loader opens one per shard of a Hugging Face model directory. Besides F32 / F16 /
+// BF16 it reads inferd's quantized checkpoints (docs/formats.md): I8 and F8_E4M3 tensors with a
+// per-row "<name>_scale" tensor, and block-quantized tensors (Q4_G128, Q8_0, ...) stored as U8
+// [rows, row bytes] and named by the header's metadata entry "inferd.block_type.<name>".
 #pragma once
 
 #include <map>
@@ -28,6 +31,7 @@ class SafetensorsFile final {
   std::string name_;
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t> index_;
+  std::vector<std::vector<float>> row_scales_;  // the I8 / F8_E4M3 tensors' scales
 };
 
 }  // namespace inferd

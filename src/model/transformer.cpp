@@ -147,7 +147,7 @@ void Transformer::embed(const ForwardBatch& b) {
   const int64_t h = config().hidden_size;
   const TensorView& e = weights_.token_embedding;
   for (size_t t = 0; t < b.token_ids.size(); ++t) {
-    dequantize_row(e.dtype, e.row(b.token_ids[t]), hidden_.data() + static_cast<int64_t>(t) * h, h);
+    dequantize_tensor_row(e, b.token_ids[t], hidden_.data() + static_cast<int64_t>(t) * h);
   }
 }
 

@@ -145,6 +145,19 @@ void dequant_q6_k(const u8* b, float* y) {
   }
 }
 
+// Q4_G128 / Q4_G64: { f16 d; f16 m; u8 qs[G / 2] } -> x[j] = lo(qs[j]) * d + m,
+// x[j + G / 2] = hi(qs[j]) * d + m.
+template <int G>
+void dequant_q4_group(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const float m = load_f16(b + 2);
+  const u8* qs = b + 4;
+  for (int j = 0; j < G / 2; ++j) {
+    y[j] = static_cast<float>(qs[j] & 0x0f) * d + m;
+    y[j + G / 2] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
 template <void (*Block)(const u8*, float*)>
 void dequant_blocks(const std::byte* src, float* dst, int64_t num_values, DType dtype) {
   const DTypeInfo& info = dtype_info(dtype);
@@ -175,8 +188,25 @@ void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_v
     case DType::kQ4_K: return dequant_blocks<dequant_q4_k>(src, dst, num_values, dtype);
     case DType::kQ5_K: return dequant_blocks<dequant_q5_k>(src, dst, num_values, dtype);
     case DType::kQ6_K: return dequant_blocks<dequant_q6_k>(src, dst, num_values, dtype);
+    case DType::kI8:
+      for (int64_t i = 0; i < num_values; ++i) dst[i] = static_cast<float>(static_cast<int8_t>(src[i]));
+      return;
+    case DType::kF8_E4M3:
+      for (int64_t i = 0; i < num_values; ++i) dst[i] = fp8_e4m3_to_f32(static_cast<u8>(src[i]));
+      return;
+    case DType::kQ4_G128: return dequant_blocks<dequant_q4_group<128>>(src, dst, num_values, dtype);
+    case DType::kQ4_G64: return dequant_blocks<dequant_q4_group<64>>(src, dst, num_values, dtype);
   }
   INFERD_CHECK_MSG(false, "unknown dtype");
+}
+
+void dequantize_tensor_row(const TensorView& t, int64_t row, float* dst) {
+  const int64_t n = t.row_length();
+  dequantize_row(t.dtype, t.row(row), dst, n);
+  if (t.row_scale != nullptr) {
+    const float s = t.row_scale[row];
+    for (int64_t i = 0; i < n; ++i) dst[i] *= s;
+  }
 }
 
 }  // namespace inferd

@@ -6,7 +6,7 @@ namespace inferd {
 
 namespace {
 // Indexed by DType. Block layouts follow ggml's definitions (see docs/formats.md).
-constexpr std::array<DTypeInfo, 11> kInfos = {{
+constexpr std::array<DTypeInfo, 15> kInfos = {{
     {"F32", 1, 4, 0},
     {"F16", 1, 2, 1},
     {"BF16", 1, 2, 30},
@@ -18,7 +18,12 @@ constexpr std::array<DTypeInfo, 11> kInfos = {{
     {"Q4_K", 256, 144, 12},
     {"Q5_K", 256, 176, 13},
     {"Q6_K", 256, 210, 14},
+    {"I8", 1, 1, 24},
+    {"F8_E4M3", 1, 1, 200},
+    {"Q4_G128", 128, 68, 201},
+    {"Q4_G64", 64, 36, 202},
 }};
+static_assert(kInfos.size() == static_cast<size_t>(DType::kLast) + 1);
 }  // namespace
 
 const DTypeInfo& dtype_info(DType dtype) {

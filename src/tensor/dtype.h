@@ -21,6 +21,14 @@ enum class DType : uint8_t {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  // inferd's own formats (docs/formats.md). kI8 and kF8_E4M3 store one value per byte and need a
+  // per-row (output channel) f32 scale: value = stored * scale[row] (TensorView::row_scale).
+  kI8,       // int8, GGUF's I8 type; INT8 W8A8 weights
+  kF8_E4M3,  // FP8 E4M3 (bias 7, no infinities, max 448); custom GGUF type id 200
+  kQ4_G128,  // 4-bit asymmetric, groups of 128: { f16 d; f16 m; u8 qs[64] }, value = q * d + m,
+             // byte j holds value j (low nibble) and value j + 64 (high); custom GGUF type id 201
+  kQ4_G64,   // the same with groups of 64 ({ f16 d; f16 m; u8 qs[32] }); custom GGUF type id 202
+  kLast = kQ4_G64,
 };
 
 struct DTypeInfo {
@@ -35,6 +43,16 @@ const DTypeInfo& dtype_info(DType dtype);
 
 // The DType of a GGUF (ggml) type id, or nullopt when inferd does not support it.
 std::optional<DType> dtype_from_ggml(uint32_t ggml_type);
+
+// Whether values of `dtype` are multiplied by a per-row scale kept beside the tensor.
+// Values per group of the 4-bit asymmetric group formats (Q4_G128, Q4_G64), else 0.
+constexpr int64_t q4_group_size(DType dtype) {
+  return dtype == DType::kQ4_G128 ? 128 : (dtype == DType::kQ4_G64 ? 64 : 0);
+}
+
+constexpr bool dtype_has_row_scale(DType dtype) {
+  return dtype == DType::kI8 || dtype == DType::kF8_E4M3;
+}
 
 // Bytes of `num_values` values; num_values must be a multiple of the block size.
 inline int64_t dtype_bytes(DType dtype, int64_t num_values) {

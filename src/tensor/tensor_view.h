@@ -19,6 +19,9 @@ struct TensorView {
   std::array<int64_t, 4> shape{1, 1, 1, 1};
   const std::byte* data = nullptr;  // not owned
   size_t num_bytes = 0;
+  // For kI8 / kF8_E4M3 (dtype_has_row_scale): [num_rows()] f32, owned by the file object that
+  // made the view; value = stored value * row_scale[row]. Null for every other dtype.
+  const float* row_scale = nullptr;
 
   int64_t num_elements() const {
     int64_t n = 1;

@@ -52,5 +52,45 @@ TEST(HalfTest, Bf16RoundTrip) {
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
 }
 
+// FP8 E4M3 against the format's definition: every code's value computed from its fields.
+TEST(HalfTest, Fp8E4m3DecodesEveryCode) {
+  for (int c = 0; c < 256; ++c) {
+    const int sign = c >> 7, exp = (c >> 3) & 15, mant = c & 7;
+    const float v = fp8_e4m3_to_f32(static_cast<uint8_t>(c));
+    if (exp == 15 && mant == 7) {
+      EXPECT_TRUE(std::isnan(v)) << c;
+      continue;
+    }
+    const double mag =
+        exp == 0 ? mant / 8.0 * std::ldexp(1.0, -6) : (1 + mant / 8.0) * std::ldexp(1.0, exp - 7);
+    EXPECT_EQ(v, static_cast<float>(sign ? -mag : mag)) << c;
+    // The f16 the packed kernels expand a byte to is the value times 2^-8, exactly.
+    EXPECT_EQ(f16_to_f32(fp8_e4m3_as_f16_bits(static_cast<uint8_t>(c))) * 256.0f, v) << c;
+    // Encoding a code's value gives the code back (negative zero included).
+    EXPECT_EQ(f32_to_fp8_e4m3(v), c) << c;
+  }
+  EXPECT_EQ(fp8_e4m3_to_f32(0x7e), 448.0f);
+}
+
+// Encoding rounds to the nearest code, ties to even, and saturates at +-448.
+TEST(HalfTest, Fp8E4m3RoundsToNearestEvenAndSaturates) {
+  // Every float between two neighbouring positive codes goes to the nearer one.
+  for (int c = 0; c < 0x7e; ++c) {
+    const float a = fp8_e4m3_to_f32(static_cast<uint8_t>(c)),
+                b = fp8_e4m3_to_f32(static_cast<uint8_t>(c + 1));
+    const float mid = (a + b) / 2;  // exact: a and b are close in binary
+    EXPECT_EQ(f32_to_fp8_e4m3(std::nextafter(mid, a)), c);
+    EXPECT_EQ(f32_to_fp8_e4m3(std::nextafter(mid, b)), c + 1);
+    EXPECT_EQ(f32_to_fp8_e4m3(mid), c % 2 == 0 ? c : c + 1) << "tie between " << c << " and " << c + 1;
+    EXPECT_EQ(f32_to_fp8_e4m3(-mid), 0x80 | (c % 2 == 0 ? c : c + 1));
+  }
+  EXPECT_EQ(f32_to_fp8_e4m3(460.0f), 0x7e);
+  EXPECT_EQ(f32_to_fp8_e4m3(1e30f), 0x7e);
+  EXPECT_EQ(f32_to_fp8_e4m3(-1e30f), 0xfe);
+  EXPECT_EQ(f32_to_fp8_e4m3(INFINITY), 0x7e);
+  EXPECT_EQ(f32_to_fp8_e4m3(1e-30f), 0);
+  EXPECT_EQ(f32_to_fp8_e4m3(NAN), 0x7f);
+}
+
 }  // namespace
 }  // namespace inferd

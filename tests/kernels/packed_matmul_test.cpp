@@ -13,8 +13,9 @@
 namespace inferd {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_0,
-                            DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ5_0,    DType::kQ5_1,  DType::kQ4_0,
+                            DType::kQ4_1, DType::kQ4_K,    DType::kQ5_K,  DType::kQ6_K,
+                            DType::kI8,   DType::kQ4_G128, DType::kQ4_G64};
 
 // k rounded up to the dtype's block (256 values for K-quants).
 int64_t k_for(DType dtype, int64_t k) {
@@ -46,7 +47,7 @@ std::vector<double> reference(const TensorView& w, const std::vector<float>& x, 
   std::vector<float> row(static_cast<size_t>(k));
   std::vector<double> y(static_cast<size_t>(tokens * n));
   for (int64_t r = 0; r < n; ++r) {
-    dequantize_row(w.dtype, w.row(r), row.data(), k);
+    dequantize_tensor_row(w, r, row.data());
     for (int64_t t = 0; t < tokens; ++t) {
       double acc = bias != nullptr ? bias[r] : 0.0;
       for (int64_t i = 0; i < k; ++i)
@@ -179,7 +180,7 @@ TEST(QuantMatmulTest, ErrorAgainstF32ActivationsIsBoundedByTheRounding) {
     const auto exact = reference(w, x, 4, nullptr);
     std::vector<float> row(256);
     for (int64_t r = 0; r < 24; ++r) {
-      dequantize_row(dtype, w.row(r), row.data(), 256);
+      dequantize_tensor_row(w, r, row.data());
       for (int64_t t = 0; t < 4; ++t) {
         double bound = 1e-5;
         for (int64_t i = 0; i < 256; ++i)
@@ -318,6 +319,12 @@ TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
   TensorView q4b = q4;
   q4b.shape = {4, 64, 1, 1};
   EXPECT_FALSE(PackedWeight::pack_swiglu(q4, q4b).has_value());
+  // A row-scaled matrix without its scales.
+  std::vector<std::byte> s4;
+  TensorView i8 = test::random_tensor(DType::kI8, 4, 64, rng, &s4);
+  i8.row_scale = nullptr;
+  const TensorView* unscaled[] = {&i8};
+  EXPECT_FALSE(PackedWeight::pack(unscaled).has_value());
 }
 
 // Float weights: every path bit-identical, within f32 rounding of the double product, odd
@@ -325,7 +332,7 @@ TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
 TEST(FloatMatmulTest, EveryPathMatchesScalarAndTheDoubleProduct) {
   ThreadPool pool(3);
   std::mt19937 rng(21);
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8_E4M3}) {
     for (Shape s :
          {Shape{1, 1, 1}, Shape{3, 17, 37}, Shape{9, 16, 64}, Shape{12, 33, 100}, Shape{1, 40, 896}}) {
       SCOPED_TRACE(std::string(dtype_info(dtype).name) + " T=" + std::to_string(s.tokens) +

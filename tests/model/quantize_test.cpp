@@ -5,12 +5,17 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/half.h"
 #include "model/gguf_file.h"
 #include "model/gguf_writer.h"
 #include "model/model_loader.h"
 #include "model/model_quantizer.h"
+#include "model/safetensors_file.h"
+#include "model/safetensors_writer.h"
 #include "model/transformer.h"
 #include "model_test_util.h"
 #include "tensor/dequantize.h"
@@ -197,6 +202,209 @@ TEST(QuantizeTest, QuantizedModelLoadsAndMatchesTheFixture) {
   EXPECT_GT(e4, e8);
   EXPECT_LT(e4, 1.0);
   EXPECT_EQ((*q4)->config.num_layers, (*f32)->config.num_layers);
+}
+
+// inferd's own formats: INT8 within half a step of its row scale, FP8 within half a step of its
+// 3-bit mantissa, INT4 groups never worse (squared error) than the plain min / max grid.
+TEST(QuantizeTest, OwnFormatsRoundTrip) {
+  std::mt19937 rng(17);
+  const int64_t n = 640;  // 5 groups of 128, 10 of 64
+  auto x = test::random_floats(static_cast<size_t>(n), rng);
+  for (int j = 0; j < 128; ++j) x[static_cast<size_t>(j)] *= 1e-3f;  // a group of small values
+  x[300] = 3.0f;                                                     // an outlier
+  std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
+  for (const auto* src : {&x, &zeros}) {
+    for (DType dtype : {DType::kI8, DType::kF8_E4M3, DType::kQ4_G128, DType::kQ4_G64}) {
+      SCOPED_TRACE(std::string(dtype_info(dtype).name));
+      std::vector<std::byte> q(static_cast<size_t>(dtype_bytes(dtype, n)));
+      float scale = -1;
+      quantize_row(dtype, src->data(), q.data(), n, &scale);
+      std::vector<float> y(static_cast<size_t>(n));
+      dequantize_row(dtype, q.data(), y.data(), n);
+      float amax = 0;
+      for (float v : *src) amax = std::max(amax, std::fabs(v));
+      if (dtype == DType::kI8 || dtype == DType::kF8_E4M3) {
+        EXPECT_EQ(scale, amax / (dtype == DType::kI8 ? 127.0f : 448.0f));
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = (*src)[static_cast<size_t>(i)], got = y[static_cast<size_t>(i)] * scale;
+          const float bound = dtype == DType::kI8 ? 0.5001f * scale + 1e-9f
+                                                  : std::fabs(v) / 16 * 1.001f + scale * 0x1p-10f + 1e-9f;
+          ASSERT_LE(std::fabs(got - v), bound) << i;
+        }
+        continue;
+      }
+      const int64_t g = q4_group_size(dtype);
+      for (int64_t b = 0; b < n / g; ++b) {
+        const float* xb = src->data() + b * g;
+        float lo = xb[0], hi = xb[0];
+        for (int64_t j = 0; j < g; ++j) {
+          lo = std::min(lo, xb[j]);
+          hi = std::max(hi, xb[j]);
+        }
+        // The plain grid with its f16 (d, m) and the best codes for them.
+        const float d = f16_to_f32(f32_to_f16((hi - lo) / 15)), m = f16_to_f32(f32_to_f16(lo));
+        double plain = 0, ours = 0;
+        for (int64_t j = 0; j < g; ++j) {
+          const float l = d > 0 ? std::min(15.0f, std::max(0.0f, std::nearbyint((xb[j] - m) / d))) : 0.0f;
+          plain += std::pow(l * d + m - xb[j], 2);
+          ours += std::pow(y[static_cast<size_t>(b * g + j)] - xb[j], 2);
+          EXPECT_LE(std::fabs(y[static_cast<size_t>(b * g + j)] - xb[j]), 2 * (hi - lo) / 15 + 1e-6f);
+        }
+        EXPECT_LE(ours, plain + 1e-12) << "group " << b;
+      }
+    }
+  }
+}
+
+// GGUF in, inferd's formats out: per-row scales beside their tensors, no llama.cpp file type,
+// and the models run (packed and f32 paths agree) near the f32 model, INT4 further than INT8.
+TEST(QuantizeTest, OwnFormatsFromGgufRunNearTheF32Model) {
+  const std::string dir = test::temp_dir();
+  const std::string src = test::fixture_path("tiny/qwen2/model-f32.gguf");
+  auto f32 = load_model(src);
+  ASSERT_TRUE(f32.has_value());
+  ThreadPool pool(2);
+  Transformer reference(**f32, pool);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5, 6, 7, 8}, {100, 7, 42}};
+  const auto lf = test::all_logits(reference, prompts, 0, false);
+  std::map<DType, double> error;
+  for (DType dtype : {DType::kI8, DType::kF8_E4M3, DType::kQ4_G128}) {
+    SCOPED_TRACE(std::string(dtype_info(dtype).name));
+    const std::string path = dir + "/" + std::string(dtype_info(dtype).name) + ".gguf";
+    auto r = quantize_model(src, path, dtype);
+    ASSERT_TRUE(r.has_value()) << r.status().message();
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.has_value()) << g.status().message();
+    EXPECT_EQ(g->find("general.file_type"), nullptr);
+    const TensorView* up = g->find_tensor("blk.0.ffn_up.weight");      // [128, 64]
+    const TensorView* down = g->find_tensor("blk.0.ffn_down.weight");  // [64, 128]
+    ASSERT_TRUE(up != nullptr && down != nullptr);
+    if (dtype == DType::kQ4_G128) {
+      EXPECT_EQ(up->dtype, DType::kQ4_G64);  // rows of 64
+      EXPECT_EQ(down->dtype, DType::kQ4_G128);
+      EXPECT_EQ(g->find_tensor("token_embd.weight")->dtype, DType::kQ8_0);
+      EXPECT_EQ(r->smaller_groups, 12);
+      EXPECT_EQ(r->kept_q8, 1);
+    } else {
+      EXPECT_EQ(up->dtype, dtype);
+      ASSERT_NE(up->row_scale, nullptr);
+      const TensorView* scale = g->find_tensor("blk.0.ffn_up.weight_scale");
+      ASSERT_NE(scale, nullptr);
+      EXPECT_EQ(scale->dtype, DType::kF32);
+      EXPECT_EQ(scale->num_elements(), 128);
+      EXPECT_EQ(r->converted, 15);
+    }
+    auto m = load_model(path);
+    ASSERT_TRUE(m.has_value()) << m.status().message();
+    Transformer packed(**m, pool);
+    Transformer plain(**m, pool, {.matmul = MatmulPath::kF32});
+    const auto lp = test::all_logits(packed, prompts, 0, false);
+    const auto lq = test::all_logits(plain, prompts, 0, false);
+    // The f32 path multiplies exact weights by f32 activations; the packed one rounds activations
+    // to int8 (integer formats) or sums in another order (FP8).
+    EXPECT_LT(test::relative_max_error(lp.data(), lq.data(), lq.size()), 0.05);
+    error[dtype] = test::relative_max_error(lq.data(), lf.data(), lf.size());
+    EXPECT_LT(error[dtype], 1.0);
+  }
+  EXPECT_LT(error[DType::kI8], error[DType::kQ4_G128]);
+  EXPECT_LT(error[DType::kI8], 0.05);
+}
+
+// A Hugging Face directory in, a directory out: safetensors with the quantized tensors, config.json
+// naming the type, other files copied; the result loads and runs near the original.
+TEST(QuantizeTest, HuggingFaceDirectoryBecomesAQuantizedDirectory) {
+  const std::string dir = test::temp_dir();
+  const std::string src = test::fixture_path("tiny/qwen2");
+  auto original = load_model(src);
+  ASSERT_TRUE(original.has_value());
+  ThreadPool pool(2);
+  Transformer reference(**original, pool);
+  const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7, 8, 9}, {200, 3}};
+  const auto lf = test::all_logits(reference, prompts, 0, false);
+  for (DType dtype : {DType::kI8, DType::kF8_E4M3, DType::kQ4_G128}) {
+    SCOPED_TRACE(std::string(dtype_info(dtype).name));
+    const std::string out = dir + "/" + std::string(dtype_info(dtype).name);
+    auto r = quantize_model(src, out, dtype);
+    ASSERT_TRUE(r.has_value()) << r.status().message();
+    EXPECT_TRUE(std::filesystem::exists(out + "/generation_config.json"));
+    std::ifstream cf(out + "/config.json");
+    const auto config = nlohmann::json::parse(cf);
+    EXPECT_EQ(config["quantization_config"]["weight_type"], std::string(dtype_info(dtype).name));
+    auto st = SafetensorsFile::open(out + "/model.safetensors");
+    ASSERT_TRUE(st.has_value()) << st.status().message();
+    const TensorView* q = st->find_tensor("model.layers.0.self_attn.q_proj.weight");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->dtype, dtype == DType::kQ4_G128 ? DType::kQ4_G64 : dtype);
+    EXPECT_EQ(q->row_length(), 64);
+    if (dtype == DType::kQ4_G128) {
+      EXPECT_EQ(st->find_tensor("model.layers.0.mlp.down_proj.weight")->dtype, DType::kQ4_G128);
+      EXPECT_EQ(st->find_tensor("model.embed_tokens.weight")->dtype, DType::kQ8_0);
+    }
+    auto m = load_model(out);
+    ASSERT_TRUE(m.has_value()) << m.status().message();
+    Transformer t(**m, pool);
+    const auto lq = test::all_logits(t, prompts, 0, false);
+    EXPECT_LT(test::relative_max_error(lq.data(), lf.data(), lf.size()), dtype == DType::kI8 ? 0.05 : 1.0);
+  }
+  // GGUF block types cannot be written as safetensors, and the output cannot be the input.
+  auto q8 = quantize_model(src, dir + "/q8", DType::kQ8_0);
+  ASSERT_FALSE(q8.has_value());
+  EXPECT_NE(q8.status().message().find("int8"), std::string::npos);
+  auto same = quantize_model(src, src, DType::kI8);
+  ASSERT_FALSE(same.has_value());
+}
+
+// Files with row-scaled tensors are checked when they open: the scale tensor must exist, hold
+// one value per row, and FP8 weights no NaN code; safetensors block types must be known.
+TEST(QuantizeTest, RowScaledAndBlockTypedTensorsAreChecked) {
+  const std::string dir = test::temp_dir();
+  auto bytes = [](size_t n, uint8_t v) { return std::vector<std::byte>(n, std::byte{v}); };
+  struct Case {
+    const char* what;
+    DType dtype;
+    std::vector<std::byte> data;
+    int64_t scales;  // 0: no scale tensor
+  };
+  const Case cases[] = {{"w_scale", DType::kI8, bytes(64, 3), 0},
+                        {"2 values for 2 rows", DType::kI8, bytes(64, 3), 2},
+                        {"3 values for 2 rows", DType::kI8, bytes(64, 3), 3},
+                        {"NaN code", DType::kF8_E4M3, bytes(64, 0x7f), 2}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    GgufFileWriter w;
+    w.add_tensor("w", c.dtype, {2, 32}, c.data);
+    if (c.scales > 0)
+      w.add_tensor("w_scale", DType::kF32, {c.scales}, bytes(4 * static_cast<size_t>(c.scales), 0));
+    ASSERT_TRUE(w.write(dir + "/t.gguf").is_ok());
+    auto g = GgufFile::open(dir + "/t.gguf");
+    if (std::string(c.what) == "2 values for 2 rows") {
+      ASSERT_TRUE(g.has_value()) << g.status().message();
+      EXPECT_EQ(g->find_tensor("w")->row_scale[1], 0.0f);
+      continue;
+    }
+    ASSERT_FALSE(g.has_value());
+    EXPECT_NE(g.status().message().find(c.what), std::string::npos) << g.status().message();
+  }
+  // Safetensors: a block-typed tensor round-trips; an unknown block type is refused.
+  std::mt19937 rng(3);
+  std::vector<std::byte> storage;
+  TensorView q = test::random_tensor(DType::kQ4_G128, 3, 256, rng, &storage);
+  SafetensorsWriter sw;
+  sw.add_tensor("q", DType::kQ4_G128, {3, 256}, std::vector<std::byte>(q.data, q.data + q.num_bytes));
+  ASSERT_TRUE(sw.write(dir + "/q.safetensors").is_ok());
+  auto st = SafetensorsFile::open(dir + "/q.safetensors");
+  ASSERT_TRUE(st.has_value()) << st.status().message();
+  const TensorView* back = st->find_tensor("q");
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->dtype, DType::kQ4_G128);
+  EXPECT_EQ(back->row_length(), 256);
+  EXPECT_EQ(0, std::memcmp(back->data, q.data, q.num_bytes));
+  sw.set_metadata("inferd.block_type.r", "Q9_9");
+  sw.add_tensor("r", DType::kF32, {1}, std::vector<std::byte>(4));
+  ASSERT_TRUE(sw.write(dir + "/bad.safetensors").is_ok());
+  auto bad = SafetensorsFile::open(dir + "/bad.safetensors");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.status().message().find("Q9_9"), std::string::npos);
 }
 
 TEST(QuantizeTest, ErrorsNameTheProblem) {
