@@ -18,6 +18,7 @@
 #include "kernels/attention.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/matmul.h"
+#include "kernels/onednn_matmul.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/simd.h"
 #include "tensor/dtype.h"
@@ -30,6 +31,7 @@ constexpr int kThreads = 2;
 // Random block-quantized weights with sane scales (the scale fields written as small f16s).
 struct RandomWeight {
   std::vector<std::byte> bytes;
+  std::vector<float> row_scales;  // I8 / F8_E4M3
   TensorView view;
 };
 
@@ -46,17 +48,41 @@ RandomWeight random_weight(DType dtype, int64_t rows, int64_t cols) {
     switch (dtype) {
       case DType::kF32:
       case DType::kF16:
-      case DType::kBF16: break;
+      case DType::kBF16:
+      case DType::kI8:
+      case DType::kF8_E4M3: break;
       case DType::kQ6_K: std::memcpy(blk + 208, &small, 2); break;
       case DType::kQ4_1:
       case DType::kQ5_1:
       case DType::kQ4_K:
-      case DType::kQ5_K: std::memcpy(blk + 2, &small, 2); [[fallthrough]];
+      case DType::kQ5_K:
+      case DType::kQ4_G128:
+      case DType::kQ4_G64: std::memcpy(blk + 2, &small, 2); [[fallthrough]];
       default: std::memcpy(blk, &small, 2); break;
     }
   }
   if (dtype == DType::kF16) {
     for (int64_t i = 0; i < rows * cols; ++i) std::memcpy(w.bytes.data() + 2 * i, &small, 2);
+  }
+  // Finite, normal values where random bytes could be NaN or subnormal.
+  if (dtype == DType::kF32) {
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = 0.01f * static_cast<float>(i % 7 + 1);
+      std::memcpy(w.bytes.data() + 4 * i, &v, 4);
+    }
+  }
+  if (dtype == DType::kBF16) {
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const uint16_t v = f32_to_bf16(0.01f * static_cast<float>(i % 7 + 1));
+      std::memcpy(w.bytes.data() + 2 * i, &v, 2);
+    }
+  }
+  if (dtype == DType::kF8_E4M3) {
+    for (auto& b : w.bytes) b = static_cast<std::byte>(static_cast<uint8_t>(b) & 0x77u);  // no NaN
+  }
+  if (dtype_has_row_scale(dtype)) {
+    w.row_scales.assign(static_cast<size_t>(rows), 0.01f);
+    w.view.row_scale = w.row_scales.data();
   }
   w.view.name = "bench";
   w.view.dtype = dtype;
@@ -172,7 +198,8 @@ void BM_QuantMatmul(benchmark::State& state) {
 BENCHMARK(BM_QuantMatmul)
     ->ArgsProduct({{static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ4_0),
                     static_cast<int64_t>(DType::kQ4_1), static_cast<int64_t>(DType::kQ4_K),
-                    static_cast<int64_t>(DType::kQ6_K)},
+                    static_cast<int64_t>(DType::kQ6_K), static_cast<int64_t>(DType::kI8),
+                    static_cast<int64_t>(DType::kQ4_G128)},
                    {1, 16, 512}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
@@ -218,7 +245,40 @@ void BM_FloatMatmul(benchmark::State& state) {
   report_matmul(state, dtype, tokens, n, k, packed->num_bytes());
 }
 BENCHMARK(BM_FloatMatmul)
-    ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kBF16)}, {1, 16, 512}})
+    ->ArgsProduct({{static_cast<int64_t>(DType::kF32), static_cast<int64_t>(DType::kF16),
+                    static_cast<int64_t>(DType::kBF16), static_cast<int64_t>(DType::kF8_E4M3)},
+                   {1, 16, 512}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// oneDNN's GEMM (`--matmul onednn`), the library next to our float kernel: F32 (what it does on
+// f32 weights) and BF16 (activations rounded to bf16), one slice per pool thread.
+void BM_OneDnnMatmul(benchmark::State& state) {
+  if (!OneDnnWeight::available()) {
+    state.SkipWithError("built without oneDNN");
+    return;
+  }
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t tokens = state.range(1), n = 4864, k = 896;
+  RandomWeight w = random_weight(dtype, n, k);
+  const TensorView* parts[] = {&w.view};
+  ThreadPool pool(kThreads);
+  auto weight = OneDnnWeight::create(parts, false, kThreads);
+  if (!weight) {
+    state.SkipWithError(weight.status().message().c_str());
+    return;
+  }
+  auto x = random_floats(static_cast<size_t>(tokens * k));
+  std::vector<float> y(static_cast<size_t>(tokens * n));
+  const QuantMatmulOutput out{y.data(), n, nullptr};
+  for (auto _ : state) {
+    weight->run(x.data(), tokens, {&out, 1}, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  report_matmul(state, dtype, tokens, n, k, w.bytes.size());
+}
+BENCHMARK(BM_OneDnnMatmul)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kF32), static_cast<int64_t>(DType::kBF16)}, {1, 16, 512}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

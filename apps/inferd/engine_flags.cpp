@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/byte_size.h"
+#include "kernels/onednn_matmul.h"
 #include "kv/disk_kv_tier.h"
 #include "kv/kv_cache.h"
 
@@ -12,12 +13,22 @@ void add_matmul_flag(CLI::App* cmd, std::string* matmul) {
   cmd->add_option(
          "--matmul", *matmul,
          "packed (default: weights repacked for the int8 / f16 kernels, activations rounded to 8 bits "
-         "for quantized weights) or f32 (weights expanded to f32: slower, closest to an f32 reference)")
-      ->check(CLI::IsMember({"packed", "f32"}));
+         "for quantized weights), f32 (weights expanded to f32: slower, closest to an f32 reference) or "
+         "onednn (BF16 weights through oneDNN: faster prefill, not batch-invariant)")
+      ->check(CLI::IsMember({"packed", "f32", "onednn"}))
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v == "onednn" && !OneDnnWeight::available()
+                       ? std::string("this build has no oneDNN (install libdnnl-dev and rebuild)")
+                       : std::string();
+          },
+          "", "oneDNN built in"));
 }
 
 TransformerOptions transformer_options(const std::string& matmul) {
-  return {.matmul = matmul == "f32" ? MatmulPath::kF32 : MatmulPath::kPacked};
+  if (matmul == "f32") return {.matmul = MatmulPath::kF32};
+  if (matmul == "onednn") return {.matmul = MatmulPath::kOneDnn};
+  return {.matmul = MatmulPath::kPacked};
 }
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* f) {

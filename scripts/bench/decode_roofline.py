@@ -5,8 +5,8 @@
 
 For each model: the machine's read bandwidth (build/kernels_bench BM_ReadBandwidth, before and
 after), inferd's tg128 (`inferd bench latency -p 0 -n 128`), the bytes a decode step reads (the
-GGUF's tensor bytes: every weight once, the tied embedding as the LM head; the embedding lookup's
-one row is negligible), and so the share of the bandwidth limit reached:
+model's weight bytes as `inferd info` reports them: every weight once, the tied embedding as the
+LM head; the embedding lookup's one row and per-row scale vectors are negligible), and so the share of the bandwidth limit reached:
     share = tg tokens/s x bytes per token / bandwidth.
 Defaults to the Qwen2.5-0.5B-shaped models of scripts/peer/make_models.py.
 """
@@ -30,8 +30,10 @@ def bandwidth():
 
 
 def tensor_bytes(path):
-    import gguf  # scripts/peer/requirements.txt
-    return sum(int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors)
+    # `inferd info` reads every format inferd stores (gguf-py does not know inferd's own types).
+    p = subprocess.run([str(ROOT / "build" / "inferd"), "info", "-m", str(path)], check=True, capture_output=True,
+                       text=True)
+    return json.loads(p.stdout)["weight_bytes"]
 
 
 def main():

@@ -594,10 +594,11 @@ INFERD_VNNI inline __m512 load_weights16(const std::byte* p) {
   } else if constexpr (DT == DType::kF16) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   } else if constexpr (DT == DType::kF8_E4M3) {
-    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
-    const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7);
-    return _mm512_cvtph_ps(_mm256_or_si256(sign, mag));
+    // fp8_e4m3_as_f16_bits: the byte sign-extended and shifted left by 7 has the sign in bit 15,
+    // exponent and mantissa in bits 7..13, and a copy of the sign in bit 14, cleared.
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtph_ps(
+        _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbfff))));
   } else {
     return _mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
@@ -611,8 +612,19 @@ INFERD_VNNI void float_tile_avx512(const FloatTileArgs& a) {
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 2 <= a.k; k += 2) {
-    const __m512 w0 = load_weights16<DT>(a.tile + static_cast<size_t>(k) * step);
-    const __m512 w1 = load_weights16<DT>(a.tile + static_cast<size_t>(k + 1) * step);
+    __m512 w0, w1;
+    if constexpr (DT == DType::kF8_E4M3) {
+      // k and k + 1 are 32 consecutive bytes: expand them in one 512-bit register.
+      const __m512i w =
+          _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.tile + k * step)));
+      const __m512i h =
+          _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(static_cast<short>(0xbfff)));
+      w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+      w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    } else {
+      w0 = load_weights16<DT>(a.tile + static_cast<size_t>(k) * step);
+      w1 = load_weights16<DT>(a.tile + static_cast<size_t>(k + 1) * step);
+    }
     for (int t = 0; t < NT; ++t) {
       acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a.x[t * a.k + k]), acc[t][0]);
       acc[t][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(a.x[t * a.k + k + 1]), acc[t][1]);

@@ -11,7 +11,6 @@ namespace inferd {
 
 namespace {
 
-// The matrices packed as one integer matmul, or nothing when any of them has no integer kernel.
 // Whether a dtype has a packed kernel worth taking on this CPU: the integer kernels always; the
 // float kernel where AVX-512 runs it (elsewhere the f32 path's AVX2 dot products are faster).
 bool packable(DType dtype) {
@@ -20,60 +19,65 @@ bool packable(DType dtype) {
          static_cast<int>(active_isa()) >= static_cast<int>(Isa::kAvx512);
 }
 
-std::optional<PackedWeight> try_pack(std::initializer_list<const TensorView*> parts) {
-  for (const TensorView* p : parts) {
-    if (!packable(p->dtype)) return std::nullopt;
-  }
-  auto packed = PackedWeight::pack(std::span<const TensorView* const>(parts.begin(), parts.size()));
-  if (!packed) return std::nullopt;
-  return std::move(packed).value();
-}
-
-std::optional<PackedWeight> try_pack_swiglu(const TensorView& gate, const TensorView& up) {
-  if (!packable(gate.dtype) || !packable(up.dtype)) return std::nullopt;
-  auto packed = PackedWeight::pack_swiglu(gate, up);
-  if (!packed) return std::nullopt;
-  return std::move(packed).value();
-}
-
 }  // namespace
+
+Transformer::Linear Transformer::prepare(std::initializer_list<const TensorView*> parts, bool swiglu) const {
+  Linear out;
+  const std::span<const TensorView* const> span(parts.begin(), parts.size());
+  if (path_ == MatmulPath::kF32) return out;
+  // oneDNN where it beats our kernels: BF16 weights (vdpbf16ps / AMX-BF16; on F32 it measured
+  // level with the packed float kernel, on F16 expanded to f32 slower: BENCHMARKS.md).
+  if (path_ == MatmulPath::kOneDnn && (*parts.begin())->dtype == DType::kBF16) {
+    auto w = OneDnnWeight::create(span, swiglu, pool_.num_threads());
+    if (w) out.onednn.emplace(std::move(w).value());
+    return out;
+  }
+  for (const TensorView* p : parts) {
+    if (!packable(p->dtype)) return out;
+  }
+  auto packed = swiglu ? PackedWeight::pack_swiglu(*span[0], *span[1]) : PackedWeight::pack(span);
+  if (packed) out.packed.emplace(std::move(packed).value());
+  return out;
+}
 
 Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool, TransformerOptions options)
     : weights_(weights),
       pool_(pool),
-      inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)) {
+      inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)),
+      path_(options.matmul) {
   packed_.resize(weights.layers.size());
-  if (options.matmul != MatmulPath::kPacked) return;
   for (size_t i = 0; i < weights.layers.size(); ++i) {
     const LayerWeights& l = weights.layers[i];
     PackedLayer& p = packed_[i];
-    p.qkv = try_pack({&l.wq, &l.wk, &l.wv});
-    p.wo = try_pack({&l.wo});
-    p.gate_up = try_pack_swiglu(l.w_gate, l.w_up);
-    p.down = try_pack({&l.w_down});
+    p.qkv = prepare({&l.wq, &l.wk, &l.wv}, false);
+    p.wo = prepare({&l.wo}, false);
+    p.gate_up = prepare({&l.w_gate, &l.w_up}, true);
+    p.down = prepare({&l.w_down}, false);
   }
-  packed_lm_head_ = try_pack({&weights.lm_head});
+  lm_head_ = prepare({&weights.lm_head}, false);
 }
 
-void Transformer::linear(const float* x, int64_t n, const TensorView& w,
-                         const std::optional<PackedWeight>& packed, const float* bias, float* y) {
-  if (!packed) return matmul(x, n, w, bias, y, pool_);
+void Transformer::linear(const float* x, int64_t n, const TensorView& w, const Linear& prepared,
+                         const float* bias, float* y) {
   const QuantMatmulOutput out{y, w.num_rows(), bias};
-  packed_matmul(x, n, *packed, quantized_, {&out, 1}, pool_);
+  if (prepared.onednn) return prepared.onednn->run(x, n, {&out, 1}, pool_);
+  if (!prepared.packed) return matmul(x, n, w, bias, y, pool_);
+  packed_matmul(x, n, *prepared.packed, quantized_, {&out, 1}, pool_);
 }
 
-void Transformer::norm_and_matmul(const std::vector<float>& norm_weight, const PackedWeight& w,
+void Transformer::norm_and_matmul(const std::vector<float>& norm_weight, const Linear& w,
                                   std::span<const QuantMatmulOutput> outputs, int64_t n) {
   const ModelConfig& c = config();
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  if (w.is_float()) {
+  if (w.onednn || w.packed->is_float()) {
     for (int64_t t = 0; t < n; ++t)
       rms_norm(&hidden_[t * c.hidden_size], norm_weight.data(), &normed_[t * c.hidden_size], c.hidden_size,
                eps);
-    float_matmul(normed_.data(), n, w, outputs, pool_);
+    if (w.onednn) return w.onednn->run(normed_.data(), n, outputs, pool_);
+    float_matmul(normed_.data(), n, *w.packed, outputs, pool_);
   } else {
     quantized_.quantize_rms_norm(hidden_.data(), norm_weight.data(), eps, n, c.hidden_size);
-    quant_matmul(quantized_, w, outputs, pool_);
+    quant_matmul(quantized_, *w.packed, outputs, pool_);
   }
 }
 
@@ -159,11 +163,11 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
   const int64_t hd = c.head_dim;
   auto bias = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   const PackedLayer& p = packed_[static_cast<size_t>(layer_index)];
-  if (p.qkv) {
+  if (p.qkv.prepared()) {
     const QuantMatmulOutput out[3] = {{q_.data(), c.q_dim(), bias(l.bq)},
                                       {k_.data(), c.kv_dim(), bias(l.bk)},
                                       {v_.data(), c.kv_dim(), bias(l.bv)}};
-    norm_and_matmul(l.attn_norm, *p.qkv, out, n);
+    norm_and_matmul(l.attn_norm, p.qkv, out, n);
   } else {
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
@@ -196,10 +200,10 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
 void Transformer::mlp_block(const LayerWeights& l, const PackedLayer& p, int64_t n) {
   const ModelConfig& c = config();
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  if (p.gate_up) {
+  if (p.gate_up.prepared()) {
     // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices.
     const QuantMatmulOutput out{gate_.data(), c.intermediate_size, nullptr};
-    norm_and_matmul(l.ffn_norm, *p.gate_up, {&out, 1}, n);
+    norm_and_matmul(l.ffn_norm, p.gate_up, {&out, 1}, n);
   } else {
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
@@ -233,7 +237,7 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
     rms_norm(&hidden_[t * c.hidden_size], weights_.final_norm.data(), &normed_[r * c.hidden_size],
              c.hidden_size, static_cast<float>(c.rms_norm_eps));
   }
-  linear(normed_.data(), num_rows, weights_.lm_head, packed_lm_head_, nullptr, logits.data());
+  linear(normed_.data(), num_rows, weights_.lm_head, lm_head_, nullptr, logits.data());
   return Status::ok();
 }
 

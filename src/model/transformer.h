@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/onednn_matmul.h"
 #include "kernels/packed_matmul.h"
 #include "kv/kv_cache.h"
 #include "model/model_weights.h"
@@ -31,7 +32,7 @@ struct ForwardBatch {
   std::span<const int32_t> logit_rows;  // token rows whose logits are wanted
 };
 
-// How the linear layers multiply their weights. Both are batch-invariant.
+// How the linear layers multiply their weights. kPacked and kF32 are batch-invariant.
 enum class MatmulPath {
   // Default: weights repacked at load into 16-row tiles. Block-quantized weights (GGUF Q8_0,
   // Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) with activations quantized to int8 per block of
@@ -41,6 +42,10 @@ enum class MatmulPath {
   // Weights expanded to f32 row by row and multiplied in f32: several times slower; matches an
   // f32 reference run on the dequantized weights to ~1e-5 relative.
   kF32,
+  // BF16 weights through oneDNN's GEMM (activations rounded to bf16), the rest as kPacked.
+  // Faster prefill on BF16 weights, but a token's result depends on the batch it is in: not
+  // batch-invariant. Needs a build with oneDNN (OneDnnWeight::available()).
+  kOneDnn,
 };
 
 struct TransformerOptions {
@@ -69,28 +74,36 @@ class Transformer final {
                        KvCache& cache);
 
   void reserve(int64_t num_tokens);
-  // y = x w^T (+ bias) through the packed integer kernel when there is one, else in f32.
-  void linear(const float* x, int64_t num_tokens, const TensorView& w,
-              const std::optional<PackedWeight>& packed, const float* bias, float* y);
+  // A linear layer's weights prepared for a kernel: packed, or for oneDNN; neither: the f32 path.
+  struct Linear {
+    std::optional<PackedWeight> packed;
+    std::optional<OneDnnWeight> onednn;
+    bool prepared() const { return packed.has_value() || onednn.has_value(); }
+  };
+  // y = x w^T (+ bias) through the prepared kernel when there is one, else in f32.
+  void linear(const float* x, int64_t num_tokens, const TensorView& w, const Linear& prepared,
+              const float* bias, float* y);
 
-  // Weights repacked for the packed kernels; empty optionals take the f32 path.
   struct PackedLayer {
-    std::optional<PackedWeight> qkv;  // Q, K and V as one matmul
-    std::optional<PackedWeight> wo;
-    std::optional<PackedWeight> gate_up;  // SwiGLU-packed gate and up
-    std::optional<PackedWeight> down;
+    Linear qkv;  // Q, K and V as one matmul
+    Linear wo;
+    Linear gate_up;  // gate and up as one SwiGLU matmul
+    Linear down;
   };
   void mlp_block(const LayerWeights& layer, const PackedLayer& packed, int64_t num_tokens);
   // rms_norm(hidden_) times w into outputs (the norm fused with int8 quantization where w is
   // block-quantized).
-  void norm_and_matmul(const std::vector<float>& norm_weight, const PackedWeight& w,
+  void norm_and_matmul(const std::vector<float>& norm_weight, const Linear& w,
                        std::span<const QuantMatmulOutput> outputs, int64_t num_tokens);
+  // Prepares parts (or gate and up when swiglu) for the options' path.
+  Linear prepare(std::initializer_list<const TensorView*> parts, bool swiglu) const;
 
   const ModelWeights& weights_;
   ThreadPool& pool_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   std::vector<PackedLayer> packed_;
-  std::optional<PackedWeight> packed_lm_head_;
+  MatmulPath path_;
+  Linear lm_head_;
   QuantizedActivations quantized_;  // the current linear layer's input, int8
   int64_t capacity_ = 0;            // tokens the buffers below hold
   std::vector<float> hidden_;       // [T, hidden] residual stream
