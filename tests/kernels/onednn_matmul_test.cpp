@@ -10,8 +10,8 @@
 
 #include "common/half.h"
 #include "model/model_loader.h"
-#include "model/transformer.h"
 #include "model/model_test_util.h"
+#include "model/transformer.h"
 #include "tensor/dequantize.h"
 #include "test_support.h"
 
