@@ -331,7 +331,7 @@ struct QuantizeFlags {
   std::string input;
   std::string output;
   std::string type;
-  bool pure = false;
+  QuantizeOptions options;
 };
 
 int run_quantize(const QuantizeFlags& q) {
@@ -354,7 +354,10 @@ int run_quantize(const QuantizeFlags& q) {
     }
     last_percent = percent;
   };
-  auto r = quantize_model(q.input, q.output, *target, progress, q.pure);
+  if (!q.options.calibration_file.empty())
+    std::fprintf(stderr, "quantize: calibrating on %s (the model runs over it on the f32 path)\n",
+                 q.options.calibration_file.c_str());
+  auto r = quantize_model(q.input, q.output, *target, progress, q.options);
   if (!r) return fail(r.status().message());
   std::fprintf(
       stderr,
@@ -365,6 +368,9 @@ int run_quantize(const QuantizeFlags& q) {
       static_cast<long long>(r->kept_q8), static_cast<long long>(r->smaller_groups),
       static_cast<long long>(r->kept), static_cast<long long>(r->fallback),
       static_cast<double>(r->input_bytes) / (1 << 20), static_cast<double>(r->output_bytes) / (1 << 20));
+  if (r->gptq > 0)
+    std::fprintf(stderr, "quantize: %lld matrices rounded with GPTQ, calibrated on %lld tokens\n",
+                 static_cast<long long>(r->gptq), static_cast<long long>(r->calibration_tokens));
   return 0;
 }
 
@@ -511,8 +517,16 @@ int main(int argc, char** argv) {
           "scales), q8_0, q4_0, q4_1, f16, bf16 or f32")
       ->required();
   quantize_cmd->add_flag(
-      "--pure", quant.pure,
+      "--pure", quant.options.pure,
       "4-bit types: quantize the token embedding and output matrix too (default: keep them at q8_0)");
+  quantize_cmd->add_option(
+      "--calibration", quant.options.calibration_file,
+      "int4: a UTF-8 text the model runs over first; matrices are then rounded with GPTQ "
+      "(e.g. tests/fixtures/text/calibration.txt)");
+  quantize_cmd
+      ->add_option("--calibration-chunks", quant.options.calibration_chunks,
+                   "calibration chunks of 512 tokens to run (default: every whole chunk of the text)")
+      ->check(CLI::NonNegativeNumber);
 
   auto* ppl_cmd =
       app.add_subcommand("perplexity", "teacher-forced perplexity of a text (as llama-perplexity)");

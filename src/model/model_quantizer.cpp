@@ -4,7 +4,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -13,11 +16,14 @@
 #include "common/thread_pool.h"
 #include "model/gguf_file.h"
 #include "model/gguf_writer.h"
+#include "model/gptq.h"
+#include "model/model_loader.h"
 #include "model/row_scales.h"
 #include "model/safetensors_file.h"
 #include "model/safetensors_writer.h"
 #include "tensor/dequantize.h"
 #include "tensor/quantize.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace inferd {
 
@@ -48,6 +54,24 @@ struct Converted {
   std::vector<std::byte> data;
   std::vector<float> row_scales;
 };
+
+// GPTQ rounding of t to a Q4_G type when calibration statistics cover it; nullopt otherwise.
+std::optional<Expected<Converted>> convert_gptq(const TensorView& t, DType target,
+                                                const CalibrationStats* stats, ThreadPool& pool) {
+  int64_t layer = 0;
+  LinearInput input{};
+  if (stats == nullptr || q4_group_size(target) == 0 || !linear_input_of(t.name, &layer, &input))
+    return std::nullopt;
+  const std::vector<float>* h = stats->hessian(layer, input);
+  const int64_t cols = t.row_length(), rows = t.num_rows();
+  if (h == nullptr || static_cast<int64_t>(h->size()) != cols * cols) return std::nullopt;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) dequantize_tensor_row(t, r, w.data() + r * cols);
+  Converted c{target, std::vector<std::byte>(static_cast<size_t>(dtype_bytes(target, cols) * rows)), {}};
+  Status s = gptq_quantize(target, w.data(), rows, cols, *h, c.data.data(), pool);
+  if (!s.is_ok()) return Expected<Converted>(s.with_context(t.name));
+  return Expected<Converted>(std::move(c));
+}
 
 Converted convert(const TensorView& t, DType target, ThreadPool& pool) {
   const int64_t cols = t.row_length(), rows = t.num_rows();
@@ -95,9 +119,10 @@ std::set<std::string> companion_names(const std::vector<const TensorView*>& tens
 // Runs the conversion of every tensor: 1-D ones through keep_vector, matrices through convert,
 // each result handed to `emit`.
 template <typename KeepVector, typename Emit>
-void convert_all(const std::vector<const TensorView*>& tensors, DType target, bool pure,
-                 const std::set<std::string>& embedding_or_output, const QuantizeProgress& progress,
-                 QuantizeReport* report, KeepVector keep_vector, Emit emit) {
+Status convert_all(const std::vector<const TensorView*>& tensors, DType target,
+                   const QuantizeOptions& options, const CalibrationStats* stats,
+                   const std::set<std::string>& embedding_or_output, const QuantizeProgress& progress,
+                   QuantizeReport* report, KeepVector keep_vector, Emit emit) {
   const std::set<std::string> skip = companion_names(tensors);
   ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   report->tensors = static_cast<int64_t>(tensors.size() - skip.size());
@@ -110,13 +135,21 @@ void convert_all(const std::vector<const TensorView*>& tensors, DType target, bo
       report->output_bytes += keep_vector(*t);
     } else {
       const DType dtype =
-          matrix_type(target, t->row_length(), embedding_or_output.count(t->name) != 0, pure, report);
-      Converted c = convert(*t, dtype, pool);
+          matrix_type(target, t->row_length(), embedding_or_output.count(t->name) != 0, options.pure, report);
+      Converted c;
+      if (auto g = convert_gptq(*t, dtype, stats, pool)) {
+        if (!*g) return g->status();
+        c = std::move(*g).value();
+        ++report->gptq;
+      } else {
+        c = convert(*t, dtype, pool);
+      }
       report->output_bytes += c.data.size() + c.row_scales.size() * sizeof(float);
       emit(*t, std::move(c));
     }
     if (progress) progress(++done, report->tensors, t->name);
   }
+  return Status::ok();
 }
 
 std::vector<std::byte> float_bytes(const std::vector<float>& v) {
@@ -130,7 +163,8 @@ std::vector<int64_t> shape_of(const TensorView& t) {
 }
 
 Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::string& output, DType target,
-                                       const QuantizeProgress& progress, bool pure) {
+                                       const QuantizeProgress& progress, const QuantizeOptions& options,
+                                       const CalibrationStats* stats) {
   INFERD_ASSIGN_OR_RETURN(GgufFile in, GgufFile::open(input));
   GgufFileWriter out;
   for (const auto& [key, value] : in.metadata()) out.set(key, value);
@@ -143,8 +177,8 @@ Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::stri
   std::vector<const TensorView*> tensors;
   for (const TensorView& t : in.tensors()) tensors.push_back(&t);
   QuantizeReport report;
-  convert_all(
-      tensors, target, pure, {"token_embd.weight", "output.weight"}, progress, &report,
+  INFERD_RETURN_IF_ERROR(convert_all(
+      tensors, target, options, stats, {"token_embd.weight", "output.weight"}, progress, &report,
       [&](const TensorView& t) {
         std::vector<float> v(static_cast<size_t>(t.num_elements()));
         dequantize_tensor_row(t, 0, v.data());
@@ -155,7 +189,7 @@ Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::stri
         if (!c.row_scales.empty())
           out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
         out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
-      });
+      }));
   INFERD_RETURN_IF_ERROR(out.write(output));
   return report;
 }
@@ -172,7 +206,8 @@ Expected<std::string> read_text(const fs::path& p) {
 // config.json with a quantization_config naming the type, every other file (tokenizer, generation
 // config, chat template) copied.
 Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& output, DType target,
-                                         const QuantizeProgress& progress, bool pure) {
+                                         const QuantizeProgress& progress, const QuantizeOptions& options,
+                                         const CalibrationStats* stats) {
   if (fs::exists(output) && !fs::is_directory(output))
     return invalid_argument(output.string() + ": a Hugging Face directory is written as a directory");
   if (fs::exists(output) && fs::equivalent(input, output))
@@ -196,8 +231,8 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
   SafetensorsWriter out;
   out.set_metadata("inferd.quantized_type", std::string(dtype_info(target).name));
   QuantizeReport report;
-  convert_all(
-      tensors, target, pure, {"model.embed_tokens.weight", "lm_head.weight"}, progress, &report,
+  INFERD_RETURN_IF_ERROR(convert_all(
+      tensors, target, options, stats, {"model.embed_tokens.weight", "lm_head.weight"}, progress, &report,
       [&](const TensorView& t) {
         if (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16) {
           const auto* p = t.data;
@@ -213,7 +248,7 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
         if (!c.row_scales.empty())
           out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
         out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
-      });
+      }));
 
   std::error_code ec;
   fs::create_directories(output, ec);
@@ -237,23 +272,50 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
   return report;
 }
 
+// Statistics of every layer's linear inputs over the calibration text (options.calibration_file).
+Expected<std::unique_ptr<CalibrationStats>> calibration(const std::string& input,
+                                                        const QuantizeOptions& options,
+                                                        QuantizeReport* report) {
+  std::ifstream in(options.calibration_file, std::ios::binary);
+  if (!in) return io_error(options.calibration_file + ": cannot read the calibration text");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, load_model(input));
+  auto tokenizer = load_tokenizer(*weights);
+  if (!tokenizer) return tokenizer.status().with_context("calibration needs the model's tokenizer");
+  const std::vector<int32_t> tokens = (*tokenizer)->encode(text, /*allow_special=*/false);
+  ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  INFERD_ASSIGN_OR_RETURN(CalibrationStats stats, calibrate(*weights, tokens, options.calibration_context,
+                                                            options.calibration_chunks, pool));
+  report->calibration_tokens = stats.tokens();
+  return std::make_unique<CalibrationStats>(std::move(stats));
+}
+
 }  // namespace
 
 Expected<QuantizeReport> quantize_model(const std::string& input, const std::string& output, DType target,
-                                        const QuantizeProgress& progress, bool pure) {
+                                        const QuantizeProgress& progress, const QuantizeOptions& options) {
   if (!can_quantize_to(target))
     return invalid_argument(std::string(dtype_info(target).name) + " is not a quantization target");
   std::error_code ec;
-  if (fs::is_directory(input, ec)) {
-    if (dtype_info(target).block_values > 1 && q4_group_size(target) == 0) {
-      return unsupported(input + ": a Hugging Face directory is written as safetensors; GGUF block types (" +
-                         std::string(dtype_info(target).name) +
-                         ") need a GGUF model: give int8, int4, fp8, f16, bf16 or f32");
-    }
-    return quantize_hf_dir(input, output, target, progress, pure);
+  const bool dir = fs::is_directory(input, ec);
+  if (dir && dtype_info(target).block_values > 1 && q4_group_size(target) == 0) {
+    return unsupported(input + ": a Hugging Face directory is written as safetensors; GGUF block types (" +
+                       std::string(dtype_info(target).name) +
+                       ") need a GGUF model: give int8, int4, fp8, f16, bf16 or f32");
   }
-  if (!fs::exists(input, ec)) return not_found(input + ": no such file or directory");
-  return quantize_gguf(input, output, target, progress, pure);
+  if (!dir && !fs::exists(input, ec)) return not_found(input + ": no such file or directory");
+  QuantizeReport calibrated;
+  std::unique_ptr<CalibrationStats> stats;
+  if (!options.calibration_file.empty()) {
+    if (q4_group_size(target) == 0)
+      return invalid_argument("--calibration (GPTQ) applies to --type int4, not " +
+                              std::string(dtype_info(target).name));
+    INFERD_ASSIGN_OR_RETURN(stats, calibration(input, options, &calibrated));
+  }
+  auto r = dir ? quantize_hf_dir(input, output, target, progress, options, stats.get())
+               : quantize_gguf(input, output, target, progress, options, stats.get());
+  if (r) r->calibration_tokens = calibrated.calibration_tokens;
+  return r;
 }
 
 }  // namespace inferd

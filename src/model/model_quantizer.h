@@ -19,8 +19,19 @@ struct QuantizeReport {
   int64_t fallback = 0;        // matrices whose rows do not fit the target's block: written as F16
   int64_t kept_q8 = 0;         // embedding / output matrices kept at Q8_0 (4-bit targets, not pure)
   int64_t smaller_groups = 0;  // int4 matrices in groups of 64: rows not a multiple of 128
+  int64_t gptq = 0;            // matrices rounded with GPTQ (calibrated int4)
+  int64_t calibration_tokens = 0;
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;
+};
+
+struct QuantizeOptions {
+  // 4-bit targets: quantize the token embedding and output matrix too (else kept at Q8_0).
+  bool pure = false;
+  // int4 only: a text to calibrate on; matrices are then rounded with GPTQ (model/gptq.h).
+  std::string calibration_file;
+  int64_t calibration_context = 512;  // tokens per calibration chunk
+  int64_t calibration_chunks = 0;     // 0 = every whole chunk of the text
 };
 
 // progress(done, total, tensor name) after each tensor.
@@ -37,7 +48,10 @@ using QuantizeProgress = std::function<void(int64_t, int64_t, const std::string&
 // llama-quantize keeps them at higher precision): with tied embeddings that tensor is the LM head.
 // Q4_G128 takes groups of 64 (Q4_G64) for rows not a multiple of 128; rows that fit no block of
 // the target are written as F16.
+// With a calibration file (int4 only) the model first runs over the text on the f32 path and
+// every layer's linear matrices are rounded with GPTQ; the report counts them.
 Expected<QuantizeReport> quantize_model(const std::string& input, const std::string& output, DType target,
-                                        const QuantizeProgress& progress = {}, bool pure = false);
+                                        const QuantizeProgress& progress = {},
+                                        const QuantizeOptions& options = {});
 
 }  // namespace inferd

@@ -173,6 +173,8 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
       rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
                eps);
     }
+    if (observer_ != nullptr)
+      observer_->observe(layer_index, LinearInput::kAttention, normed_.data(), n, c.hidden_size);
     matmul(normed_.data(), n, l.wq, bias(l.bq), q_.data(), pool_);
     matmul(normed_.data(), n, l.wk, bias(l.bk), k_.data(), pool_);
     matmul(normed_.data(), n, l.wv, bias(l.bv), v_.data(), pool_);
@@ -192,12 +194,14 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
   const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   paged_attention(q_.data(), b.sequences, b.token_sequence, cache.layer_view(layer_index), shape,
                   attn_.data(), pool_);
+  if (observer_ != nullptr && !p.wo.prepared())
+    observer_->observe(layer_index, LinearInput::kOutput, attn_.data(), n, c.q_dim());
   linear(attn_.data(), n, l.wo, p.wo, nullptr, proj_.data());
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
 }
 
-void Transformer::mlp_block(const LayerWeights& l, const PackedLayer& p, int64_t n) {
+void Transformer::mlp_block(const LayerWeights& l, int64_t layer, const PackedLayer& p, int64_t n) {
   const ModelConfig& c = config();
   const auto eps = static_cast<float>(c.rms_norm_eps);
   if (p.gate_up.prepared()) {
@@ -209,10 +213,13 @@ void Transformer::mlp_block(const LayerWeights& l, const PackedLayer& p, int64_t
       rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
                eps);
     }
+    if (observer_ != nullptr) observer_->observe(layer, LinearInput::kMlp, normed_.data(), n, c.hidden_size);
     matmul(normed_.data(), n, l.w_gate, nullptr, gate_.data(), pool_);
     matmul(normed_.data(), n, l.w_up, nullptr, up_.data(), pool_);
     silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.intermediate_size);
   }
+  if (observer_ != nullptr && !p.down.prepared())
+    observer_->observe(layer, LinearInput::kDown, gate_.data(), n, c.intermediate_size);
   linear(gate_.data(), n, l.w_down, p.down, nullptr, proj_.data());
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
@@ -228,7 +235,7 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];
     attention_block(l, i, b, cache);
-    mlp_block(l, packed_[static_cast<size_t>(i)], n);
+    mlp_block(l, i, packed_[static_cast<size_t>(i)], n);
   }
   // Final norm of the rows that want logits, gathered to the front of normed_.
   const auto num_rows = static_cast<int64_t>(b.logit_rows.size());

@@ -48,6 +48,22 @@ enum class MatmulPath {
   kOneDnn,
 };
 
+// The input of a group of linear layers, for an observer of the f32 path (calibration).
+enum class LinearInput {
+  kAttention,  // rms_norm(hidden) into Q, K, V
+  kOutput,     // the attention output into O
+  kMlp,        // rms_norm(hidden) into gate and up
+  kDown,       // silu(gate) * up into down
+};
+
+// Sees each linear layer's input rows as the f32 path computes them (MatmulPath::kF32 only).
+class LinearObserver {
+ public:
+  virtual ~LinearObserver() = default;
+  // x: [tokens, k] row-major, valid during the call.
+  virtual void observe(int64_t layer, LinearInput input, const float* x, int64_t tokens, int64_t k) = 0;
+};
+
 struct TransformerOptions {
   MatmulPath matmul = MatmulPath::kPacked;
 };
@@ -66,6 +82,10 @@ class Transformer final {
   // the vocabulary, slots outside the cache, positions that disagree with the sequences.
   // Engine thread only. Allocates only when the batch is larger than any before.
   Status forward(const ForwardBatch& batch, KvCache& cache, std::span<float> logits);
+
+  // Calls `observer` (not owned; null to stop) with every linear layer's input during forward.
+  // Only layers on the f32 path are observed: construct with MatmulPath::kF32 to see them all.
+  void set_observer(LinearObserver* observer) { observer_ = observer; }
 
  private:
   Status validate(const ForwardBatch& batch, const KvCache& cache, size_t logits_size) const;
@@ -90,7 +110,8 @@ class Transformer final {
     Linear gate_up;  // gate and up as one SwiGLU matmul
     Linear down;
   };
-  void mlp_block(const LayerWeights& layer, const PackedLayer& packed, int64_t num_tokens);
+  void mlp_block(const LayerWeights& layer, int64_t layer_index, const PackedLayer& packed,
+                 int64_t num_tokens);
   // rms_norm(hidden_) times w into outputs (the norm fused with int8 quantization where w is
   // block-quantized).
   void norm_and_matmul(const std::vector<float>& norm_weight, const Linear& w,
@@ -103,6 +124,7 @@ class Transformer final {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   std::vector<PackedLayer> packed_;
   MatmulPath path_;
+  LinearObserver* observer_ = nullptr;
   Linear lm_head_;
   QuantizedActivations quantized_;  // the current linear layer's input, int8
   int64_t capacity_ = 0;            // tokens the buffers below hold

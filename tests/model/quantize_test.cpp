@@ -180,7 +180,7 @@ TEST(QuantizeTest, QuantizedModelLoadsAndMatchesTheFixture) {
   const auto la = test::all_logits(a, prompts, 0, false);
   ASSERT_FALSE(la.empty());
   EXPECT_EQ(la, test::all_logits(b, prompts, 0, false));
-  auto r4 = quantize_model(dir + "/q8.gguf", dir + "/q4.gguf", DType::kQ4_0, {}, /*pure=*/true);
+  auto r4 = quantize_model(dir + "/q8.gguf", dir + "/q4.gguf", DType::kQ4_0, {}, {.pure = true});
   ASSERT_TRUE(r4.has_value()) << r4.status().message();
   EXPECT_EQ(r4->kept_q8, 0);
   // Not pure: the (tied) token embedding stays Q8_0.
