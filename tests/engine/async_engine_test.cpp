@@ -101,14 +101,33 @@ TEST(AsyncEngineTest, AbortMidDecodeFreesBlocks) {
   Transformer model(**weights, pool);
   AsyncEngine engine(model, small_options());
   Collector c;
+  // The tiny model writes 200 tokens in a few milliseconds: hold the engine thread in the
+  // callback once 3 tokens are out, so the request is surely still running when it is aborted.
+  std::mutex gate_mutex;
+  std::condition_variable gate_cv;
+  bool released = false;
+  auto collect = c.callback();
+  size_t seen = 0;  // engine thread only
+  auto gated = [&](const StepOutput& out) {
+    collect(out);
+    seen += out.new_tokens.size();
+    if (seen < 3) return;
+    std::unique_lock<std::mutex> lock(gate_mutex);
+    gate_cv.wait(lock, [&] { return released || out.finished; });
+  };
   RequestSpec long_one{{1, 2, 3, 4}, {}, {200, {}, true}, 0};
-  const RequestId id = engine.submit(long_one, c.callback());
+  const RequestId id = engine.submit(long_one, gated);
   {
     std::unique_lock<std::mutex> lock(c.mutex);
     ASSERT_TRUE(c.cv.wait_for(lock, std::chrono::seconds(30), [&] { return c.tokens[id].size() >= 3; }));
   }
   EXPECT_LT(engine.num_free_blocks(), engine.num_blocks());
   engine.abort(id);
+  {
+    std::lock_guard<std::mutex> lock(gate_mutex);
+    released = true;
+  }
+  gate_cv.notify_all();
   ASSERT_TRUE(c.wait(1));
   EXPECT_EQ(c.finished[id], FinishReason::kAborted);
   EXPECT_LT(c.tokens[id].size(), 200u);
