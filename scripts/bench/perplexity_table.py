@@ -7,7 +7,10 @@ Writes DIR/<name>-f32.gguf with `inferd quantize --type f32` (the model's values
 the reference), then every other format from that F32 file, and scores each with
 `inferd perplexity --reference-model <f32> --json` on tests/fixtures/text/evaluation.txt (chunks of
 512 tokens, second halves scored): perplexity, ratio to the F32 model's, mean KL(F32 || format)
-and top-1 agreement. The original file is scored too. Default model: the default SmolLM2 Q4_1.
+and top-1 agreement. The original file is scored too, and inferd's own formats (int8, fp8, int4;
+int4 also with GPTQ calibrated on tests/fixtures/text/calibration.txt) on both matmul paths
+(packed: int8 activations for the integer formats; f32: f32 activations). Default model: the
+default SmolLM2 Q4_1.
 """
 import argparse
 import json
@@ -18,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 INFERD = ROOT / "build" / "inferd"
 TEXT = ROOT / "tests" / "fixtures" / "text" / "evaluation.txt"
+CALIBRATION = ROOT / "tests" / "fixtures" / "text" / "calibration.txt"
 
 
 def default_model():
@@ -46,11 +50,19 @@ def main():
                    capture_output=True)
     rows = [("F32 (reference), f32 path", f32, "f32"), ("F32, packed float kernel", f32, "packed"),
             (f"original ({model.name})", model, "packed")]
-    for t in ("f16", "bf16", "q8_0", "q4_1", "q4_0"):
+    for t in ("f16", "bf16", "q8_0", "q4_1", "q4_0", "int8", "fp8", "int4"):
         path = out / f"model-{t}.gguf"
         subprocess.run([str(INFERD), "quantize", "-i", str(f32), "-o", str(path), "--type", t], check=True,
                        capture_output=True)
         rows.append((f"{t.upper()} from F32", path, "packed"))
+        if t in ("int8", "fp8", "int4"):  # weight-only rounding: f32 activations
+            rows.append((f"{t.upper()} from F32", path, "f32"))
+    # INT4 rounded with GPTQ, calibrated on a text kept apart from the evaluation text.
+    gptq = out / "model-int4-gptq.gguf"
+    subprocess.run([str(INFERD), "quantize", "-i", str(f32), "-o", str(gptq), "--type", "int4", "--calibration",
+                    str(CALIBRATION)], check=True, capture_output=True)
+    rows.append(("INT4 from F32, GPTQ", gptq, "packed"))
+    rows.append(("INT4 from F32, GPTQ", gptq, "f32"))
     print("| weights | path | file MB | perplexity | vs F32 | mean KL (nats) | top-1 agreement |")
     print("|---|---|---|---|---|---|---|")
     for label, path, matmul in rows:

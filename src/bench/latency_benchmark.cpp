@@ -60,9 +60,9 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
   INFERD_RETURN_IF_ERROR(e.validate());
   Engine engine(model, e);
   std::mt19937_64 rng(o.seed);
-  // Warm-up: first-touch of weights and buffers.
-  run_request(engine,
-              spec_of(std::min<int64_t>(std::max<int64_t>(o.prompt_tokens, 1), 64), 2, c.vocab_size, rng), 0);
+  // Warm-up (as llama-bench's): a prompt of the measured length, so weights and every buffer a
+  // step of that size uses are touched before the timed runs.
+  run_request(engine, spec_of(std::max<int64_t>(o.prompt_tokens, 1), 2, c.vocab_size, rng), 0);
   LatencyBenchResult r;
   for (int32_t rep = 0; rep < o.repetitions; ++rep) {
     if (o.prompt_tokens > 0) {

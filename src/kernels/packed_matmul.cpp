@@ -42,6 +42,9 @@ struct Format {
   bool sub_scales;
   int32_t offset;
   bool row_scales = false;
+  // Blocks of 32 sharing one set of scales / mins (inferd's Q4_G128: 4, Q4_G64: 2): a packed
+  // block then holds the group's scales once and its blocks' quants one after another.
+  int64_t group_blocks = 1;
 };
 
 constexpr Format format_of(DType dtype) {
@@ -55,8 +58,8 @@ constexpr Format format_of(DType dtype) {
     case DType::kQ5_K: return {false, true, true, false, 0};
     case DType::kQ6_K: return {false, false, false, true, 32};
     case DType::kI8: return {false, false, false, false, 128, true};
-    case DType::kQ4_G128:
-    case DType::kQ4_G64: return format_of(DType::kQ4_1);  // each group's (d, m) in all its blocks
+    case DType::kQ4_G128: return {true, false, true, false, 0, false, 4};
+    case DType::kQ4_G64: return {true, false, true, false, 0, false, 2};
     default: return {false, false, false, false, 0};
   }
 }
@@ -73,8 +76,11 @@ constexpr size_t sub_offset(Format f) {
 constexpr size_t quant_offset(Format f) {
   return sub_offset(f) + (f.sub_scales ? 32 : 0);
 }
+constexpr size_t quant_bytes(Format f) {
+  return f.nibbles ? 256 : 512;
+}
 constexpr size_t packed_block_bytes(Format f) {
-  return quant_offset(f) + (f.nibbles ? 256 : 512);
+  return quant_offset(f) + static_cast<size_t>(f.group_blocks) * quant_bytes(f);
 }
 
 // Bytes before a tile's first block (or first k): the 16 rows' f32 scales of row-scaled dtypes.
@@ -233,12 +239,15 @@ void tile_scalar(const TileArgs& a) {
     const float* xss = a.x->scaled_sum(a.first_token + t);
     float acc[kQuantTileRows] = {};
     for (int64_t b = 0; b < a.blocks; ++b) {
-      const auto* blk = reinterpret_cast<const uint8_t*>(a.tile + static_cast<size_t>(b) * a.block_bytes);
+      const auto* blk =
+          reinterpret_cast<const uint8_t*>(a.tile + static_cast<size_t>(b / f.group_blocks) * a.block_bytes);
+      const uint8_t* quants =
+          blk + quant_offset(f) + static_cast<size_t>(b % f.group_blocks) * quant_bytes(f);
       const int8_t* xb = xq + b * kQuantBlockValues;
       for (int r = 0; r < kQuantTileRows; ++r) {
         int32_t half[2] = {0, 0};
         for (int k = 0; k < 32; ++k)
-          half[k / 16] += (stored_quant(blk + quant_offset(f), f.nibbles, r, k) - f.offset) * xb[k];
+          half[k / 16] += (stored_quant(quants, f.nibbles, r, k) - f.offset) * xb[k];
         int32_t dot = half[0] + half[1];
         if constexpr (f.sub_scales) {
           const auto* sub = reinterpret_cast<const int8_t*>(blk + sub_offset(f));
@@ -375,7 +384,7 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
     __m256 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a.blocks; ++b) {
-      const std::byte* blk = a.tile + static_cast<size_t>(b) * a.block_bytes;
+      const std::byte* blk = a.tile + static_cast<size_t>(b / f.group_blocks) * a.block_bytes;
       __m256 dw = _mm256_setzero_ps(), mw = _mm256_setzero_ps();
       if constexpr (f.row_scales) {
       } else if constexpr (f.f32_scales) {
@@ -396,7 +405,7 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
         sub1 = _mm256_cvtepi8_epi32(
             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + sub_offset(f) + 16 + 8 * h)));
       }
-      const std::byte* qs = blk + quant_offset(f);
+      const std::byte* qs = blk + quant_offset(f) + static_cast<size_t>(b % f.group_blocks) * quant_bytes(f);
       __m256i w[8];
       if constexpr (f.nibbles) {
         for (int g = 0; g < 4; ++g) {
@@ -705,9 +714,9 @@ const TileFn* tables_for(DType dtype) {
     case DType::kQ5_0: return ByTokens<Kernel, DType::kQ5_0>::table;
     case DType::kQ5_1: return ByTokens<Kernel, DType::kQ5_1>::table;
     case DType::kQ4_0: return ByTokens<Kernel, DType::kQ4_0>::table;
-    case DType::kQ4_1:
-    case DType::kQ4_G128:  // packed exactly as Q4_1 blocks
-    case DType::kQ4_G64: return ByTokens<Kernel, DType::kQ4_1>::table;
+    case DType::kQ4_1: return ByTokens<Kernel, DType::kQ4_1>::table;
+    case DType::kQ4_G128: return ByTokens<Kernel, DType::kQ4_G128>::table;
+    case DType::kQ4_G64: return ByTokens<Kernel, DType::kQ4_G64>::table;
     case DType::kQ4_K: return ByTokens<Kernel, DType::kQ4_K>::table;
     case DType::kQ5_K: return ByTokens<Kernel, DType::kQ5_K>::table;
     case DType::kI8: return ByTokens<Kernel, DType::kI8>::table;
@@ -854,7 +863,7 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
   const size_t header = tile_header_bytes(w.dtype_);
   w.block_bytes_ = is_float ? 0 : packed_block_bytes(f);
   w.tile_bytes_ = header + (is_float ? static_cast<size_t>(w.cols_) * kQuantTileRows * elem
-                                     : static_cast<size_t>(blocks) * w.block_bytes_);
+                                     : static_cast<size_t>(blocks / f.group_blocks) * w.block_bytes_);
   int64_t tiles = 0;
   for (const TensorView* p : parts) {
     const int64_t n = (p->num_rows() + kQuantTileRows - 1) / kQuantTileRows;
@@ -888,7 +897,7 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
         }
         for (int64_t b = 0; b < blocks; ++b) {
           const SourceBlock sb = decode_block(w.dtype_, row, b);
-          uint8_t* blk = tile + static_cast<size_t>(b) * w.block_bytes_;
+          uint8_t* blk = tile + static_cast<size_t>(b / f.group_blocks) * w.block_bytes_;
           if (f.row_scales) {
             // no per-block scale: the row's scale heads the tile
           } else if (f.f32_scales) {
@@ -902,7 +911,7 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
             blk[sub_offset(f) + r] = static_cast<uint8_t>(sb.sub[0]);
             blk[sub_offset(f) + 16 + r] = static_cast<uint8_t>(sb.sub[1]);
           }
-          uint8_t* qs = blk + quant_offset(f);
+          uint8_t* qs = blk + quant_offset(f) + static_cast<size_t>(b % f.group_blocks) * quant_bytes(f);
           for (int k = 0; k < 32; ++k) {
             if (!f.nibbles) {
               qs[64 * (k / 4) + 4 * r + k % 4] = sb.q[k];

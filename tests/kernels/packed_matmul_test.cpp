@@ -319,6 +319,17 @@ TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
   TensorView q4b = q4;
   q4b.shape = {4, 64, 1, 1};
   EXPECT_FALSE(PackedWeight::pack_swiglu(q4, q4b).has_value());
+  // INT4 groups keep their scale and min once per group: 16 rows x 128 values in 32 + 32 + 4 x 256
+  // bytes (G64: 32 + 32 + 2 x 256 per 64 values), not repeated per block of 32 as in Q4_1.
+  for (DType dtype : {DType::kQ4_G128, DType::kQ4_G64}) {
+    std::vector<std::byte> sg;
+    TensorView g = test::random_tensor(dtype, 20, 256, rng, &sg);
+    const TensorView* group[] = {&g};
+    auto packed = PackedWeight::pack(group);
+    ASSERT_TRUE(packed.has_value());
+    const size_t per_group = dtype == DType::kQ4_G128 ? 1088 : 576;
+    EXPECT_EQ(packed->num_bytes(), 2 * (256 / static_cast<size_t>(q4_group_size(dtype))) * per_group);
+  }
   // A row-scaled matrix without its scales.
   std::vector<std::byte> s4;
   TensorView i8 = test::random_tensor(DType::kI8, 4, 64, rng, &s4);
