@@ -13,11 +13,13 @@
 #include <random>
 #include <vector>
 
+#include <cblas.h>
 #include "common/half.h"
 #include "common/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/matmul.h"
+
 #include "kernels/onednn_matmul.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/simd.h"
@@ -281,6 +283,24 @@ BENCHMARK(BM_OneDnnMatmul)
     ->ArgsProduct({{static_cast<int64_t>(DType::kF32), static_cast<int64_t>(DType::kBF16)}, {1, 16, 512}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// OpenBLAS's sgemm on the same shape (f32 weights), the other Debian library the issue names.
+void BM_OpenBlasSgemm(benchmark::State& state) {
+  const int64_t tokens = state.range(0), n = 4864, k = 896;
+  RandomWeight w = random_weight(DType::kF32, n, k);
+  const auto* wf = reinterpret_cast<const float*>(w.bytes.data());
+  auto x = random_floats(static_cast<size_t>(tokens * k));
+  std::vector<float> y(static_cast<size_t>(tokens * n));
+  openblas_set_num_threads(kThreads);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, x.data(), static_cast<int>(k), wf, static_cast<int>(k), 0.0f,
+                y.data(), static_cast<int>(n));
+    benchmark::DoNotOptimize(y.data());
+  }
+  report_matmul(state, DType::kF32, tokens, n, k, w.bytes.size());
+}
+BENCHMARK(BM_OpenBlasSgemm)->Arg(1)->Arg(16)->Arg(512)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Paged attention, f16 KV: `tokens` queries of one sequence ending at context `ctx`.
 void BM_Attention(benchmark::State& state) {

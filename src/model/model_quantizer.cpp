@@ -15,6 +15,7 @@
 
 #include "common/thread_pool.h"
 #include "model/gguf_file.h"
+#include "model/gguf_from_hf.h"
 #include "model/gguf_writer.h"
 #include "model/gptq.h"
 #include "model/model_loader.h"
@@ -24,6 +25,7 @@
 #include "tensor/dequantize.h"
 #include "tensor/quantize.h"
 #include "tokenizer/tokenizer_loader.h"
+#include "tokenizer/vocab.h"
 
 namespace inferd {
 
@@ -272,6 +274,66 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
   return report;
 }
 
+// A Hugging Face directory written as GGUF (output ending in ".gguf"): metadata and tokenizer
+// converted as llama.cpp's convert_hf_to_gguf.py does (model/gguf_from_hf.h), tensors renamed,
+// Llama's Q / K rows permuted, then quantized like a GGUF input.
+Expected<QuantizeReport> quantize_hf_dir_to_gguf(const fs::path& input, const std::string& output,
+                                                 DType target, const QuantizeProgress& progress,
+                                                 const QuantizeOptions& options,
+                                                 const CalibrationStats* stats) {
+  INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> model, load_model(input.string()));
+  const ModelConfig& config = model->config;
+  GgufFileWriter out;
+  set_gguf_model_metadata(config, input.filename().string(), out);
+  if (fs::exists(input / "tokenizer.json")) {
+    INFERD_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_hf_dir(input.string()));
+    Status s = set_gguf_tokenizer_metadata(vocab, config.vocab_size, out);
+    if (!s.is_ok()) return s.with_context((input / "tokenizer.json").string());
+  }
+  if (auto ft = file_type(target)) out.set_u32("general.file_type", *ft);
+  out.set_u32("general.quantization_version", 2);
+  // The checkpoint's tensors under their GGUF names; Llama's Q and K rows permuted (a copy).
+  std::vector<TensorView> views;
+  std::vector<std::vector<float>> permuted;
+  for (const SafetensorsFile& shard : model->safetensors) {
+    for (const TensorView& t : shard.tensors()) {
+      const std::optional<std::string> name = gguf_tensor_name(t.name);
+      if (!name || (*name == "output.weight" && config.tie_word_embeddings)) continue;
+      TensorView v = t;
+      v.name = *name;
+      if (const int64_t heads = rope_permute_heads(config, t.name); heads > 0) {
+        std::vector<float> w(static_cast<size_t>(t.num_elements()));
+        for (int64_t r = 0; r < t.num_rows(); ++r) dequantize_tensor_row(t, r, w.data() + r * t.row_length());
+        permute_rope_rows(w.data(), t.num_rows(), t.row_length(), heads);
+        permuted.push_back(std::move(w));
+        v.dtype = DType::kF32;
+        v.data = reinterpret_cast<const std::byte*>(permuted.back().data());
+        v.num_bytes = permuted.back().size() * sizeof(float);
+        v.row_scale = nullptr;
+      }
+      views.push_back(std::move(v));
+    }
+  }
+  std::vector<const TensorView*> tensors;
+  for (const TensorView& v : views) tensors.push_back(&v);
+  QuantizeReport report;
+  INFERD_RETURN_IF_ERROR(convert_all(
+      tensors, target, options, stats, {"token_embd.weight", "output.weight"}, progress, &report,
+      [&](const TensorView& t) {
+        std::vector<float> v(static_cast<size_t>(t.num_elements()));
+        dequantize_tensor_row(t, 0, v.data());
+        out.add_tensor(t.name, DType::kF32, shape_of(t), float_bytes(v));
+        return v.size() * sizeof(float);
+      },
+      [&](const TensorView& t, Converted c) {
+        if (!c.row_scales.empty())
+          out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
+        out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
+      }));
+  INFERD_RETURN_IF_ERROR(out.write(output));
+  return report;
+}
+
 // Statistics of every layer's linear inputs over the calibration text (options.calibration_file).
 Expected<std::unique_ptr<CalibrationStats>> calibration(const std::string& input,
                                                         const QuantizeOptions& options,
@@ -298,10 +360,11 @@ Expected<QuantizeReport> quantize_model(const std::string& input, const std::str
     return invalid_argument(std::string(dtype_info(target).name) + " is not a quantization target");
   std::error_code ec;
   const bool dir = fs::is_directory(input, ec);
-  if (dir && dtype_info(target).block_values > 1 && q4_group_size(target) == 0) {
-    return unsupported(input + ": a Hugging Face directory is written as safetensors; GGUF block types (" +
-                       std::string(dtype_info(target).name) +
-                       ") need a GGUF model: give int8, int4, fp8, f16, bf16 or f32");
+  const bool to_gguf = fs::path(output).extension() == ".gguf";
+  if (dir && !to_gguf && dtype_info(target).block_values > 1 && q4_group_size(target) == 0) {
+    return unsupported(input + ": " + std::string(dtype_info(target).name) +
+                       " is a GGUF block type: name the output OUT.gguf to write a GGUF file (a directory of "
+                       "safetensors takes int8, int4, fp8, f16, bf16 or f32)");
   }
   if (!dir && !fs::exists(input, ec)) return not_found(input + ": no such file or directory");
   QuantizeReport calibrated;
@@ -312,8 +375,9 @@ Expected<QuantizeReport> quantize_model(const std::string& input, const std::str
                               std::string(dtype_info(target).name));
     INFERD_ASSIGN_OR_RETURN(stats, calibration(input, options, &calibrated));
   }
-  auto r = dir ? quantize_hf_dir(input, output, target, progress, options, stats.get())
-               : quantize_gguf(input, output, target, progress, options, stats.get());
+  auto r = !dir      ? quantize_gguf(input, output, target, progress, options, stats.get())
+           : to_gguf ? quantize_hf_dir_to_gguf(input, output, target, progress, options, stats.get())
+                     : quantize_hf_dir(input, output, target, progress, options, stats.get());
   if (r) r->calibration_tokens = calibrated.calibration_tokens;
   return r;
 }

