@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/half.h"
+#include "tensor/dequantize.h"
 
 namespace inferd::test {
 
@@ -85,6 +86,7 @@ TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   std::byte* p = storage->data();
   const int64_t n = rows * cols;
+  const float* scales = nullptr;  // I8 / F8_E4M3: after the data in `storage`
   switch (dtype) {
     case DType::kF32:
       for (int64_t i = 0; i < n; ++i) {
@@ -116,15 +118,8 @@ TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
         const float v = row_scale(rng);
         std::memcpy(storage->data() + scales_at + static_cast<size_t>(r) * sizeof(float), &v, sizeof v);
       }
-      TensorView t;
-      t.name = "random";
-      t.dtype = dtype;
-      t.num_dims = 2;
-      t.shape = {rows, cols, 1, 1};
-      t.data = storage->data();
-      t.num_bytes = row_bytes * static_cast<size_t>(rows);
-      t.row_scale = reinterpret_cast<const float*>(storage->data() + scales_at);
-      return t;
+      scales = reinterpret_cast<const float*>(storage->data() + scales_at);
+      break;
     }
     default: {
       for (auto& b : *storage) b = static_cast<std::byte>(byte_dist(rng));
@@ -153,8 +148,29 @@ TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
   t.num_dims = 2;
   t.shape = {rows, cols, 1, 1};
   t.data = storage->data();
-  t.num_bytes = storage->size();
+  t.num_bytes = row_bytes * static_cast<size_t>(rows);
+  t.row_scale = scales;
   return t;
+}
+
+std::vector<double> double_product(const TensorView& w, const std::vector<float>& x, int64_t tokens,
+                                   const float* bias, bool x_bf16) {
+  const int64_t n = w.num_rows(), k = w.row_length();
+  std::vector<float> row(static_cast<size_t>(k));
+  std::vector<double> y(static_cast<size_t>(tokens * n));
+  for (int64_t r = 0; r < n; ++r) {
+    dequantize_tensor_row(w, r, row.data());
+    for (int64_t t = 0; t < tokens; ++t) {
+      double acc = bias != nullptr ? bias[r] : 0.0;
+      for (int64_t i = 0; i < k; ++i) {
+        float xv = x[static_cast<size_t>(t * k + i)];
+        if (x_bf16) xv = bf16_to_f32(f32_to_bf16(xv));
+        acc += static_cast<double>(row[static_cast<size_t>(i)]) * xv;
+      }
+      y[static_cast<size_t>(t * n + r)] = acc;
+    }
+  }
+  return y;
 }
 
 double relative_max_error(const float* a, const float* b, size_t n) {

@@ -47,6 +47,11 @@ class RedisServer {
 TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng,
                          std::vector<std::byte>* storage);
 
+// y[t, r] = bias[r] + sum_i w[r, i] x[t, i] in double, w dequantized (row scales applied); x
+// rounded to bf16 first when `x_bf16` (what a bf16 GEMM multiplies).
+std::vector<double> double_product(const TensorView& w, const std::vector<float>& x, int64_t tokens,
+                                   const float* bias, bool x_bf16 = false);
+
 std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f);
 
 // max |a - b| / max |b|.

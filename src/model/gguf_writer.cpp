@@ -1,5 +1,7 @@
 #include "model/gguf_writer.h"
 
+#include "common/files.h"
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -11,7 +13,7 @@ namespace {
 
 class Out {
  public:
-  explicit Out(std::ofstream* f) : f_(f) {}
+  explicit Out(std::ostream* f) : f_(f) {}
   template <typename T>
   void pod(T v) {
     f_->write(reinterpret_cast<const char*>(&v), sizeof(T));
@@ -35,7 +37,7 @@ class Out {
   size_t pos() const { return pos_; }
 
  private:
-  std::ofstream* f_;
+  std::ostream* f_;
   size_t pos_ = 0;
 };
 
@@ -105,10 +107,7 @@ Status GgufFileWriter::write(const std::string& path) const {
   size_t alignment = 32;
   if (auto it = metadata_.find("general.alignment"); it != metadata_.end() && it->second.int_value > 0)
     alignment = static_cast<size_t>(it->second.int_value);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status(StatusCode::kIoError, "cannot write " + tmp);
+  return write_file_atomically(path, [&](std::ostream& f) {
     Out out(&f);
     out.pod<uint32_t>(0x46554747);  // "GGUF"
     out.pod<uint32_t>(3);
@@ -133,13 +132,7 @@ Status GgufFileWriter::write(const std::string& path) const {
       out.bytes(t.data.data(), t.data.size());
       out.pad_to(alignment);
     }
-    f.flush();
-    if (!f) return Status(StatusCode::kIoError, "write failed: " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status(StatusCode::kIoError, "cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::ok();
+  });
 }
 
 }  // namespace inferd

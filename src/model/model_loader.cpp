@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/files.h"
 #include "tensor/dequantize.h"
 
 namespace inferd {
@@ -137,20 +138,12 @@ Expected<std::unique_ptr<ModelWeights>> load_gguf(const std::string& path) {
   return m;
 }
 
-Expected<std::string> read_text_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return io_error(p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The safetensors files of a Hugging Face directory: model.safetensors or the shards its
 // model.safetensors.index.json lists.
 Expected<std::vector<std::string>> hf_weight_files(const fs::path& dir) {
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    INFERD_ASSIGN_OR_RETURN(std::string text, read_text_file(index));
+    INFERD_ASSIGN_OR_RETURN(std::string text, read_text_file(index.string()));
     auto j = nlohmann::json::parse(text, nullptr, false);
     auto map = j.is_object() ? j.find("weight_map") : j.end();
     if (j.is_discarded() || !j.is_object() || map == j.end() || !map->is_object()) {
@@ -179,7 +172,7 @@ Expected<std::vector<std::string>> hf_weight_files(const fs::path& dir) {
 
 Expected<std::unique_ptr<ModelWeights>> load_hf_dir(const fs::path& dir) {
   const fs::path config_path = dir / "config.json";
-  INFERD_ASSIGN_OR_RETURN(std::string config_text, read_text_file(config_path));
+  INFERD_ASSIGN_OR_RETURN(std::string config_text, read_text_file(config_path.string()));
   auto m = std::make_unique<ModelWeights>();
   INFERD_ASSIGN_OR_RETURN(m->config, parse_hf_config(config_path.string(), config_text));
   INFERD_ASSIGN_OR_RETURN(std::vector<std::string> files, hf_weight_files(dir));

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/files.h"
 #include "common/thread_pool.h"
 #include "model/gguf_file.h"
 #include "model/gguf_from_hf.h"
@@ -164,6 +165,27 @@ std::vector<int64_t> shape_of(const TensorView& t) {
   return {t.shape.begin(), t.shape.begin() + t.num_dims};
 }
 
+// convert_all's writers for a GgufFileWriter or a SafetensorsWriter: a 1-D tensor as F32, a
+// converted matrix with its row scales ("<name>_scale", F32) when it has them.
+template <typename Writer>
+auto f32_vector_writer(Writer& out) {
+  return [&out](const TensorView& t) {
+    std::vector<float> v(static_cast<size_t>(t.num_elements()));
+    dequantize_tensor_row(t, 0, v.data());
+    out.add_tensor(t.name, DType::kF32, shape_of(t), float_bytes(v));
+    return v.size() * sizeof(float);
+  };
+}
+
+template <typename Writer>
+auto matrix_writer(Writer& out) {
+  return [&out](const TensorView& t, Converted c) {
+    if (!c.row_scales.empty())
+      out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
+    out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
+  };
+}
+
 Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::string& output, DType target,
                                        const QuantizeProgress& progress, const QuantizeOptions& options,
                                        const CalibrationStats* stats) {
@@ -179,29 +201,10 @@ Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::stri
   std::vector<const TensorView*> tensors;
   for (const TensorView& t : in.tensors()) tensors.push_back(&t);
   QuantizeReport report;
-  INFERD_RETURN_IF_ERROR(convert_all(
-      tensors, target, options, stats, {"token_embd.weight", "output.weight"}, progress, &report,
-      [&](const TensorView& t) {
-        std::vector<float> v(static_cast<size_t>(t.num_elements()));
-        dequantize_tensor_row(t, 0, v.data());
-        out.add_tensor(t.name, DType::kF32, shape_of(t), float_bytes(v));
-        return v.size() * sizeof(float);
-      },
-      [&](const TensorView& t, Converted c) {
-        if (!c.row_scales.empty())
-          out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
-        out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
-      }));
+  INFERD_RETURN_IF_ERROR(convert_all(tensors, target, options, stats, {"token_embd.weight", "output.weight"},
+                                     progress, &report, f32_vector_writer(out), matrix_writer(out)));
   INFERD_RETURN_IF_ERROR(out.write(output));
   return report;
-}
-
-Expected<std::string> read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return io_error(p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // A Hugging Face directory in, a directory out: model.safetensors with the converted tensors,
@@ -214,7 +217,7 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
     return invalid_argument(output.string() + ": a Hugging Face directory is written as a directory");
   if (fs::exists(output) && fs::equivalent(input, output))
     return invalid_argument(output.string() + ": the output directory must differ from the input");
-  INFERD_ASSIGN_OR_RETURN(std::string config_text, read_text(input / "config.json"));
+  INFERD_ASSIGN_OR_RETURN(std::string config_text, read_text_file((input / "config.json").string()));
   auto config = nlohmann::json::parse(config_text, nullptr, false);
   if (config.is_discarded() || !config.is_object())
     return corrupt_file((input / "config.json").string() + ": not a JSON object");
@@ -235,22 +238,12 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
   QuantizeReport report;
   INFERD_RETURN_IF_ERROR(convert_all(
       tensors, target, options, stats, {"model.embed_tokens.weight", "lm_head.weight"}, progress, &report,
-      [&](const TensorView& t) {
-        if (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16) {
-          const auto* p = t.data;
-          out.add_tensor(t.name, t.dtype, shape_of(t), std::vector<std::byte>(p, p + t.num_bytes));
-          return t.num_bytes;
-        }
-        std::vector<float> v(static_cast<size_t>(t.num_elements()));
-        dequantize_tensor_row(t, 0, v.data());
-        out.add_tensor(t.name, DType::kF32, shape_of(t), float_bytes(v));
-        return v.size() * sizeof(float);
+      [&, as_f32 = f32_vector_writer(out)](const TensorView& t) {
+        if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16) return as_f32(t);
+        out.add_tensor(t.name, t.dtype, shape_of(t), std::vector<std::byte>(t.data, t.data + t.num_bytes));
+        return t.num_bytes;
       },
-      [&](const TensorView& t, Converted c) {
-        if (!c.row_scales.empty())
-          out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
-        out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
-      }));
+      matrix_writer(out)));
 
   std::error_code ec;
   fs::create_directories(output, ec);
@@ -317,19 +310,8 @@ Expected<QuantizeReport> quantize_hf_dir_to_gguf(const fs::path& input, const st
   std::vector<const TensorView*> tensors;
   for (const TensorView& v : views) tensors.push_back(&v);
   QuantizeReport report;
-  INFERD_RETURN_IF_ERROR(convert_all(
-      tensors, target, options, stats, {"token_embd.weight", "output.weight"}, progress, &report,
-      [&](const TensorView& t) {
-        std::vector<float> v(static_cast<size_t>(t.num_elements()));
-        dequantize_tensor_row(t, 0, v.data());
-        out.add_tensor(t.name, DType::kF32, shape_of(t), float_bytes(v));
-        return v.size() * sizeof(float);
-      },
-      [&](const TensorView& t, Converted c) {
-        if (!c.row_scales.empty())
-          out.add_tensor(row_scale_name(t.name), DType::kF32, {t.num_rows()}, float_bytes(c.row_scales));
-        out.add_tensor(t.name, c.dtype, shape_of(t), std::move(c.data));
-      }));
+  INFERD_RETURN_IF_ERROR(convert_all(tensors, target, options, stats, {"token_embd.weight", "output.weight"},
+                                     progress, &report, f32_vector_writer(out), matrix_writer(out)));
   INFERD_RETURN_IF_ERROR(out.write(output));
   return report;
 }
@@ -338,9 +320,7 @@ Expected<QuantizeReport> quantize_hf_dir_to_gguf(const fs::path& input, const st
 Expected<std::unique_ptr<CalibrationStats>> calibration(const std::string& input,
                                                         const QuantizeOptions& options,
                                                         QuantizeReport* report) {
-  std::ifstream in(options.calibration_file, std::ios::binary);
-  if (!in) return io_error(options.calibration_file + ": cannot read the calibration text");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFERD_ASSIGN_OR_RETURN(std::string text, read_text_file(options.calibration_file));
   INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, load_model(input));
   auto tokenizer = load_tokenizer(*weights);
   if (!tokenizer) return tokenizer.status().with_context("calibration needs the model's tokenizer");

@@ -1,5 +1,7 @@
 #include "model/safetensors_writer.h"
 
+#include "common/files.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -43,22 +45,13 @@ Status SafetensorsWriter::write(const std::string& path) const {
   for (auto& [k, v] : header.items()) full[k] = v;
   std::string text = full.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status(StatusCode::kIoError, "cannot write " + tmp);
+  return write_file_atomically(path, [&](std::ostream& f) {
     const uint64_t n = text.size();
     f.write(reinterpret_cast<const char*>(&n), 8);
     f.write(text.data(), static_cast<std::streamsize>(text.size()));
     for (const auto& [name, t] : tensors_)
       f.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
-    f.flush();
-    if (!f) return Status(StatusCode::kIoError, "write failed: " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status(StatusCode::kIoError, "cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::ok();
+  });
 }
 
 }  // namespace inferd

@@ -24,22 +24,7 @@ namespace {
 // y[t, r] in double from the stored weights and x (rounded to bf16 first for BF16 weights).
 std::vector<double> product(const TensorView& w, const std::vector<float>& x, int64_t tokens,
                             const float* bias) {
-  const int64_t n = w.num_rows(), k = w.row_length();
-  std::vector<float> row(static_cast<size_t>(k));
-  std::vector<double> y(static_cast<size_t>(tokens * n));
-  for (int64_t r = 0; r < n; ++r) {
-    dequantize_tensor_row(w, r, row.data());
-    for (int64_t t = 0; t < tokens; ++t) {
-      double acc = bias != nullptr ? bias[r] : 0.0;
-      for (int64_t i = 0; i < k; ++i) {
-        float xv = x[static_cast<size_t>(t * k + i)];
-        if (w.dtype == DType::kBF16) xv = bf16_to_f32(f32_to_bf16(xv));
-        acc += static_cast<double>(row[static_cast<size_t>(i)]) * xv;
-      }
-      y[static_cast<size_t>(t * n + r)] = acc;
-    }
-  }
-  return y;
+  return test::double_product(w, x, tokens, bias, w.dtype == DType::kBF16);
 }
 
 void expect_near(const float* got, const std::vector<double>& want, int64_t tokens, int64_t rows, int64_t ld,

@@ -43,19 +43,7 @@ std::vector<float> dequantized(const QuantizedActivations& xq) {
 // y[t, n] in double from the dequantized weights and the (dequantized) int8 activations.
 std::vector<double> reference(const TensorView& w, const std::vector<float>& x, int64_t tokens,
                               const float* bias) {
-  const int64_t n = w.num_rows(), k = w.row_length();
-  std::vector<float> row(static_cast<size_t>(k));
-  std::vector<double> y(static_cast<size_t>(tokens * n));
-  for (int64_t r = 0; r < n; ++r) {
-    dequantize_tensor_row(w, r, row.data());
-    for (int64_t t = 0; t < tokens; ++t) {
-      double acc = bias != nullptr ? bias[r] : 0.0;
-      for (int64_t i = 0; i < k; ++i)
-        acc += static_cast<double>(row[static_cast<size_t>(i)]) * x[static_cast<size_t>(t * k + i)];
-      y[static_cast<size_t>(t * n + r)] = acc;
-    }
-  }
-  return y;
+  return test::double_product(w, x, tokens, bias);
 }
 
 // got within f32 rounding of the double-precision product: 1e-5 of the largest |output| (or 1e-5).
