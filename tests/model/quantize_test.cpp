@@ -453,6 +453,72 @@ TEST(QuantizeTest, RowScaledAndBlockTypedTensorsAreChecked) {
   EXPECT_NE(bad.status().message().find("Q9_9"), std::string::npos);
 }
 
+// Random corruption of files holding inferd's types (row scales, FP8, safetensors block types)
+// never crashes (ASan in CI); what still parses has every tensor inside the buffer and a row
+// scale for every row-scaled tensor, and decodes.
+TEST(QuantizeTest, RandomMutationsOfOwnFormatsNeverCrash) {
+  std::mt19937 rng(77);
+  std::vector<std::byte> s8, s4, sf;
+  TensorView i8 = test::random_tensor(DType::kI8, 3, 64, rng, &s8);
+  TensorView f8 = test::random_tensor(DType::kF8_E4M3, 2, 32, rng, &sf);
+  TensorView q4 = test::random_tensor(DType::kQ4_G128, 2, 128, rng, &s4);
+  const std::string dir = test::temp_dir();
+  auto bytes_of = [](const TensorView& t) { return std::vector<std::byte>(t.data, t.data + t.num_bytes); };
+  auto scales_of = [](const TensorView& t) {
+    std::vector<std::byte> b(static_cast<size_t>(t.num_rows()) * sizeof(float));
+    std::memcpy(b.data(), t.row_scale, b.size());
+    return b;
+  };
+  GgufFileWriter g;
+  g.add_tensor("a", DType::kI8, {3, 64}, bytes_of(i8));
+  g.add_tensor("a_scale", DType::kF32, {3}, scales_of(i8));
+  g.add_tensor("b", DType::kF8_E4M3, {2, 32}, bytes_of(f8));
+  g.add_tensor("b_scale", DType::kF32, {2}, scales_of(f8));
+  g.add_tensor("c", DType::kQ4_G128, {2, 128}, bytes_of(q4));
+  ASSERT_TRUE(g.write(dir + "/m.gguf").is_ok());
+  SafetensorsWriter w;
+  w.add_tensor("a", DType::kI8, {3, 64}, bytes_of(i8));
+  w.add_tensor("a_scale", DType::kF32, {3}, scales_of(i8));
+  w.add_tensor("c", DType::kQ4_G128, {2, 128}, bytes_of(q4));
+  ASSERT_TRUE(w.write(dir + "/m.safetensors").is_ok());
+  for (const char* name : {"m.gguf", "m.safetensors"}) {
+    SCOPED_TRACE(name);
+    const std::vector<std::byte> good = test::read_bytes(dir + "/" + name);
+    int accepted = 0;
+    for (int iter = 0; iter < 3000; ++iter) {
+      auto b = good;
+      for (int e = 0, edits = 1 + static_cast<int>(rng() % 3); e < edits && !b.empty(); ++e) {
+        const size_t pos = rng() % b.size();
+        if (rng() % 5 == 0) {
+          b.resize(pos);
+        } else {
+          b[pos] = static_cast<std::byte>(rng() & 0xff);
+        }
+      }
+      std::vector<TensorView> tensors;
+      if (std::string(name) == "m.gguf") {
+        auto f = GgufFile::parse("m", b.data(), b.size());
+        if (!f.has_value()) continue;
+        tensors = f->tensors();
+      } else {
+        auto f = SafetensorsFile::parse("m", b.data(), b.size());
+        if (!f.has_value()) continue;
+        tensors = f->tensors();
+      }
+      ++accepted;
+      for (const TensorView& t : tensors) {
+        ASSERT_GE(t.data, b.data());
+        ASSERT_LE(t.data + t.num_bytes, b.data() + b.size());
+        ASSERT_EQ(dtype_has_row_scale(t.dtype), t.row_scale != nullptr) << t.name;
+        if (t.num_dims != 2) continue;
+        std::vector<float> row(static_cast<size_t>(t.row_length()));
+        for (int64_t r = 0; r < t.num_rows(); ++r) dequantize_tensor_row(t, r, row.data());
+      }
+    }
+    EXPECT_GT(accepted, 0);
+  }
+}
+
 TEST(QuantizeTest, ErrorsNameTheProblem) {
   const std::string dir = test::temp_dir();
   auto missing = quantize_model(dir + "/nope.gguf", dir + "/out.gguf", DType::kQ8_0);
