@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "common/half.h"
@@ -495,16 +496,19 @@ TEST(QuantizeTest, RandomMutationsOfOwnFormatsNeverCrash) {
           b[pos] = static_cast<std::byte>(rng() & 0xff);
         }
       }
-      std::vector<TensorView> tensors;
+      // The views (and their row scales) live as long as the parsed file object.
+      std::optional<GgufFile> gguf;
+      std::optional<SafetensorsFile> st;
       if (std::string(name) == "m.gguf") {
         auto f = GgufFile::parse("m", b.data(), b.size());
         if (!f.has_value()) continue;
-        tensors = f->tensors();
+        gguf.emplace(std::move(f).value());
       } else {
         auto f = SafetensorsFile::parse("m", b.data(), b.size());
         if (!f.has_value()) continue;
-        tensors = f->tensors();
+        st.emplace(std::move(f).value());
       }
+      const std::vector<TensorView>& tensors = gguf ? gguf->tensors() : st->tensors();
       ++accepted;
       for (const TensorView& t : tensors) {
         ASSERT_GE(t.data, b.data());
