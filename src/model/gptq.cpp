@@ -92,7 +92,15 @@ Status gptq_quantize(DType dtype, const float* w_f32, int64_t rows, int64_t k,
     return invalid_argument("GPTQ rounds to Q4_G128 / Q4_G64 rows of whole groups");
   if (static_cast<int64_t>(hessian.size()) != k * k)
     return invalid_argument("GPTQ: the Hessian is not k x k");
-  // M = J H J (indices reversed), damped; unused inputs (zero diagonal) get 1.
+  // Columns are rounded in `order`: by decreasing H diagonal, the inputs with the most energy
+  // first ("act order"; on SmolLM2 it took INT4's perplexity from +23.8 % to +13.9 % of F32
+  // against rounding in index order).
+  std::vector<int64_t> order(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) order[static_cast<size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return hessian[static_cast<size_t>(a * k + a)] > hessian[static_cast<size_t>(b * k + b)];
+  });
+  // M = J P H P^T J (permuted to `order`, indices reversed), damped; unused inputs get 1.
   std::vector<double> m(static_cast<size_t>(k * k));
   double mean_diag = 0;
   for (int64_t i = 0; i < k; ++i) mean_diag += hessian[static_cast<size_t>(i * k + i)];
@@ -100,7 +108,8 @@ Status gptq_quantize(DType dtype, const float* w_f32, int64_t rows, int64_t k,
   const double damp = 0.01 * (mean_diag > 0 ? mean_diag : 1.0);
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t a = std::min(i, j), b = std::max(i, j);  // upper triangle holds H
+      const int64_t oi = order[static_cast<size_t>(i)], oj = order[static_cast<size_t>(j)];
+      const int64_t a = std::min(oi, oj), b = std::max(oi, oj);  // upper triangle holds H
       double v = hessian[static_cast<size_t>(a * k + b)];
       if (i == j) v = (v == 0 ? 1.0 : v) + damp;
       m[static_cast<size_t>((k - 1 - i) + (k - 1 - j) * k)] = v;
@@ -124,26 +133,35 @@ Status gptq_quantize(DType dtype, const float* w_f32, int64_t rows, int64_t k,
   const auto row_bytes = static_cast<size_t>(dtype_bytes(dtype, k));
   const auto group_bytes = static_cast<size_t>(dtype_info(dtype).block_bytes);
   pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
-    std::vector<float> w(static_cast<size_t>(k));
-    uint8_t q[128];
+    std::vector<float> w(static_cast<size_t>(k));        // in `order`
+    std::vector<uint8_t> codes(static_cast<size_t>(k));  // by input index
+    std::vector<float> gd(static_cast<size_t>(k / group)), gm(gd.size());
     for (int64_t r = begin; r < end; ++r) {
-      std::memcpy(w.data(), w_f32 + r * k, static_cast<size_t>(k) * sizeof(float));
+      const float* src = w_f32 + r * k;
       std::byte* dst = out + static_cast<size_t>(r) * row_bytes;
+      for (int64_t i = 0; i < k; ++i) w[static_cast<size_t>(i)] = src[order[static_cast<size_t>(i)]];
+      // Each group's (d, m) from the original weights, up front: the columns of a group are
+      // scattered through `order` ("static groups").
       for (int64_t g = 0; g < k / group; ++g) {
         std::byte* blk = dst + static_cast<size_t>(g) * group_bytes;
-        // The group's (d, m) from its weights as they are now.
-        quantize_row(dtype, w.data() + g * group, blk, group);
-        const float d = load_f16(blk), mn = load_f16(blk + 2);
-        for (int64_t c = 0; c < group; ++c) {
-          const int64_t i = g * group + c;
-          const float v = d > 0 ? std::nearbyint((w[static_cast<size_t>(i)] - mn) / d) : 0.0f;
-          const auto code = static_cast<uint8_t>(std::min(15.0f, std::max(0.0f, v)));
-          q[c] = code;
-          const float err = (w[static_cast<size_t>(i)] - (static_cast<float>(code) * d + mn)) /
-                            u[static_cast<size_t>(i * k + i)];
-          const float* ui = &u[static_cast<size_t>(i * k)];
-          for (int64_t j = i + 1; j < k; ++j) w[static_cast<size_t>(j)] -= err * ui[j];
-        }
+        quantize_row(dtype, src + g * group, blk, group);
+        gd[static_cast<size_t>(g)] = load_f16(blk);
+        gm[static_cast<size_t>(g)] = load_f16(blk + 2);
+      }
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t col = order[static_cast<size_t>(i)], g = col / group;
+        const float d = gd[static_cast<size_t>(g)], mn = gm[static_cast<size_t>(g)];
+        const float v = d > 0 ? std::nearbyint((w[static_cast<size_t>(i)] - mn) / d) : 0.0f;
+        const auto code = static_cast<uint8_t>(std::min(15.0f, std::max(0.0f, v)));
+        codes[static_cast<size_t>(col)] = code;
+        const float err = (w[static_cast<size_t>(i)] - (static_cast<float>(code) * d + mn)) /
+                          u[static_cast<size_t>(i * k + i)];
+        const float* ui = &u[static_cast<size_t>(i * k)];
+        for (int64_t j = i + 1; j < k; ++j) w[static_cast<size_t>(j)] -= err * ui[j];
+      }
+      for (int64_t g = 0; g < k / group; ++g) {
+        std::byte* blk = dst + static_cast<size_t>(g) * group_bytes;
+        const uint8_t* q = &codes[static_cast<size_t>(g * group)];
         for (int64_t c = 0; c < group / 2; ++c)
           blk[4 + c] = static_cast<std::byte>(q[c] | (q[c + group / 2] << 4));
       }

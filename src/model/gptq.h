@@ -2,12 +2,13 @@
 //
 // The model runs over a calibration text on the f32 path while CalibrationStats collects, for
 // every layer and linear input (attention, O, MLP, down), H = sum over tokens of x x^T. Each
-// matrix is then rounded one input column at a time in order (Frantar et al., "GPTQ", 2022): a
-// column's rounding error, scaled by the inverse Hessian's Cholesky factor, is spread over the
-// columns not yet rounded, so the layer's output on the calibration inputs moves as little as
-// possible. Group scales and minimums are chosen (by quantize_row's search) from the group's
-// weights as updated when its first column is reached. H goes through OpenBLAS (ssyrk) and
-// LAPACK (dpotrf, dtrtri).
+// matrix is then rounded one input column at a time (Frantar et al., "GPTQ", 2022), the inputs
+// with the largest second moment first ("act order"): a column's rounding error, scaled by the
+// inverse Hessian's Cholesky factor, is spread over the columns not yet rounded, so the layer's
+// output on the calibration inputs moves as little as possible. Group scales and minimums are
+// chosen up front by quantize_row's search on the original weights ("static groups", since a
+// group's columns are scattered through the order). H goes through OpenBLAS (ssyrk) and LAPACK
+// (dpotrf, dtrtri).
 #pragma once
 
 #include <cstddef>
