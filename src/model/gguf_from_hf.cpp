@@ -1,9 +1,9 @@
 #include "model/gguf_from_hf.h"
 
 #include <cstring>
-#include <regex>
 #include <vector>
 
+#include "model/tensor_names.h"
 #include "tokenizer/pre_tokenizer.h"
 
 namespace inferd {
@@ -117,38 +117,18 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf) {
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
-  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
-  std::smatch m;
-  if (!std::regex_match(hf, m, layer)) return std::nullopt;
-  static const std::pair<const char*, const char*> kNames[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},
-      {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},
-      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"}};
-  for (const auto& [from, to] : kNames) {
-    if (m[2].str() == from) return "blk." + m[1].str() + "." + to;
-  }
+  int64_t layer = 0;
+  LayerTensor role{};
+  if (parse_layer_tensor(hf, &layer, &role)) return gguf_layer_tensor(role, layer);
   return std::nullopt;
 }
 
 int64_t rope_permute_heads(const ModelConfig& c, const std::string& hf) {
-  if (c.arch != Architecture::kLlama) return 0;
-  const auto ends_with = [&](const char* s) {
-    const size_t n = std::strlen(s);
-    return hf.size() >= n && hf.compare(hf.size() - n, n, s) == 0;
-  };
-  if (ends_with("self_attn.q_proj.weight")) return c.num_heads;
-  if (ends_with("self_attn.k_proj.weight")) return c.num_kv_heads;
+  int64_t layer = 0;
+  LayerTensor role{};
+  if (c.arch != Architecture::kLlama || !parse_layer_tensor(hf, &layer, &role)) return 0;
+  if (role == LayerTensor::kWq) return c.num_heads;
+  if (role == LayerTensor::kWk) return c.num_kv_heads;
   return 0;
 }
 

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <regex>
 
 #include "bench/perplexity.h"
 #include "common/half.h"
+#include "model/tensor_names.h"
 #include "tensor/quantize.h"
 
 extern "C" {
@@ -65,24 +65,18 @@ Expected<CalibrationStats> calibrate(const ModelWeights& weights, std::span<cons
 }
 
 bool linear_input_of(const std::string& name, int64_t* layer, LinearInput* input) {
-  static const std::regex gguf(
-      R"(blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight)");
-  static const std::regex hf(
-      R"(model\.layers\.(\d+)\.(self_attn\.q_proj|self_attn\.k_proj|self_attn\.v_proj|self_attn\.o_proj|mlp\.gate_proj|mlp\.up_proj|mlp\.down_proj)\.weight)");
-  std::smatch m;
-  if (!std::regex_match(name, m, gguf) && !std::regex_match(name, m, hf)) return false;
-  *layer = std::stoll(m[1].str());
-  const std::string role = m[2].str();
-  if (role == "attn_output" || role == "self_attn.o_proj") {
-    *input = LinearInput::kOutput;
-  } else if (role == "ffn_down" || role == "mlp.down_proj") {
-    *input = LinearInput::kDown;
-  } else if (role == "ffn_gate" || role == "ffn_up" || role == "mlp.gate_proj" || role == "mlp.up_proj") {
-    *input = LinearInput::kMlp;
-  } else {
-    *input = LinearInput::kAttention;
+  LayerTensor role{};
+  if (!parse_layer_tensor(name, layer, &role)) return false;
+  switch (role) {
+    case LayerTensor::kWq:
+    case LayerTensor::kWk:
+    case LayerTensor::kWv: *input = LinearInput::kAttention; return true;
+    case LayerTensor::kWo: *input = LinearInput::kOutput; return true;
+    case LayerTensor::kGate:
+    case LayerTensor::kUp: *input = LinearInput::kMlp; return true;
+    case LayerTensor::kDown: *input = LinearInput::kDown; return true;
+    default: return false;
   }
-  return true;
 }
 
 Status gptq_quantize(DType dtype, const float* w_f32, int64_t rows, int64_t k,

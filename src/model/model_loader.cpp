@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "model/tensor_names.h"
 #include "tensor/dequantize.h"
 
 namespace inferd {
@@ -16,37 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class Role { kAttnNorm, kWq, kWk, kWv, kWo, kBq, kBk, kBv, kQNorm, kKNorm, kFfnNorm, kGate, kUp, kDown };
-
-// Tensor names of each role, in GGUF's and in Hugging Face's naming.
-std::string gguf_name(Role r, int64_t layer) {
-  static const char* const kNames[] = {
-      "attn_norm.weight", "attn_q.weight",   "attn_k.weight", "attn_v.weight",      "attn_output.weight",
-      "attn_q.bias",      "attn_k.bias",     "attn_v.bias",   "attn_q_norm.weight", "attn_k_norm.weight",
-      "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
-  return "blk." + std::to_string(layer) + "." + kNames[static_cast<int>(r)];
-}
-
-std::string hf_name(Role r, int64_t layer) {
-  static const char* const kNames[] = {"input_layernorm.weight",
-                                       "self_attn.q_proj.weight",
-                                       "self_attn.k_proj.weight",
-                                       "self_attn.v_proj.weight",
-                                       "self_attn.o_proj.weight",
-                                       "self_attn.q_proj.bias",
-                                       "self_attn.k_proj.bias",
-                                       "self_attn.v_proj.bias",
-                                       "self_attn.q_norm.weight",
-                                       "self_attn.k_norm.weight",
-                                       "post_attention_layernorm.weight",
-                                       "mlp.gate_proj.weight",
-                                       "mlp.up_proj.weight",
-                                       "mlp.down_proj.weight"};
-  return "model.layers." + std::to_string(layer) + "." + kNames[static_cast<int>(r)];
-}
-
 struct Names {
-  std::function<std::string(Role, int64_t)> layer;
+  std::function<std::string(LayerTensor, int64_t)> layer;
   std::string embedding, final_norm, lm_head;
 };
 
@@ -100,25 +72,25 @@ Status bind_weights(const Names& names, WeightBinder& b, ModelWeights* m) {
   m->layers.resize(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = m->layers[static_cast<size_t>(i)];
-    auto n = [&](Role r) { return names.layer(r, i); };
-    INFERD_ASSIGN_OR_RETURN(l.attn_norm, b.vector(n(Role::kAttnNorm), c.hidden_size));
-    INFERD_ASSIGN_OR_RETURN(l.wq, b.matrix(n(Role::kWq), c.q_dim(), c.hidden_size));
-    INFERD_ASSIGN_OR_RETURN(l.wk, b.matrix(n(Role::kWk), c.kv_dim(), c.hidden_size));
-    INFERD_ASSIGN_OR_RETURN(l.wv, b.matrix(n(Role::kWv), c.kv_dim(), c.hidden_size));
-    INFERD_ASSIGN_OR_RETURN(l.wo, b.matrix(n(Role::kWo), c.hidden_size, c.q_dim()));
+    auto n = [&](LayerTensor r) { return names.layer(r, i); };
+    INFERD_ASSIGN_OR_RETURN(l.attn_norm, b.vector(n(LayerTensor::kAttnNorm), c.hidden_size));
+    INFERD_ASSIGN_OR_RETURN(l.wq, b.matrix(n(LayerTensor::kWq), c.q_dim(), c.hidden_size));
+    INFERD_ASSIGN_OR_RETURN(l.wk, b.matrix(n(LayerTensor::kWk), c.kv_dim(), c.hidden_size));
+    INFERD_ASSIGN_OR_RETURN(l.wv, b.matrix(n(LayerTensor::kWv), c.kv_dim(), c.hidden_size));
+    INFERD_ASSIGN_OR_RETURN(l.wo, b.matrix(n(LayerTensor::kWo), c.hidden_size, c.q_dim()));
     if (c.attention_bias) {
-      INFERD_ASSIGN_OR_RETURN(l.bq, b.vector(n(Role::kBq), c.q_dim()));
-      INFERD_ASSIGN_OR_RETURN(l.bk, b.vector(n(Role::kBk), c.kv_dim()));
-      INFERD_ASSIGN_OR_RETURN(l.bv, b.vector(n(Role::kBv), c.kv_dim()));
+      INFERD_ASSIGN_OR_RETURN(l.bq, b.vector(n(LayerTensor::kBq), c.q_dim()));
+      INFERD_ASSIGN_OR_RETURN(l.bk, b.vector(n(LayerTensor::kBk), c.kv_dim()));
+      INFERD_ASSIGN_OR_RETURN(l.bv, b.vector(n(LayerTensor::kBv), c.kv_dim()));
     }
     if (c.qk_norm) {
-      INFERD_ASSIGN_OR_RETURN(l.q_norm, b.vector(n(Role::kQNorm), c.head_dim));
-      INFERD_ASSIGN_OR_RETURN(l.k_norm, b.vector(n(Role::kKNorm), c.head_dim));
+      INFERD_ASSIGN_OR_RETURN(l.q_norm, b.vector(n(LayerTensor::kQNorm), c.head_dim));
+      INFERD_ASSIGN_OR_RETURN(l.k_norm, b.vector(n(LayerTensor::kKNorm), c.head_dim));
     }
-    INFERD_ASSIGN_OR_RETURN(l.ffn_norm, b.vector(n(Role::kFfnNorm), c.hidden_size));
-    INFERD_ASSIGN_OR_RETURN(l.w_gate, b.matrix(n(Role::kGate), c.intermediate_size, c.hidden_size));
-    INFERD_ASSIGN_OR_RETURN(l.w_up, b.matrix(n(Role::kUp), c.intermediate_size, c.hidden_size));
-    INFERD_ASSIGN_OR_RETURN(l.w_down, b.matrix(n(Role::kDown), c.hidden_size, c.intermediate_size));
+    INFERD_ASSIGN_OR_RETURN(l.ffn_norm, b.vector(n(LayerTensor::kFfnNorm), c.hidden_size));
+    INFERD_ASSIGN_OR_RETURN(l.w_gate, b.matrix(n(LayerTensor::kGate), c.intermediate_size, c.hidden_size));
+    INFERD_ASSIGN_OR_RETURN(l.w_up, b.matrix(n(LayerTensor::kUp), c.intermediate_size, c.hidden_size));
+    INFERD_ASSIGN_OR_RETURN(l.w_down, b.matrix(n(LayerTensor::kDown), c.hidden_size, c.intermediate_size));
   }
   m->weight_bytes = b.bytes();
   return Status::ok();
@@ -133,7 +105,7 @@ Expected<std::unique_ptr<ModelWeights>> load_gguf(const std::string& path) {
   m->source_format = "gguf";
   const GgufFile* g = m->gguf.get();
   WeightBinder binder(path, [g](const std::string& n) { return g->find_tensor(n); });
-  Names names{gguf_name, "token_embd.weight", "output_norm.weight", "output.weight"};
+  Names names{gguf_layer_tensor, "token_embd.weight", "output_norm.weight", "output.weight"};
   INFERD_RETURN_IF_ERROR(bind_weights(names, binder, m.get()));
   return m;
 }
@@ -192,7 +164,7 @@ Expected<std::unique_ptr<ModelWeights>> load_hf_dir(const fs::path& dir) {
   // A checkpoint without lm_head ties it to the embedding whatever the config says.
   if (find("lm_head.weight") == nullptr) m->config.tie_word_embeddings = true;
   WeightBinder binder(dir.string(), find);
-  Names names{hf_name, "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+  Names names{hf_layer_tensor, "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
   INFERD_RETURN_IF_ERROR(bind_weights(names, binder, m.get()));
   return m;
 }

@@ -36,6 +36,9 @@ TEST(GptqTest, NamesMapToTheirLinearInputs) {
   EXPECT_EQ(input, LinearInput::kDown);
   EXPECT_FALSE(linear_input_of("token_embd.weight", &layer, &input));
   EXPECT_FALSE(linear_input_of("blk.0.attn_norm.weight", &layer, &input));
+  EXPECT_FALSE(linear_input_of("blk.x.attn_q.weight", &layer, &input));
+  EXPECT_FALSE(linear_input_of("blk.3attn_q.weight", &layer, &input));
+  EXPECT_FALSE(linear_input_of("model.layers.3.mlp.down_proj.weight_scale", &layer, &input));
 }
 
 // The statistics are X^T X of what each layer's matrices receive, summed over the chunks.
