@@ -12,6 +12,11 @@ the added tokens of Qwen2.5 / Qwen3 at ids 151643..151668 (<think> and the tool 
 added but not special, as in Qwen's own tokenizer.json). Writes tokenizer.json and a minimal
 tokenizer_config.json (eos <|im_end|>).
 """
+# Runs under the checkout's virtual environment (.venv, made by scripts/setup: the PyPI packages).
+import os, pathlib, sys  # noqa: E401,E402
+_venv = pathlib.Path(__file__).resolve().parents[1] / ".venv"
+if (_venv / "bin/python").exists() and pathlib.Path(sys.prefix).resolve() != _venv.resolve():
+    os.execv(str(_venv / "bin/python"), [str(_venv / "bin/python"), *sys.argv])
 import base64
 import importlib.util
 import json

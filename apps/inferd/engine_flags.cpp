@@ -19,7 +19,9 @@ void add_matmul_flag(CLI::App* cmd, std::string* matmul) {
       ->check(CLI::Validator(
           [](const std::string& v) {
             return v == "onednn" && !OneDnnWeight::available()
-                       ? std::string("this build has no oneDNN (install libdnnl-dev and rebuild)")
+                       ? std::string(
+                             "this build has no oneDNN (scripts/setup installs libdnnl-dev with the OpenCL "
+                             "headers and loader its CMake config needs; then rebuild)")
                        : std::string();
           },
           "", "oneDNN built in"));

@@ -10,6 +10,11 @@ scripts/fixtures/requirements.txt; not needed by the tests), each in its own pro
 
   python3 scripts/bench/baseline.py [--prompt-len 128] [--gen 64] [--threads 2] [--repeats 3]
 """
+# Runs under the checkout's virtual environment (.venv, made by scripts/setup: the PyPI packages).
+import os, pathlib, sys  # noqa: E401,E402
+_venv = pathlib.Path(__file__).resolve().parents[2] / ".venv"
+if (_venv / "bin/python").exists() and pathlib.Path(sys.prefix).resolve() != _venv.resolve():
+    os.execv(str(_venv / "bin/python"), [str(_venv / "bin/python"), *sys.argv])
 import argparse
 import importlib.util
 import json

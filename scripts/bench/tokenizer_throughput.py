@@ -10,6 +10,11 @@ document (per-call Python overhead included) and with encode_batch (none), with
 RAYON_NUM_THREADS=1; inferd runs `inferd tokenize --jsonl`. Both counts of tokens
 must agree.
 """
+# Runs under the checkout's virtual environment (.venv, made by scripts/setup: the PyPI packages).
+import os, pathlib, sys  # noqa: E401,E402
+_venv = pathlib.Path(__file__).resolve().parents[2] / ".venv"
+if (_venv / "bin/python").exists() and pathlib.Path(sys.prefix).resolve() != _venv.resolve():
+    os.execv(str(_venv / "bin/python"), [str(_venv / "bin/python"), *sys.argv])
 import argparse
 import json
 import os

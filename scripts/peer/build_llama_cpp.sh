@@ -8,7 +8,9 @@
 set -euo pipefail
 VERSION=0.3.36
 PEER_DIR=${INFERD_PEER_DIR:-$HOME/.cache/inferd-peer}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python3}
+[ -n "${PYTHON:-}" ] || [ ! -x "$ROOT/.venv/bin/python" ] || PY="$ROOT/.venv/bin/python"  # scripts/setup's venv
 JOBS=${JOBS:-$(nproc)}
 BIN="$PEER_DIR/bin"
 if [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-batched-bench" ] &&

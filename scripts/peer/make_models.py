@@ -12,6 +12,11 @@
   biases are F32. Speed, not output quality, is what these are for.
 DIR defaults to $INFERD_PEER_DIR/models (~/.cache/inferd-peer/models). Existing files are kept.
 """
+# Runs under the checkout's virtual environment (.venv, made by scripts/setup: the PyPI packages).
+import os, pathlib, sys  # noqa: E401,E402
+_venv = pathlib.Path(__file__).resolve().parents[2] / ".venv"
+if (_venv / "bin/python").exists() and pathlib.Path(sys.prefix).resolve() != _venv.resolve():
+    os.execv(str(_venv / "bin/python"), [str(_venv / "bin/python"), *sys.argv])
 import argparse
 import json
 import os

@@ -212,7 +212,9 @@ bool OneDnnWeight::available() {
 }
 
 Expected<OneDnnWeight> OneDnnWeight::create(std::span<const TensorView* const>, bool, int) {
-  return unsupported("this build of inferd has no oneDNN (install libdnnl-dev and rebuild)");
+  return unsupported(
+      "this build of inferd has no oneDNN (scripts/setup installs libdnnl-dev and the OpenCL "
+      "headers and loader its CMake config needs; then rebuild)");
 }
 
 void OneDnnWeight::run(const float*, int64_t, std::span<const QuantMatmulOutput>, ThreadPool&) const {}

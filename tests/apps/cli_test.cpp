@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/generator.h"
+#include "kernels/onednn_matmul.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "test_support.h"
@@ -45,6 +46,20 @@ void expect_one_line_error(const Result& r, const std::string& fragment) {
   EXPECT_EQ(r.err.rfind("inferd: error: ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
+}
+
+// oneDNN is optional at build time (-DINFERD_WITH_ONEDNN=OFF, or not installed): without it
+// --matmul onednn is a one-line error that names it; with it the same run generates.
+TEST(CliTest, OneDnnMatmulRunsOrSaysItIsAbsent) {
+  const std::string model = test::fixture_path("tiny/llama_tied/model-f32.gguf");
+  Result r = run_inferd("run --model " + model + " --prompt-ids 1,2,3,4 -n 6 -t 2 --matmul onednn");
+  if (OneDnnWeight::available()) {
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(parse_ids(r.out).size(), 6u) << r.out;
+  } else {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("no oneDNN"), std::string::npos) << r.err;
+  }
 }
 
 TEST(CliTest, GreedyRunMatchesLibrary) {
@@ -87,7 +102,7 @@ TEST(CliTest, InfoPrintsConfig) {
 // Text in, streamed text out: equals the library's greedy generation decoded in one piece.
 TEST(CliTest, TextPromptStreamsDecodedText) {
   auto path = default_model_path();
-  if (!path) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(path.has_value(), "default model not installed");
   const std::string prompt = "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n";
   Result r = run_inferd("run -n 24 -t 2 --prompt '" + prompt + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -110,7 +125,7 @@ TEST(CliTest, TextPromptStreamsDecodedText) {
 }
 
 TEST(CliTest, ChatUsesTheTemplateAndGenerateTakesMessages) {
-  if (!default_model_path()) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(default_model_path().has_value(), "default model not installed");
   Result chat = run_inferd("run -n 12 --chat 'What is 2+2?' --system 'Answer briefly.'");
   ASSERT_EQ(chat.exit_code, 0) << chat.err;
   EXPECT_GT(chat.out.size(), 1u);
@@ -132,7 +147,7 @@ TEST(CliTest, ChatUsesTheTemplateAndGenerateTakesMessages) {
 }
 
 TEST(CliTest, TokenizePrintsIds) {
-  if (!default_model_path()) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(default_model_path().has_value(), "default model not installed");
   Result plain = run_inferd("tokenize --text 'Hi <|im_end|> 42'");
   Result special = run_inferd("tokenize --allow-special --text 'Hi <|im_end|> 42'");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
