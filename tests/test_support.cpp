@@ -10,10 +10,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "common/half.h"
@@ -51,6 +53,16 @@ std::string read_text(const std::string& path) {
 void write_bytes(const std::string& path, const std::vector<std::byte>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+bool prerequisites_required() {
+  const char* ci = std::getenv("CI");
+  return (ci != nullptr && std::string_view(ci) == "true") ||
+         std::getenv("INFERD_REQUIRE_PREREQUISITES") != nullptr;
+}
+
+std::string python() {
+  return INFERD_PYTHON;
 }
 
 std::string temp_dir() {

@@ -18,6 +18,12 @@ void write_bytes(const std::string& path, const std::vector<std::byte>& bytes);
 // A fresh empty directory under the system temp dir.
 std::string temp_dir();
 
+// Whether a missing prerequisite (the default model, redis-server, a PyPI package) must fail the
+// test rather than skip it: in CI (CI=true) and in scripts/test (INFERD_REQUIRE_PREREQUISITES).
+bool prerequisites_required();
+// The Python that has the project's PyPI packages (the checkout's .venv when scripts/setup made it).
+std::string python();
+
 // A real redis-server (Debian's) on a free loopback port, run as a child process for one test:
 // started by start(), killed hard by kill() (a crash), stopped cleanly by the destructor.
 class RedisServer {
@@ -82,3 +88,13 @@ class GgufWriter {
 };
 
 }  // namespace inferd::test
+
+// Skips the test when `available` is false, saying `what` is missing; fails it instead where
+// prerequisites are required (see prerequisites_required()).
+#define INFERD_REQUIRE_OR_SKIP(available, what)                                                 \
+  do {                                                                                          \
+    if (!(available)) {                                                                         \
+      if (::inferd::test::prerequisites_required()) FAIL() << "missing prerequisite: " << what; \
+      GTEST_SKIP() << what;                                                                     \
+    }                                                                                           \
+  } while (0)

@@ -19,7 +19,7 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--port", s.port, "port to listen on (0: any free port)");
   cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
   cmd->add_flag("--protect-metrics", s.protect_metrics,
-                "with --api-key: /health and /metrics need the key too");
+                "with --api-key: /metrics needs the key too (/health stays open)");
   cmd->add_option("--served-model-name", s.served_model_name,
                   "model name in the API (default: the model file's name)");
   cmd->add_option("--metrics-prefix", s.metrics_prefix,
@@ -34,7 +34,11 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--write-timeout", s.write_timeout_seconds, "seconds a client may stall one write")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-queue", s.max_queue, "waiting requests beyond which new ones get 429")
+  cmd->add_option("--max-queue", s.max_queue,
+                  "waiting sequences (each prompt x n) beyond which new requests get 429")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-prompts", s.max_prompts,
+                  "prompts one /v1/completions request may carry (400 beyond)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-grace", s.shutdown_grace_seconds,
                   "on SIGTERM, seconds in-flight requests get to finish before they are aborted")

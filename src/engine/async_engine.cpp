@@ -20,6 +20,7 @@ RequestId AsyncEngine::submit(RequestSpec spec, OutputCallback on_output) {
   const RequestId id = next_id_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    num_submitted_sequences_ += num_finished_outputs(spec);
     submissions_.push_back({id, std::move(spec), std::move(on_output)});
   }
   wake_.notify_one();
@@ -46,10 +47,15 @@ void AsyncEngine::take_commands() {
     subs.swap(submissions_);
     aborts.swap(aborts_);
   }
+  int64_t taken_sequences = 0;
   for (auto& s : subs) {
+    taken_sequences += num_finished_outputs(s.spec);
     callbacks_.emplace(s.id, Listener{std::move(s.callback), num_finished_outputs(s.spec)});
     engine_.add(std::move(s.spec), s.id);
   }
+  // Counted as waiting before they leave the submission count: never in neither.
+  num_waiting_sequences_ = engine_.scheduler().num_waiting_sequences();
+  num_submitted_sequences_ -= taken_sequences;
   for (const auto& [id, index] : aborts) {
     if (index < 0) {
       engine_.abort(id);
@@ -84,6 +90,7 @@ void AsyncEngine::loop() {
     // response sees the state that response left (e.g. its session pinned).
     num_running_ = engine_.scheduler().num_running();
     num_waiting_ = engine_.scheduler().num_waiting();
+    num_waiting_sequences_ = engine_.scheduler().num_waiting_sequences();
     num_free_blocks_ = engine_.block_pool().num_free_blocks();
     num_preemptions_ = engine_.scheduler().num_preemptions();
     prefix_queries_ = engine_.kv_cache_manager().prefix_query_tokens();

@@ -40,6 +40,11 @@ class AsyncEngine final {
   // Counters for metrics, updated after every step. Thread-safe.
   int64_t num_running() const { return num_running_.load(); }
   int64_t num_waiting() const { return num_waiting_.load(); }
+  // Sequences (each prompt's n samples) submitted and not yet running: those still in the
+  // submission queue and those the scheduler holds waiting. What a queue limit counts. Thread-safe.
+  int64_t num_queued_sequences() const {
+    return num_submitted_sequences_.load() + num_waiting_sequences_.load();
+  }
   int64_t num_free_blocks() const { return num_free_blocks_.load(); }
   int64_t num_blocks() const { return engine_.block_pool().num_blocks(); }
   int64_t num_preemptions() const { return num_preemptions_.load(); }
@@ -74,7 +79,8 @@ class AsyncEngine final {
   };
   std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
   std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0},
-      prefix_queries_{0}, prefix_hits_{0}, sessions_{0}, pinned_blocks_{0}, revived_blocks_{0};
+      prefix_queries_{0}, prefix_hits_{0}, sessions_{0}, pinned_blocks_{0}, revived_blocks_{0},
+      num_submitted_sequences_{0}, num_waiting_sequences_{0};
   std::thread thread_;
 };
 

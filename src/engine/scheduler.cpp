@@ -72,6 +72,8 @@ ScheduledBatch Scheduler::schedule() {
   int64_t budget = options_.max_num_batched_tokens;
   const bool prefill_first = options_.policy == SchedulePolicy::kPrefillFirst ||
                              (options_.policy == SchedulePolicy::kAdaptive && adaptive_prefers_prefill());
+  if (options_.policy == SchedulePolicy::kAdaptive)
+    ++(prefill_first ? adaptive_choices_.prefill_first : adaptive_choices_.decode_first);
   if (!prefill_first) {
     schedule_running(&batch, &budget);
     admit_waiting(&batch, &budget, budget);
@@ -217,6 +219,12 @@ void Scheduler::accept_token(Request* r, int32_t token) {
              r->num_tokens() >= options_.max_model_len) {
     finish(r, FinishReason::kLength);
   }
+}
+
+int64_t Scheduler::num_waiting_sequences() const {
+  int64_t n = 0;
+  for (const Request* r : waiting_) n += r->forked ? 1 : r->num_samples;
+  return n;
 }
 
 void Scheduler::add_forked(std::unique_ptr<Request> request, int32_t first_token) {

@@ -80,6 +80,11 @@ class Scheduler final {
   void observe_step(const ScheduledBatch& batch, double seconds);
   // The rule kAdaptive applies; exposed for tests and metrics.
   bool adaptive_prefers_prefill() const;
+  // Steps the adaptive policy ran prefill-first and decode-first (kAdaptive only).
+  struct AdaptiveChoices {
+    int64_t prefill_first = 0, decode_first = 0;
+  };
+  AdaptiveChoices adaptive_choices() const { return adaptive_choices_; }
 
   // Requests finished since the last call (ownership passes to the caller).
   std::vector<std::unique_ptr<Request>> take_finished();
@@ -87,6 +92,8 @@ class Scheduler final {
   // Whether the request is waiting or running.
   bool contains(RequestId id) const { return requests_.count(id) != 0; }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  // Sequences the waiting requests stand for: a request whose n samples are not forked yet counts n.
+  int64_t num_waiting_sequences() const;
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
@@ -112,6 +119,7 @@ class Scheduler final {
   std::vector<Request*> running_;  // in admission order
   std::vector<std::unique_ptr<Request>> finished_;
   int64_t num_preemptions_ = 0;
+  AdaptiveChoices adaptive_choices_;
   int64_t step_ = 0;
   // Exponential moving averages of measured step costs (0 until first seen).
   double prefill_seconds_per_request_ = 0;

@@ -70,6 +70,9 @@ struct Connection {
   tcp::socket socket;
   net::steady_timer deadline;
   bool client_gone = false;
+  // A stream's body framing: chunked on HTTP/1.1; HTTP/1.0 has no chunked coding (RFC 9112
+  // section 6.1), so its stream is the raw events, ended by closing the connection.
+  bool chunked_stream = true;
 };
 
 // Outputs of one HTTP request's engine requests, handed from the engine thread to the I/O thread.
@@ -237,8 +240,9 @@ struct HttpServer::Impl {
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
     const bool get = req.method() == http::verb::get;
     const bool post = req.method() == http::verb::post;
-    const bool open_endpoint = target == "/health" || target == "/metrics";
-    if ((!open_endpoint || options.protect_metrics) && !authorized(req)) {
+    // Probes reach /health without a key (orchestrators send none); /metrics unless protected.
+    const bool open_endpoint = target == "/health" || (target == "/metrics" && !options.protect_metrics);
+    if (!open_endpoint && !authorized(req)) {
       Response res =
           error_response(req, ApiError{401, "a valid API key is required (Authorization: Bearer ...)",
                                        "authentication_error", "", "invalid_api_key"});
@@ -490,6 +494,11 @@ struct HttpServer::Impl {
           last != std::string::npos && last + 1 >= 7 && chat->text.compare(last + 1 - 7, 7, "<think>") == 0;
       prompts.push_back(std::move(chat->ids));
     } else {
+      if (static_cast<int64_t>(g.prompts.size()) > options.max_prompts)
+        return fail(ApiError{400,
+                             "the request has " + std::to_string(g.prompts.size()) + " prompts; at most " +
+                                 std::to_string(options.max_prompts) + " are accepted in one request",
+                             "invalid_request_error", "prompt", ""});
       for (const PromptInput& in : g.prompts) {
         if (in.is_ids) {
           prompts.push_back(in.ids);
@@ -526,10 +535,21 @@ struct HttpServer::Impl {
       }
       max_tokens = std::max(max_tokens, want);
     }
-    if (ctx.engine->num_waiting() >= options.max_queue)
+    // The queue limit counts sequences: every prompt, times n.
+    const int64_t sequences = static_cast<int64_t>(prompts.size()) * g.n;
+    if (sequences > options.max_queue)
+      return fail(ApiError{400,
+                           "the request needs " + std::to_string(sequences) +
+                               " sequences (prompts x n), more than " + "the server ever queues (" +
+                               std::to_string(options.max_queue) + ")",
+                           "invalid_request_error", endpoint == ApiEndpoint::kChat ? "n" : "prompt", ""});
+    const int64_t queued = ctx.engine->num_queued_sequences();
+    if (queued + sequences > options.max_queue)
       return fail(ApiError{429,
-                           "the server is at capacity (" + std::to_string(options.max_queue) +
-                               " requests waiting); retry later",
+                           "the server is at capacity (" + std::to_string(queued) + " of " +
+                               std::to_string(options.max_queue) +
+                               " queue places taken, this request needs " + std::to_string(sequences) +
+                               "); retry later",
                            "rate_limit_error", "", "queue_full"});
     return std::nullopt;
   }
@@ -607,8 +627,9 @@ struct HttpServer::Impl {
       head.set(http::field::server, "inferd");
       head.set(http::field::content_type, "text/event-stream");
       head.set(http::field::cache_control, "no-cache");
-      head.chunked(true);
-      head.keep_alive(req.keep_alive());
+      conn->chunked_stream = req.version() >= 11;
+      head.chunked(conn->chunked_stream);
+      head.keep_alive(conn->chunked_stream && req.keep_alive());
       http::response_serializer<http::empty_body> sr{head};
       conn->expire_after(options.write_timeout_seconds);
       boost::system::error_code ec;
@@ -778,8 +799,12 @@ struct HttpServer::Impl {
     if (!ok || conn.client_gone) co_return;
     conn.expire_after(options.write_timeout_seconds);
     boost::system::error_code ec;
-    co_await net::async_write(conn.socket, http::make_chunk(net::buffer(data)),
-                              net::redirect_error(use_awaitable, ec));
+    if (conn.chunked_stream) {
+      co_await net::async_write(conn.socket, http::make_chunk(net::buffer(data)),
+                                net::redirect_error(use_awaitable, ec));
+    } else {
+      co_await net::async_write(conn.socket, net::buffer(data), net::redirect_error(use_awaitable, ec));
+    }
     conn.never_expire();
     if (ec) {
       ok = false;
@@ -795,6 +820,11 @@ struct HttpServer::Impl {
     const std::string done = "data: [DONE]\n\n";
     conn.expire_after(options.write_timeout_seconds);
     boost::system::error_code ec;
+    if (!conn.chunked_stream) {  // HTTP/1.0: the close ends the body
+      co_await net::async_write(conn.socket, net::buffer(done), net::redirect_error(use_awaitable, ec));
+      conn.never_expire();
+      co_return false;
+    }
     co_await net::async_write(conn.socket, http::make_chunk(net::buffer(done)),
                               net::redirect_error(use_awaitable, ec));
     if (!ec)

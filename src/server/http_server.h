@@ -21,7 +21,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;          // 0: any free port (tests)
   std::string api_key;           // empty: no authentication
-  bool protect_metrics = false;  // with api_key: /health and /metrics need it too
+  bool protect_metrics = false;  // with api_key: /metrics needs it too (/health stays open for probes)
   std::string served_model_name;
   std::string metrics_prefix = "inferd";
   bool reasoning_parser = false;  // <think>...</think> -> reasoning_content
@@ -30,7 +30,8 @@ struct ServerOptions {
   double header_timeout_seconds = 10;  // to receive a whole request once its first byte arrived
   double idle_timeout_seconds = 60;    // keep-alive wait for the next request
   double write_timeout_seconds = 30;   // for each write to a client that stopped reading
-  int64_t max_queue = 1024;            // waiting requests beyond which new ones get 429
+  int64_t max_queue = 1024;            // waiting sequences (prompts x n) beyond which new ones get 429
+  int64_t max_prompts = 256;           // prompts in one /v1/completions request (400 beyond)
   double shutdown_grace_seconds = 30;
 };
 

@@ -124,7 +124,7 @@ class BenchDatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto path = default_model_path();
-    if (!path) GTEST_SKIP() << path.status().message();
+    INFERD_REQUIRE_OR_SKIP(path.has_value(), path.status().message());
     auto w = load_model(*path);
     ASSERT_TRUE(w.has_value());
     weights_ = std::move(*w);

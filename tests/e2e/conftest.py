@@ -16,9 +16,23 @@ BINARY = os.environ.get("INFERD_BINARY", os.path.join(ROOT, "build", "inferd"))
 API_KEY = "test-key"
 
 
+def require(available, what):
+    """Skips the test when a prerequisite is missing; fails it in CI (CI=true) and in scripts/test
+    (INFERD_REQUIRE_PREREQUISITES), where every prerequisite must be installed."""
+    if available:
+        return
+    if os.environ.get("CI") == "true" or "INFERD_REQUIRE_PREREQUISITES" in os.environ:
+        pytest.fail("missing prerequisite: " + what)
+    pytest.skip(what)
+
+
 class Server:
     def __init__(self, *flags, api_key=API_KEY):
-        args = [BINARY, "serve", "--port", "0", "-t", "2", "--kv-cache-memory", "96MiB", "--max-model-len", "2048"]
+        defaults = {"--port": "0", "-t": "2", "--kv-cache-memory": "96MiB", "--max-model-len": "2048"}
+        args = [BINARY, "serve"]
+        for flag, value in defaults.items():  # a flag the test gives replaces its default
+            if flag not in flags:
+                args += [flag, value]
         if api_key:
             args += ["--api-key", api_key]
         self.api_key = api_key
@@ -121,8 +135,7 @@ class RedisServer:
 
 @pytest.fixture
 def redis_server():
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (scripts/setup installs it)")
+    require(shutil.which("redis-server") is not None, "redis-server is not installed (scripts/setup installs it)")
     r = RedisServer()
     r.start()
     yield r

@@ -15,7 +15,7 @@ import urllib.request
 import openai
 import pytest
 
-from conftest import API_KEY
+from conftest import API_KEY, require
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
 
@@ -260,11 +260,36 @@ def test_api_key(server):
     assert raw(server, "GET", "/metrics", key=False)[0] == 200  # open by default
 
 
-def test_protected_metrics(make_server):
+def test_protected_metrics_leave_health_open_for_probes(make_server):
     s = make_server("--protect-metrics")
     assert raw(s, "GET", "/metrics", key=False)[0] == 401
-    assert raw(s, "GET", "/health", key=False)[0] == 401
+    assert raw(s, "GET", "/health", key=False)[0] == 200
     assert raw(s, "GET", "/metrics")[0] == 200
+    assert raw(s, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 1}, key=False)[0] == 401
+
+
+def test_http_1_0_stream_is_not_chunked(server):
+    """RFC 9112 forbids chunked coding towards an HTTP/1.0 client: the events come raw and the
+    connection closes after [DONE]."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    data = json.dumps({"prompt": "Once upon a time", "max_tokens": 8, "stream": True, "temperature": 0}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.0\r\nAuthorization: Bearer " + API_KEY.encode() +
+                 b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(data)).encode() +
+                 b"\r\n\r\n" + data)
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+    sock.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200")
+    assert b"chunked" not in head.lower()
+    events = body.decode().split("\n\n")
+    assert events[-2:] == ["data: [DONE]", ""]
+    texts = [json.loads(e[len("data: "):])["choices"][0]["text"] for e in events[:-2]]
+    assert len(texts) >= 2 and all(e.startswith("data: ") for e in events[:-1])
+    # The same request over HTTP/1.1 gives the same text.
+    same = client(server).completions.create(model="", prompt="Once upon a time", max_tokens=8, temperature=0)
+    assert "".join(texts) == same.choices[0].text
 
 
 def test_body_limit_and_malformed_http(make_server):
@@ -322,6 +347,36 @@ def test_queue_limit_gives_429_with_retry_after(make_server):
     assert raw(s, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0] == 200
 
 
+def test_queue_limit_counts_every_prompt_and_sample(make_server):
+    s = make_server("--max-queue", "4", "--max-num-seqs", "1", "--max-prompts", "8")
+    status, err = error_of(*raw(s, "POST", "/v1/completions", {"prompt": ["Hi"] * 9, "max_tokens": 1})[::2])
+    assert status == 400 and err["param"] == "prompt" and "at most 8" in err["message"]
+    status, err = error_of(*raw(s, "POST", "/v1/completions", {"prompt": ["Hi"] * 5, "max_tokens": 1})[::2])
+    assert status == 400 and err["param"] == "prompt"
+    status, err = error_of(*raw(s, "POST", "/v1/chat/completions", {"messages": MESSAGES, "n": 5,
+                                                                     "max_tokens": 1})[::2])
+    assert status == 400 and err["param"] == "n"
+    # One request of 4 prompts: one runs, three wait; a request of 2 more prompts does not fit.
+    long = open_request(s, {"prompt": ["Hello", "Bye", "Yes", "No"], "max_tokens": 1000, "ignore_eos": True})
+    wait_metric(s, "inferd:num_requests_running", 1)
+    status, headers, data = raw(s, "POST", "/v1/completions", {"prompt": ["Hi", "Ho"], "max_tokens": 2})
+    assert status == 429 and headers.get("Retry-After") == "1"
+    assert error_of(status, data)[1]["code"] == "queue_full"
+    long.close()
+    wait_idle(s)
+    status, _, data = raw(s, "POST", "/v1/completions", {"prompt": ["Hi"] * 4, "max_tokens": 2})
+    assert status == 200 and len(json.loads(data)["choices"]) == 4
+
+
+def test_ten_thousand_prompts_are_refused_at_once(server):
+    """The hostile probe's request: it used to queue whole and starve every other client."""
+    t0 = time.time()
+    status, err = error_of(*raw(server, "POST", "/v1/completions", {"prompt": ["Hi"] * 10000, "max_tokens": 1})[::2])
+    assert status == 400 and err["param"] == "prompt"
+    assert raw(server, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1})[0] == 200
+    assert time.time() - t0 < 30
+
+
 def test_metrics_pass_promtool_and_follow_vllm_names(server):
     client(server).completions.create(model="", prompt="Hi", max_tokens=3, temperature=0)
     text = metrics(server)
@@ -350,8 +405,8 @@ def test_vllm_prefix(make_server):
     assert "vllm:time_to_first_token_seconds_bucket" in text and "inferd:" not in text
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 def test_scraped_by_a_real_prometheus(server):
+    require(shutil.which("prometheus") is not None, "prometheus is not installed (scripts/setup installs it)")
     client(server).completions.create(model="", prompt="Hi", max_tokens=2, temperature=0)
     with tempfile.TemporaryDirectory() as d:
         with socket.socket() as probe:
@@ -417,10 +472,16 @@ def test_sigterm_aborts_what_outlives_the_grace(make_server):
                  headers={"Authorization": "Bearer " + API_KEY, "Content-Type": "application/json"})
     r = conn.getresponse()
     assert r.status == 200
-    r.fp.read1(100)
+    body = r.fp.read1(100)
     s.proc.send_signal(signal.SIGTERM)
+    body += r.fp.read()  # the rest of the stream (raw chunks), until the server closes it
     assert s.proc.wait(timeout=30) == 0
     conn.close()
+    # The stream was cut by the abort after the grace, not finished: its last choice says so.
+    events = [json.loads(e) for e in re.findall(r"data: (\{.*?\})\n\n", body.decode())]
+    reasons = [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+    assert reasons == ["abort"]
+    assert len(events) < 1500
 
 
 def test_the_grafana_dashboard_queries_only_series_we_export(server):
@@ -469,20 +530,38 @@ def test_oversized_headers_are_431(server):
     assert status == 431 and error_of(status, data)[0] == 431
 
 
-def test_session_header_pins_the_turn_and_the_next_turn_hits(make_server):
-    s = make_server()
-    system = [{"role": "system", "content": "You are a careful assistant. " * 20}]
-    first = system + [{"role": "user", "content": "Hello"}]
-    status, _, data = raw(s, "POST", "/v1/chat/completions", {"messages": first, "max_tokens": 4},
-                          headers={"X-Session-Id": "conversation-7"})
-    assert status == 200
-    text = metrics(s)
-    assert metric_value(text, "inferd:active_sessions") == 1
-    assert metric_value(text, "inferd:session_pinned_blocks") > 0
-    hits_before = metric_value(text, "inferd:prefix_cache_hits_total")
-    answer = json.loads(data)["choices"][0]["message"]["content"]
-    second = first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
-    status, _, _ = raw(s, "POST", "/v1/chat/completions", {"messages": second, "max_tokens": 4,
-                                                           "session_id": "conversation-7"})
-    assert status == 200
-    assert metric_value(metrics(s), "inferd:prefix_cache_hits_total") >= hits_before + 16 * 4
+def test_session_pin_survives_traffic_that_evicts_unpinned_blocks(make_server):
+    """A small pool (16 MiB: about 45 blocks of SmolLM2's f16 KV) and three unrelated ~400-token
+    prompts between two turns of a chat. Without a session the traffic evicts the first turn's
+    cached blocks (the control, which shows the traffic is enough); with a session (header on
+    the first turn, body field on the second) they stay pinned and the second turn hits."""
+    s = make_server("--kv-cache-memory", "16MiB")
+
+    def chat(messages, **kw):
+        status, _, data = raw(s, "POST", "/v1/chat/completions", {"messages": messages, "max_tokens": 4, **kw.get("body", {})},
+                              headers=kw.get("headers"))
+        assert status == 200
+        return json.loads(data)["choices"][0]["message"]["content"]
+
+    def flood(tag):
+        for k in range(3):
+            prompt = f"Report {tag}{k}: " + " ".join(f"{tag}{k}x{i}" for i in range(100))
+            status, _, data = raw(s, "POST", "/tokenize", {"prompt": prompt})
+            assert 250 < json.loads(data)["count"] < 560
+            assert raw(s, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1})[0] == 200
+
+    def two_turns(system, session):
+        first = [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}]
+        answer = chat(first, headers={"X-Session-Id": session} if session else None)
+        if session:
+            text = metrics(s)
+            assert metric_value(text, "inferd:active_sessions") >= 1
+            assert metric_value(text, "inferd:session_pinned_blocks") > 0
+        flood("s" if session else "c")
+        hits_before = metric_value(metrics(s), "inferd:prefix_cache_hits_total")
+        second = first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+        chat(second, body={"session_id": session} if session else {})
+        return metric_value(metrics(s), "inferd:prefix_cache_hits_total") - hits_before
+
+    assert two_turns("You are a terse assistant. " * 20, None) < 16 * 4  # evicted
+    assert two_turns("You are a careful assistant. " * 20, "conversation-7") >= 16 * 4  # pinned

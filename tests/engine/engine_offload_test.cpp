@@ -110,8 +110,8 @@ TEST_F(EngineOffloadTest, WithoutTiersAFloodMeansRecomputation) {
 class EngineRedisOffloadTest : public EngineOffloadTest {
  protected:
   void SetUp() override {
-    if (!test::RedisServer::available())
-      GTEST_SKIP() << "redis-server is not installed (scripts/setup installs it)";
+    INFERD_REQUIRE_OR_SKIP(test::RedisServer::available(),
+                           "redis-server is not installed (scripts/setup installs it)");
     ASSERT_TRUE(redis_.start());
     EngineOffloadTest::SetUp();
   }

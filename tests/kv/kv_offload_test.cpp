@@ -293,8 +293,8 @@ TEST(KvOffloaderTest, EvictionStagesBlocksNoTierHoldsAndFullStagingSkipsWithoutB
 class RedisTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!test::RedisServer::available())
-      GTEST_SKIP() << "redis-server is not installed (scripts/setup installs it)";
+    INFERD_REQUIRE_OR_SKIP(test::RedisServer::available(),
+                           "redis-server is not installed (scripts/setup installs it)");
     ASSERT_TRUE(redis_.start());
   }
   KvOffloadOptions redis_options() const {

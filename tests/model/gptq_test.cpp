@@ -166,7 +166,7 @@ TEST(GptqTest, CalibrationNeedsInt4AndItsText) {
 // evaluation text than the same format rounded to nearest. One calibration chunk keeps it short.
 TEST(GptqTest, DefaultModelPerplexityImproves) {
   auto path = default_model_path();
-  if (!path) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(path.has_value(), "default model not installed");
   const std::string dir = test::temp_dir();
   QuantizeOptions o;
   o.calibration_file = std::string(INFERD_SOURCE_DIR) + "/tests/fixtures/text/calibration.txt";

@@ -19,9 +19,7 @@ namespace {
 std::unique_ptr<ModelWeights> load_default_or_skip() {
   auto path = default_model_path();
   if (!path) {
-    if (std::getenv("INFERD_REQUIRE_DEFAULT_MODEL") != nullptr) {
-      ADD_FAILURE() << path.status().message();
-    }
+    if (test::prerequisites_required()) ADD_FAILURE() << path.status().message();
     return nullptr;
   }
   auto m = load_model(*path);
@@ -31,7 +29,7 @@ std::unique_ptr<ModelWeights> load_default_or_skip() {
 
 TEST(SmolLM2Test, ConfigFromGguf) {
   auto m = load_default_or_skip();
-  if (!m) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(m != nullptr, "default model not installed");
   const ModelConfig& c = m->config;
   EXPECT_EQ(c.arch, Architecture::kLlama);
   EXPECT_EQ(c.num_layers, 30);
@@ -115,7 +113,7 @@ Agreement run_against(const char* reference_json, const char* peer, MatmulPath p
 // differently), against 100 % on the exact reference below.
 TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCpp) {
   const Agreement a = run_against("llamacpp_reference.json", "llama.cpp", MatmulPath::kPacked);
-  if (a.positions == 0) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(a.positions > 0, "default model not installed");
   EXPECT_GE(a.top1, 0.97);
   EXPECT_LT(a.max_last_diff, 0.05 * a.max_last_ref);
 }
@@ -123,7 +121,7 @@ TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCpp) {
 // The f32 path (weights expanded to f32) is not faster than llama.cpp but closer to the reference.
 TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCppOnTheF32Path) {
   const Agreement a = run_against("llamacpp_reference.json", "llama.cpp (inferd f32 path)", MatmulPath::kF32);
-  if (a.positions == 0) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(a.positions > 0, "default model not installed");
   EXPECT_GE(a.top1, 0.97);
   EXPECT_LT(a.max_last_diff, 0.05 * a.max_last_ref);
 }
@@ -133,7 +131,7 @@ TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCppOnTheF32Path) {
 TEST(SmolLM2Test, Int8PathStaysCloseToTransformersOnDequantizedWeights) {
   const Agreement a = run_against("hf_dequant_reference.json",
                                   "transformers (f32, dequantized; inferd int8 path)", MatmulPath::kPacked);
-  if (a.positions == 0) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(a.positions > 0, "default model not installed");
   EXPECT_GE(a.top1, 0.96);
   EXPECT_LT(a.max_last_diff, 0.05 * a.max_last_ref);
 }
@@ -143,7 +141,7 @@ TEST(SmolLM2Test, Int8PathStaysCloseToTransformersOnDequantizedWeights) {
 TEST(SmolLM2Test, TeacherForcedLogitsMatchTransformersOnDequantizedWeights) {
   const Agreement a =
       run_against("hf_dequant_reference.json", "transformers (f32, dequantized weights)", MatmulPath::kF32);
-  if (a.positions == 0) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(a.positions > 0, "default model not installed");
   EXPECT_EQ(a.top1, 1.0);
   EXPECT_LT(a.max_last_diff, 1e-4 * a.max_last_ref);
 }

