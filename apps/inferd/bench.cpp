@@ -155,7 +155,8 @@ int run_bench_serve(const BenchServeFlags& flags_in) {
   }
   auto weights = load_model(path);
   if (!weights) return fail("--tokenizer: " + weights.status().message());
-  auto tokenizer = load_tokenizer(**weights);
+  auto tokenizer =
+      load_tokenizer((*weights)->gguf.get(), (*weights)->source_path, (*weights)->config.vocab_size);
   if (!tokenizer) return fail("--tokenizer: " + tokenizer.status().message());
   auto items = make_dataset(f.dataset, **tokenizer);
   if (!items) return fail(items.status().message());

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "bench/bench_dataset.h"
-#include "bench/latency_benchmark.h"
 #include "bench/serve_benchmark.h"
+#include "eval/latency_benchmark.h"
 
 namespace inferd {
 
@@ -29,7 +29,7 @@ struct BenchLatencyFlags {
   std::string model;  // default: the default model
   int threads = 2;
   bool json = false;
-  std::string matmul = "packed";
+  BackendKind matmul = BackendKind::kPacked;
 };
 
 struct BenchCommands {

@@ -9,13 +9,12 @@
 
 namespace inferd {
 
-void add_matmul_flag(CLI::App* cmd, std::string* matmul) {
+void add_matmul_flag(CLI::App* cmd, BackendKind* matmul) {
   cmd->add_option(
          "--matmul", *matmul,
          "packed (default: weights repacked for the int8 / f16 kernels, activations rounded to 8 bits "
          "for quantized weights), f32 (weights expanded to f32: slower, closest to an f32 reference) or "
          "onednn (BF16 weights through oneDNN: faster prefill, not batch-invariant)")
-      ->check(CLI::IsMember({"packed", "f32", "onednn"}))
       ->check(CLI::Validator(
           [](const std::string& v) {
             return v == "onednn" && !OneDnnWeight::available()
@@ -24,20 +23,22 @@ void add_matmul_flag(CLI::App* cmd, std::string* matmul) {
                              "headers and loader its CMake config needs; then rebuild)")
                        : std::string();
           },
-          "", "oneDNN built in"));
+          "", "oneDNN built in"))
+      ->transform(CLI::CheckedTransformer(std::map<std::string, BackendKind>{
+          {"packed", BackendKind::kPacked}, {"f32", BackendKind::kF32}, {"onednn", BackendKind::kOneDnn}}));
 }
 
-TransformerOptions transformer_options(const std::string& matmul) {
-  if (matmul == "f32") return {.matmul = MatmulPath::kF32};
-  if (matmul == "onednn") return {.matmul = MatmulPath::kOneDnn};
-  return {.matmul = MatmulPath::kPacked};
+TransformerOptions transformer_options(BackendKind matmul) {
+  return {.backend = matmul};
 }
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   add_matmul_flag(cmd, &f->matmul);
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV cache size: bytes (2GiB, 512MB) or a fraction of free RAM (0.3)");
-  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV storage: f16, bf16 or f32");
+  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV storage: f16, bf16 or f32")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, KvDType>{
+          {"f16", KvDType::kF16}, {"bf16", KvDType::kBF16}, {"f32", KvDType::kF32}}));
   cmd->add_option("--block-size", f->block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "token budget per step")
       ->check(CLI::PositiveNumber);
@@ -45,7 +46,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--max-prefill-tokens", f->max_prefill_tokens, "prefill tokens per step (prefill-first)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--schedule-policy", f->schedule_policy, "decode-first, prefill-first or adaptive")
-      ->check(CLI::IsMember({"decode-first", "prefill-first", "adaptive"}));
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, SchedulePolicy>{{"decode-first", SchedulePolicy::kDecodeFirst},
+                                                {"prefill-first", SchedulePolicy::kPrefillFirst},
+                                                {"adaptive", SchedulePolicy::kAdaptive}}));
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "do not reuse KV blocks of earlier requests");
   cmd->add_option("--session-ttl", f->session_ttl,
                   "seconds a session's last turn stays pinned in the KV cache")
@@ -68,10 +72,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
 
 Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& model) {
   EngineOptions o;
-  auto dtype = kv_dtype_from_name(f.kv_cache_dtype);
-  if (!dtype)
-    return invalid_argument("--kv-cache-dtype '" + f.kv_cache_dtype + "' (expected f16, bf16 or f32)");
-  o.kv_dtype = *dtype;
+  o.kv_dtype = f.kv_cache_dtype;
   o.block_size = f.block_size;
   o.prefix_caching = !f.no_prefix_caching;
   o.offload.disk_dir = f.kv_offload_dir;
@@ -93,9 +94,7 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
   o.scheduler.max_prefill_tokens = f.max_prefill_tokens;
   o.scheduler.session_ttl_seconds = f.session_ttl;
   o.scheduler.session_max_share = f.session_max_share;
-  o.scheduler.policy = f.schedule_policy == "prefill-first" ? SchedulePolicy::kPrefillFirst
-                       : f.schedule_policy == "adaptive"    ? SchedulePolicy::kAdaptive
-                                                            : SchedulePolicy::kDecodeFirst;
+  o.scheduler.policy = f.schedule_policy;
   o.scheduler.max_model_len = f.max_model_len > 0 ? std::min(f.max_model_len, model.max_position_embeddings)
                                                   : model.max_position_embeddings;
   INFERD_RETURN_IF_ERROR(o.validate());
@@ -111,7 +110,8 @@ std::string describe_kv_cache(const EngineOptions& options, const EngineFlags& f
   char line[256];
   std::snprintf(line, sizeof line, "KV cache: %lld blocks of %d tokens = %lld tokens max, %.1f MiB as %s",
                 static_cast<long long>(options.num_kv_blocks), options.block_size,
-                static_cast<long long>(tokens), mib, flags.kv_cache_dtype.c_str());
+                static_cast<long long>(tokens), mib,
+                std::string(kv_dtype_name(flags.kv_cache_dtype)).c_str());
   std::string out = line;
   if (options.offload.enabled()) {
     out += "\nKV offload (content usage >= " + std::to_string(options.offload.watermark).substr(0, 4) + "):";

@@ -14,12 +14,12 @@ namespace inferd {
 
 struct EngineFlags {
   std::string kv_cache_memory = "1GiB";
-  std::string kv_cache_dtype = "f16";
+  KvDType kv_cache_dtype = KvDType::kF16;
   int32_t block_size = 16;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 64;
   int64_t max_prefill_tokens = 2048;
-  std::string schedule_policy = "decode-first";
+  SchedulePolicy schedule_policy = SchedulePolicy::kDecodeFirst;
   int64_t max_model_len = 0;  // 0 = the model's context length
   bool no_prefix_caching = false;
   double session_ttl = 300;
@@ -28,12 +28,12 @@ struct EngineFlags {
   double kv_offload_disk_gb = 8;
   std::string kv_offload_redis;
   double kv_offload_watermark = 0.8;
-  std::string matmul = "packed";
+  BackendKind matmul = BackendKind::kPacked;
 };
 
-// --matmul int8|f32: how the transformer multiplies quantized weights (see MatmulPath).
-void add_matmul_flag(CLI::App* cmd, std::string* matmul);
-TransformerOptions transformer_options(const std::string& matmul);
+// --matmul packed|f32|onednn: the backend the transformer's ops run on (see BackendKind).
+void add_matmul_flag(CLI::App* cmd, BackendKind* matmul);
+TransformerOptions transformer_options(BackendKind matmul);
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -13,20 +14,22 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "bench/perplexity.h"
 #include "cli_error.h"
-#include "engine/generator.h"
+#include "common/log.h"
+#include "engine/input_processor.h"
 #include "engine/offline_batch.h"
+#include "engine/output_processor.h"
 #include "engine_flags.h"
+#include "eval/perplexity.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
-#include "model/model_quantizer.h"
 #include "model/transformer.h"
 #include "serve.h"
 #include "tensor/quantize.h"
 #include "tokenizer/chat_encoder.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer_loader.h"
+#include "tools/model_quantizer.h"
 
 namespace {
 
@@ -111,73 +114,92 @@ struct RunFlags {
   int32_t top_k = 0;
   float top_p = 1.0f;
   std::optional<uint64_t> seed;
-  std::string matmul = "packed";
+  BackendKind matmul = BackendKind::kPacked;
 };
 
-void print_stats(double load_secs, const GenerationStats& s) {
-  std::fprintf(
-      stderr,
-      "load %.3f s | prompt %lld tokens, TTFT %.1f ms, %.1f tokens/s | decode %lld tokens, %.1f tokens/s\n",
-      load_secs, static_cast<long long>(s.prompt_tokens), s.prefill_seconds * 1e3,
-      static_cast<double>(s.prompt_tokens) / s.prefill_seconds,
-      static_cast<long long>(s.generated_tokens - 1),
-      s.generated_tokens > 1 ? static_cast<double>(s.generated_tokens - 1) / s.decode_seconds : 0.0);
+// `inferd run`'s request in the front end's terms: the prompt (ids, raw text, or a chat) and
+// the sampling flags; the bounds are InputProcessor's.
+Expected<GenerationRequest> run_request(const RunFlags& run) {
+  GenerationRequest g;
+  if (!run.prompt_ids.empty()) {
+    INFERD_ASSIGN_OR_RETURN(auto ids, parse_ids(run.prompt_ids));
+    g.prompts.push_back({"", std::move(ids), true});
+  } else if (!run.prompt.empty()) {
+    g.prompts.push_back({run.prompt, {}, false});  // the operator's raw text: special tokens honoured
+  } else {
+    g.messages = nlohmann::ordered_json::array();
+    if (!run.system.empty()) g.messages.push_back({{"role", "system"}, {"content", run.system}});
+    g.messages.push_back({{"role", "user"}, {"content", run.chat}});
+  }
+  g.max_tokens = run.max_tokens;
+  g.sampling = SamplingParams{run.temperature, run.top_k, run.top_p, run.seed};
+  return g;
 }
 
+// One request through the front end and the engine (the same path as `serve` and `generate`),
+// streamed to stdout as text, or as ids for --prompt-ids; timings to stderr.
 int run_generate(const CommonFlags& flags, const RunFlags& run) {
-  std::vector<int32_t> ids;
-  if (!run.prompt_ids.empty()) {
-    auto parsed = parse_ids(run.prompt_ids);
-    if (!parsed) return fail(parsed.status().message());
-    ids = std::move(*parsed);
-  }
+  auto request = run_request(run);
+  if (!request) return fail(request.status().message());
   double load_secs = 0;
   auto m = load(flags, &load_secs);
   if (!m) return fail(m.status().message());
+  const ModelConfig& config = (*m)->config;
   std::unique_ptr<Tokenizer> tokenizer;
-  GenerationOptions opts;
-  opts.max_tokens = run.max_tokens;
-  opts.sampling = SamplingParams{run.temperature, run.top_k, run.top_p, run.seed};
-  if (!run.prompt.empty() || !run.chat.empty()) {
-    auto t = load_tokenizer(**m);
-    if (!t) return fail(t.status().message());
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (auto t = load_tokenizer((*m)->gguf.get(), (*m)->source_path, config.vocab_size)) {
     tokenizer = std::move(*t);
-    opts.stop_token_ids = tokenizer->vocab().stop_ids;
-  }
-  if (!run.prompt.empty()) {
-    // A raw prompt is the operator's own text: special tokens in it are honoured.
-    ids = tokenizer->encode_prompt(run.prompt, /*allow_special=*/true);
-    if (ids.empty()) return fail("--prompt encodes to no tokens");
-  } else if (!run.chat.empty()) {
-    auto ct = load_chat_template(**m, *tokenizer);
+    auto ct = load_chat_template((*m)->source_path, *tokenizer);
     if (!ct) return fail(ct.status().message());
-    if (!*ct) return fail((*m)->source_path + ": the model has no chat template; use --prompt");
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    if (!run.system.empty()) messages.push_back({{"role", "system"}, {"content", run.system}});
-    messages.push_back({{"role", "user"}, {"content", run.chat}});
-    auto chat = encode_chat(*tokenizer, **ct, messages, ChatOptions{});
-    if (!chat) return fail(chat.status().message());
-    ids = std::move(chat->ids);
+    chat_template = std::move(*ct);
+  } else if (run.prompt_ids.empty()) {
+    return fail(t.status().message());
   }
+  if (!run.chat.empty() && chat_template == nullptr)
+    return fail((*m)->source_path + ": the model has no chat template; use --prompt");
+  const InputProcessor inputs(
+      tokenizer.get(), chat_template.get(),
+      InputLimits{config.max_position_embeddings, static_cast<int32_t>(config.vocab_size)});
+  InputProcessed in = inputs.process(std::move(*request));
+  if (!in.input) return fail(in.error.message);
+  RequestSpec& spec = in.input->requests.at(0);
+  const int64_t prompt_tokens = static_cast<int64_t>(spec.prompt.size());
+  EngineOptions options;  // a KV cache for this one request
+  options.scheduler.max_model_len = config.max_position_embeddings;
+  options.num_kv_blocks =
+      (prompt_tokens + spec.limits.max_tokens + options.block_size - 1) / options.block_size;
   ThreadPool pool(flags.threads);
   Transformer model(**m, pool, transformer_options(run.matmul));
-  std::optional<IncrementalDetokenizer> detok;
-  if (tokenizer) detok.emplace(*tokenizer, std::vector<std::string>{});
-  bool first = true;
-  auto stats = generate(model, ids, opts, [&](int32_t id) {
-    if (detok) {
-      std::fputs(detok->push(id).text.c_str(), stdout);
-    } else {
-      std::printf(first ? "%d" : ",%d", id);
+  Engine engine(model, options);
+  const bool print_ids = !run.prompt_ids.empty();
+  OutputProcessor choice(print_ids ? nullptr : tokenizer.get(), OutputOptions{in.input->stop});
+  const auto submitted = std::chrono::steady_clock::now();
+  const RequestId id = engine.add(std::move(spec));
+  size_t printed = 0;
+  while (engine.has_work()) {
+    for (const StepOutput& out : engine.step()) {
+      const ChoiceDelta d = choice.apply(out, std::chrono::steady_clock::now());
+      if (d.stop_string) engine.abort(id);
+      std::fputs(print_ids ? "" : d.content.c_str(), stdout);
+      for (; print_ids && printed < choice.token_ids().size(); ++printed)
+        std::printf(printed == 0 ? "%d" : ",%d", choice.token_ids()[printed]);
+      std::fflush(stdout);
     }
-    std::fflush(stdout);
-    first = false;
-  });
-  if (detok) std::fputs(detok->finish().text.c_str(), stdout);
+  }
   std::printf("\n");
   std::fflush(stdout);
-  if (!stats) return fail(stats.status().message());
-  print_stats(load_secs, *stats);
+  if (!choice.error().empty()) return fail(choice.error());
+  const auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const double ttft = choice.first_token_at() ? seconds(submitted, *choice.first_token_at()) : 0.0;
+  const auto generated = static_cast<int64_t>(choice.token_ids().size());
+  const double decode =
+      choice.first_token_at() ? seconds(*choice.first_token_at(), *choice.last_token_at()) : 0.0;
+  std::fprintf(
+      stderr,
+      "load %.3f s | prompt %lld tokens, TTFT %.1f ms, %.1f tokens/s | decode %lld tokens, %.1f tokens/s\n",
+      load_secs, static_cast<long long>(prompt_tokens), ttft * 1e3,
+      ttft > 0 ? static_cast<double>(prompt_tokens) / ttft : 0.0, static_cast<long long>(generated - 1),
+      generated > 1 && decode > 0 ? static_cast<double>(generated - 1) / decode : 0.0);
   return 0;
 }
 
@@ -217,7 +239,7 @@ int run_tokenize(const CommonFlags& flags, const TokenizeFlags& tf) {
   double load_secs = 0;
   auto m = load(flags, &load_secs);
   if (!m) return fail(m.status().message());
-  auto t = load_tokenizer(**m);
+  auto t = load_tokenizer((*m)->gguf.get(), (*m)->source_path, (*m)->config.vocab_size);
   if (!t) return fail(t.status().message());
   if (!tf.jsonl.empty()) return tokenize_file(**t, tf);
   const auto ids = (*t)->encode(tf.text, tf.allow_special);
@@ -244,24 +266,24 @@ void progress_bar(size_t done, size_t total, double seconds) {
 int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const GenerateFlags& g) {
   std::ifstream in(g.input);
   if (!in) return fail(g.input + ": cannot open");
-  std::vector<BatchItem> items;
+  std::vector<GenerationRequest> items;
   std::vector<std::string> line_errors;  // per input line; "" when it parsed
   std::string line;
   for (size_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto j = nlohmann::ordered_json::parse(line, nullptr, false);
-    auto item = j.is_discarded() ? Expected<BatchItem>(invalid_argument("not valid JSON"))
+    auto item = j.is_discarded() ? Expected<GenerationRequest>(invalid_argument("not valid JSON"))
                                  : parse_batch_item(j, g.max_tokens);
     line_errors.push_back(item ? "" : g.input + ":" + std::to_string(n) + ": " + item.status().message());
-    items.push_back(item ? std::move(*item) : BatchItem{});
+    items.push_back(item ? std::move(*item) : GenerationRequest{});
   }
   double load_secs = 0;
   auto m = load(flags, &load_secs);
   if (!m) return fail(m.status().message());
-  auto tok = load_tokenizer(**m);
+  auto tok = load_tokenizer((*m)->gguf.get(), (*m)->source_path, (*m)->config.vocab_size);
   std::unique_ptr<ChatTemplate> chat_template;
   if (tok) {
-    auto ct = load_chat_template(**m, **tok);
+    auto ct = load_chat_template((*m)->source_path, **tok);
     if (!ct) return fail(ct.status().message());
     chat_template = std::move(*ct);
   }
@@ -272,7 +294,7 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   Engine engine(model, *options);
   std::fprintf(stderr, "%s\n", describe_kv_cache(*options, engine_flags, (*m)->config).c_str());
   // Lines that did not parse are reported as errors without reaching the engine.
-  std::vector<BatchItem> runnable;
+  std::vector<GenerationRequest> runnable;
   std::vector<size_t> runnable_index;
   for (size_t i = 0; i < items.size(); ++i) {
     if (line_errors[i].empty()) {
@@ -282,7 +304,11 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  auto results = run_offline_batch(engine, tok ? tok->get() : nullptr, chat_template.get(), runnable,
+  const InputProcessor inputs(
+      tok ? tok->get() : nullptr, chat_template.get(),
+      InputLimits{options->scheduler.max_model_len, static_cast<int32_t>((*m)->config.vocab_size),
+                  static_cast<int64_t>(runnable.size()) + 1});
+  auto results = run_offline_batch(engine, inputs, tok ? tok->get() : nullptr, runnable,
                                    [&](size_t d, size_t t) { progress_bar(d, t, elapsed()); });
   const double secs = elapsed();
   std::ofstream out(g.output, std::ios::trunc);
@@ -293,7 +319,6 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
     BatchResult r;
     if (!line_errors[i].empty()) {
       r.samples.resize(1);
-      r.samples[0].finish_reason = "error";
       r.samples[0].error = line_errors[i];
     } else {
       r = results[next++];
@@ -377,7 +402,7 @@ int run_quantize(const QuantizeFlags& q) {
 struct PerplexityFlags {
   std::string file;
   PerplexityOptions options;
-  std::string matmul = "packed";
+  BackendKind matmul = BackendKind::kPacked;
   bool compare_f32 = false;
   std::string reference_model;
   bool json = false;
@@ -390,7 +415,7 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
   double load_secs = 0;
   auto m = load(flags, &load_secs);
   if (!m) return fail(m.status().message());
-  auto tokenizer = load_tokenizer(**m);
+  auto tokenizer = load_tokenizer((*m)->gguf.get(), (*m)->source_path, (*m)->config.vocab_size);
   if (!tokenizer) return fail("perplexity needs the model's tokenizer: " + tokenizer.status().message());
   const std::vector<int32_t> tokens = (*tokenizer)->encode(text, /*allow_special=*/false);
   ThreadPool pool(flags.threads);
@@ -405,14 +430,14 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
       return fail("--reference-model has a vocabulary of " +
                   std::to_string(reference_weights->config.vocab_size) + ", the model " +
                   std::to_string((*m)->config.vocab_size));
-    reference.emplace(*reference_weights, pool, TransformerOptions{.matmul = MatmulPath::kF32});
+    reference.emplace(*reference_weights, pool, TransformerOptions{.backend = BackendKind::kF32});
   } else if (p.compare_f32) {
-    reference.emplace(**m, pool, TransformerOptions{.matmul = MatmulPath::kF32});
+    reference.emplace(**m, pool, TransformerOptions{.backend = BackendKind::kF32});
   }
   auto r = perplexity(model, tokens, p.options, reference ? &*reference : nullptr);
   if (!r) return fail(r.status().message());
   if (p.json) {
-    nlohmann::json j = {{"model", (*m)->source_path},   {"matmul", p.matmul},
+    nlohmann::json j = {{"model", (*m)->source_path},   {"matmul", backend_name(p.matmul)},
                         {"text_tokens", tokens.size()}, {"context", p.options.context},
                         {"chunks", r->chunks},          {"scored_tokens", r->scored_tokens},
                         {"perplexity", r->perplexity}};
@@ -428,7 +453,7 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
     std::printf("%s: %zu tokens, %lld chunks of %lld, %lld scored: perplexity %.4f (%s path)\n",
                 (*m)->source_path.c_str(), tokens.size(), static_cast<long long>(r->chunks),
                 static_cast<long long>(p.options.context), static_cast<long long>(r->scored_tokens),
-                r->perplexity, p.matmul.c_str());
+                r->perplexity, std::string(backend_name(p.matmul)).c_str());
     if (r->has_reference) {
       const std::string ref =
           p.reference_model.empty() ? std::string("f32 path") : p.reference_model + " (f32 path)";
@@ -445,6 +470,22 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
 int main(int argc, char** argv) {
   CLI::App app{"inferd: LLM inference engine"};
   app.require_subcommand(1);
+  // Logging flags, accepted before or after the subcommand (`inferd serve --log-format json`).
+  app.fallthrough();
+  LogLevel log_level = LogLevel::kInfo;
+  LogFormat log_format = LogFormat::kText;
+  app.add_option("--log-level", log_level, "trace, debug, info (default), warning, error or off")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, LogLevel>{{"trace", LogLevel::kTrace},
+                                                                          {"debug", LogLevel::kDebug},
+                                                                          {"info", LogLevel::kInfo},
+                                                                          {"warning", LogLevel::kWarning},
+                                                                          {"error", LogLevel::kError},
+                                                                          {"off", LogLevel::kOff}},
+                                          CLI::ignore_case));
+  app.add_option("--log-format", log_format, "text (default) or json: one JSON object a line")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, LogFormat>{{"text", LogFormat::kText}, {"json", LogFormat::kJson}},
+          CLI::ignore_case));
   CommonFlags common;
 
   auto* run_cmd = app.add_subcommand("run", "generate tokens for one prompt");
@@ -458,13 +499,11 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--system", run.system, "system message for --chat")->needs(chat_opt);
   ids_opt->excludes(prompt_opt)->excludes(chat_opt);
   prompt_opt->excludes(chat_opt);
-  run_cmd->add_option("-n,--max-tokens", run.max_tokens, "tokens to generate")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  run_cmd->add_option("--temperature", run.temperature, "0 = greedy (default)")
-      ->check(CLI::Range(0.0f, 100.0f));
-  run_cmd->add_option("--top-k", run.top_k, "keep the k most likely tokens (0 = all)")
-      ->check(CLI::NonNegativeNumber);
-  run_cmd->add_option("--top-p", run.top_p, "nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
+  // Their bounds are the front end's (InputProcessor), the same as the server's.
+  run_cmd->add_option("-n,--max-tokens", run.max_tokens, "tokens to generate");
+  run_cmd->add_option("--temperature", run.temperature, "0 = greedy (default), up to 2");
+  run_cmd->add_option("--top-k", run.top_k, "keep the k most likely tokens (0 = all)");
+  run_cmd->add_option("--top-p", run.top_p, "nucleus sampling mass, in (0, 1]");
   run_cmd->add_option("--seed", run.seed, "random seed (same seed, same output)");
   add_matmul_flag(run_cmd, &run.matmul);
 
@@ -558,6 +597,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  configure_logging(log_level, log_format);
   try {
     if (*run_cmd && run.prompt.empty() && run.prompt_ids.empty() && run.chat.empty()) {
       return fail("run needs --chat, --prompt or --prompt-ids");

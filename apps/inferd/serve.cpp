@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/byte_size.h"
+#include "common/log.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
@@ -67,17 +68,17 @@ struct Loaded {
 Status load_all(const std::string& path, int threads, const EngineFlags& engine_flags, Loaded* out,
                 ServingContext* ctx) {
   INFERD_ASSIGN_OR_RETURN(out->weights, load_model(path));
-  auto tok = load_tokenizer(*out->weights);
+  auto tok =
+      load_tokenizer(out->weights->gguf.get(), out->weights->source_path, out->weights->config.vocab_size);
   if (tok) {
     out->tokenizer = std::move(*tok);
-    INFERD_ASSIGN_OR_RETURN(out->chat_template, load_chat_template(*out->weights, *out->tokenizer));
+    INFERD_ASSIGN_OR_RETURN(out->chat_template,
+                            load_chat_template(out->weights->source_path, *out->tokenizer));
   } else {
-    std::fprintf(stderr, "inferd: no tokenizer (%s): token-id prompts only\n",
-                 tok.status().message().c_str());
+    log_warning("no tokenizer (" + tok.status().message() + "): token-id prompts only");
   }
   INFERD_ASSIGN_OR_RETURN(EngineOptions options, engine_options(engine_flags, out->weights->config));
-  std::fprintf(stderr, "inferd: %s\n",
-               describe_kv_cache(options, engine_flags, out->weights->config).c_str());
+  log_info(describe_kv_cache(options, engine_flags, out->weights->config));
   out->pool = std::make_unique<ThreadPool>(threads);
   out->model =
       std::make_unique<Transformer>(*out->weights, *out->pool, transformer_options(engine_flags.matmul));
@@ -115,9 +116,8 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
     std::fprintf(stderr, "inferd: error: %s\n", s.message().c_str());
     return 1;
   }
-  std::fprintf(stderr, "inferd: listening on http://%s:%u, loading %s\n", flags.server.host.c_str(),
-               static_cast<unsigned>(server.port()), path.c_str());
-  std::fflush(stderr);
+  log_info("listening on http://" + flags.server.host + ":" + std::to_string(server.port()) + ", loading " +
+           path);
   Loaded loaded;
   std::thread loader([&] {
     ServingContext ctx;
@@ -127,10 +127,8 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
       return;
     }
     server.set_ready(ctx);
-    std::fprintf(stderr, "inferd: ready: serving '%s' on http://%s:%u\n",
-                 flags.server.served_model_name.c_str(), flags.server.host.c_str(),
-                 static_cast<unsigned>(server.port()));
-    std::fflush(stderr);
+    log_info("ready: serving '" + flags.server.served_model_name + "' on http://" + flags.server.host + ":" +
+             std::to_string(server.port()));
   });
   const int rc = server.run();
   loader.join();

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/check.h"
+#include "common/log.h"
 #include "model/model_fingerprint.h"
 
 namespace inferd {
@@ -40,7 +41,7 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
       offloader_->attach(pool_);
       kv_.set_block_source(offloader_.get());
     } else {  // flags were checked before; a folder that vanished since is not worth failing for
-      std::fprintf(stderr, "inferd: warning: KV offload off: %s\n", offloader.status().message().c_str());
+      log_warning("KV offload off: " + offloader.status().message());
     }
   }
 }

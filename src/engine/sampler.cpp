@@ -5,21 +5,24 @@
 
 namespace inferd {
 
+std::optional<SamplingParams::FieldError> SamplingParams::check() const {
+  auto bad = [](const char* field, const char* range) {
+    return FieldError{field, std::string("'") + field + "' must be in " + range};
+  };
+  // The ranges OpenAI documents (temperature up to 2, penalties in [-2, 2]); top_k and min_p as vLLM.
+  if (!(temperature >= 0.0f && temperature <= 2.0f)) return bad("temperature", "[0, 2]");
+  if (top_k < 0) return bad("top_k", "[0, 2^30] (or -1 for all)");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return bad("top_p", "(0, 1]");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return bad("min_p", "[0, 1]");
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 2.0f)) return bad("repetition_penalty", "(0, 2]");
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return bad("presence_penalty", "[-2, 2]");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return bad("frequency_penalty", "[-2, 2]");
+  if (logprobs < -1 || logprobs > 20) return bad("logprobs", "[0, 20]");
+  return std::nullopt;
+}
+
 Status SamplingParams::validate() const {
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
-    return invalid_argument("temperature must be >= 0");
-  if (top_k < 0) return invalid_argument("top_k must be >= 0");
-  if (!(top_p > 0.0f && top_p <= 1.0f)) return invalid_argument("top_p must be in (0, 1]");
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) return invalid_argument("min_p must be in [0, 1]");
-  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
-    return invalid_argument("repetition_penalty must be > 0");
-  }
-  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
-    return invalid_argument("presence_penalty must be in [-2, 2]");
-  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
-    return invalid_argument("frequency_penalty must be in [-2, 2]");
-  }
-  if (logprobs < -1 || logprobs > 20) return invalid_argument("logprobs must be in [0, 20]");
+  if (auto e = check()) return invalid_argument(e->message);
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -23,7 +24,13 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
   int32_t logprobs = -1;            // -1: none; 0: the chosen token's; k: also the top k
 
-  // Checks the ranges; names the offending field.
+  // The one table of their bounds (every front end's requests pass through it): the first
+  // field out of range, with a message naming it.
+  struct FieldError {
+    std::string field, message;
+  };
+  std::optional<FieldError> check() const;
+  // check() as a Status.
   Status validate() const;
 };
 

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/log.h"
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
@@ -58,14 +60,13 @@ Isa choose() {
   if (env == nullptr || *env == '\0') return detected;
   const std::optional<Isa> wanted = parse_isa(env);
   if (!wanted) {
-    std::fprintf(stderr,
-                 "inferd: warning: INFERD_ISA=%s is not one of scalar|avx2|avx512|vnni|amx; using %s\n", env,
-                 std::string(isa_name(detected)).c_str());
+    log_warning(std::string("INFERD_ISA=") + env + " is not one of scalar|avx2|avx512|vnni|amx; using " +
+                std::string(isa_name(detected)));
     return detected;
   }
   if (static_cast<int>(*wanted) > static_cast<int>(detected)) {
-    std::fprintf(stderr, "inferd: warning: INFERD_ISA=%s is beyond this CPU; using %s\n", env,
-                 std::string(isa_name(detected)).c_str());
+    log_warning(std::string("INFERD_ISA=") + env + " is beyond this CPU; using " +
+                std::string(isa_name(detected)));
     return detected;
   }
   return *wanted;

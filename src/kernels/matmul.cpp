@@ -12,11 +12,11 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 }
 
 void matmul(const float* x, int64_t num_tokens, const TensorView& w, const float* bias, float* y,
-            ThreadPool& pool) {
+            ThreadPool& pool, Isa isa) {
   const int64_t n_out = w.num_rows();
   const int64_t k = w.row_length();
   const bool direct = w.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
-  const F32Kernels& kernels = f32_kernels();
+  const F32Kernels& kernels = f32_kernels(isa);
   pool.parallel_for(n_out, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> row_buffer;
     if (!direct && static_cast<int64_t>(row_buffer.size()) < k) row_buffer.resize(static_cast<size_t>(k));

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/thread_pool.h"
+#include "kernels/cpu_isa.h"
 #include "tensor/tensor_view.h"
 
 namespace inferd {
@@ -13,7 +14,7 @@ namespace inferd {
 // y[t, n] = sum_k x[t, k] * w[n, k] (+ bias[n]) for t < num_tokens.
 // x: [num_tokens, K] f32; w: [N, K] any DType; bias: [N] or null; y: [num_tokens, N].
 void matmul(const float* x, int64_t num_tokens, const TensorView& w, const float* bias, float* y,
-            ThreadPool& pool);
+            ThreadPool& pool, Isa isa = active_isa());
 
 // Scalar reference of matmul (double accumulation), for tests.
 void matmul_reference(const float* x, int64_t num_tokens, const TensorView& w, const float* bias, float* y);

@@ -785,9 +785,9 @@ void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k, I
 }
 
 void QuantizedActivations::quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens,
-                                             int64_t k) {
+                                             int64_t k, Isa isa) {
   reserve(tokens, k);
-  const RowFn row_fn = row_function(active_isa());
+  const RowFn row_fn = row_function(isa);
   thread_local std::vector<float> row;
   if (static_cast<int64_t>(row.size()) < k) row.resize(static_cast<size_t>(k));
   for (int64_t t = 0; t < tokens; ++t) {

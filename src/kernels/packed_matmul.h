@@ -48,7 +48,8 @@ class QuantizedActivations final {
   void quantize(const float* x, int64_t tokens, int64_t k, Isa isa = active_isa());
   // quantize() of rms_norm(x) row by row, each normalised row quantized while in L1 (the same
   // bits as rms_norm then quantize). x: [tokens, k]; weight: [k].
-  void quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens, int64_t k);
+  void quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens, int64_t k,
+                         Isa isa = active_isa());
 
   int64_t tokens() const { return tokens_; }
   int64_t k() const { return k_; }

@@ -14,6 +14,15 @@ std::optional<KvDType> kv_dtype_from_name(const std::string& name) {
   return std::nullopt;
 }
 
+std::string_view kv_dtype_name(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kF16: return "f16";
+    case KvDType::kBF16: return "bf16";
+    case KvDType::kF32: break;
+  }
+  return "f32";
+}
+
 size_t kv_dtype_bytes(KvDType dtype) {
   return dtype == KvDType::kF32 ? 4 : 2;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -16,6 +17,7 @@ namespace inferd {
 
 // "f16", "bf16", "f32" -> KvDType.
 std::optional<KvDType> kv_dtype_from_name(const std::string& name);
+std::string_view kv_dtype_name(KvDType dtype);
 size_t kv_dtype_bytes(KvDType dtype);
 
 class KvCache final {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/log.h"
 #include "kv/kv_record.h"
 
 namespace inferd {
@@ -84,8 +85,7 @@ Expected<std::unique_ptr<RedisKvTier>> RedisKvTier::open(const std::string& url,
   std::string error;
   tier->writer_ = tier->connect(kWriteTimeout, &error);
   if (tier->writer_ == nullptr) {
-    std::fprintf(stderr, "inferd: warning: KV offload to Redis %s: %s; running without it until it answers\n",
-                 url.c_str(), error.c_str());
+    log_warning("KV offload to Redis " + url + ": " + error + "; running without it until it answers");
     tier->next_attempt_ = std::chrono::steady_clock::now() + kRetryEvery;
   } else {
     tier->up_ = true;
@@ -140,9 +140,8 @@ void RedisKvTier::fail(redisContext** ctx, const std::string& what) {
   }
   ++stats().failures;
   if (up_.exchange(false)) {
-    std::fprintf(stderr,
-                 "inferd: warning: KV offload to Redis %s failed (%s); running without it until it answers\n",
-                 url_text_.c_str(), why.c_str());
+    log_warning("KV offload to Redis " + url_text_ + " failed (" + why +
+                "); running without it until it answers");
   }
 }
 
@@ -167,16 +166,14 @@ void RedisKvTier::maintain() {
   if (writer_ != nullptr) {
     Reply r = command(writer_, "PING");
     if (r && r->type != REDIS_REPLY_ERROR) {
-      if (!up_.exchange(true))
-        std::fprintf(stderr, "inferd: KV offload to Redis %s is back\n", url_text_.c_str());
+      if (!up_.exchange(true)) log_info("KV offload to Redis " + url_text_ + " is back");
       return;
     }
     fail(&writer_, "PING");
   }
   std::string error;
   writer_ = connect(kWriteTimeout, &error);
-  if (writer_ != nullptr && !up_.exchange(true))
-    std::fprintf(stderr, "inferd: KV offload to Redis %s is back\n", url_text_.c_str());
+  if (writer_ != nullptr && !up_.exchange(true)) log_info("KV offload to Redis " + url_text_ + " is back");
 }
 
 void RedisKvTier::get(std::span<const BlockHash> keys, const Take& take) {

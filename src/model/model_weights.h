@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf_file.h"
+#include "formats/gguf_file.h"
+#include "formats/safetensors_file.h"
 #include "model/model_config.h"
-#include "model/safetensors_file.h"
 #include "tensor/tensor_view.h"
 
 namespace inferd {

@@ -1,54 +1,35 @@
 #include "model/transformer.h"
 
 #include <cmath>
-#include <cstring>
 
-#include "kernels/matmul.h"
-#include "kernels/ops.h"
-#include "tensor/dequantize.h"
+#include "common/check.h"
 
 namespace inferd {
 
 namespace {
 
-// Whether a dtype has a packed kernel worth taking on this CPU: the integer kernels always; the
-// float kernel where AVX-512 runs it (elsewhere the f32 path's AVX2 dot products are faster).
-bool packable(DType dtype) {
-  if (!PackedWeight::supports(dtype)) return false;
-  return !PackedWeight::is_float_dtype(dtype) ||
-         static_cast<int>(active_isa()) >= static_cast<int>(Isa::kAvx512);
+std::unique_ptr<Backend> backend_or_die(BackendKind kind, Isa isa, ThreadPool& pool) {
+  auto b = make_backend(kind, isa, pool);
+  INFERD_CHECK_MSG(b.has_value(), b.status().message().c_str());
+  return std::move(b).value();
 }
 
 }  // namespace
 
-Transformer::Linear Transformer::prepare(std::initializer_list<const TensorView*> parts, bool swiglu) const {
-  Linear out;
-  const std::span<const TensorView* const> span(parts.begin(), parts.size());
-  if (path_ == MatmulPath::kF32) return out;
-  // oneDNN where it beats our kernels: BF16 weights (vdpbf16ps / AMX-BF16; on F32 it measured
-  // level with the packed float kernel, on F16 expanded to f32 slower: BENCHMARKS.md).
-  if (path_ == MatmulPath::kOneDnn && (*parts.begin())->dtype == DType::kBF16) {
-    auto w = OneDnnWeight::create(span, swiglu, pool_.num_threads());
-    if (w) out.onednn.emplace(std::move(w).value());
-    return out;
-  }
-  for (const TensorView* p : parts) {
-    if (!packable(p->dtype)) return out;
-  }
-  auto packed = swiglu ? PackedWeight::pack_swiglu(*span[0], *span[1]) : PackedWeight::pack(span);
-  if (packed) out.packed.emplace(std::move(packed).value());
-  return out;
-}
-
 Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool, TransformerOptions options)
+    : Transformer(weights, backend_or_die(options.backend, options.isa, pool)) {}
+
+Transformer::Transformer(const ModelWeights& weights, std::unique_ptr<Backend> backend)
     : weights_(weights),
-      pool_(pool),
-      inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)),
-      path_(options.matmul) {
-  packed_.resize(weights.layers.size());
+      backend_(std::move(backend)),
+      inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)) {
+  auto prepare = [&](std::initializer_list<const TensorView*> parts, bool swiglu) {
+    return backend_->prepare_linear(std::span<const TensorView* const>(parts.begin(), parts.size()), swiglu);
+  };
+  layers_.resize(weights.layers.size());
   for (size_t i = 0; i < weights.layers.size(); ++i) {
     const LayerWeights& l = weights.layers[i];
-    PackedLayer& p = packed_[i];
+    LayerLinears& p = layers_[i];
     p.qkv = prepare({&l.wq, &l.wk, &l.wv}, false);
     p.wo = prepare({&l.wo}, false);
     p.gate_up = prepare({&l.w_gate, &l.w_up}, true);
@@ -57,28 +38,21 @@ Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool, Transfor
   lm_head_ = prepare({&weights.lm_head}, false);
 }
 
-void Transformer::linear(const float* x, int64_t n, const TensorView& w, const Linear& prepared,
-                         const float* bias, float* y) {
-  const QuantMatmulOutput out{y, w.num_rows(), bias};
-  if (prepared.onednn) return prepared.onednn->run(x, n, {&out, 1}, pool_);
-  if (!prepared.packed) return matmul(x, n, w, bias, y, pool_);
-  packed_matmul(x, n, *prepared.packed, quantized_, {&out, 1}, pool_);
-}
-
-void Transformer::norm_and_matmul(const std::vector<float>& norm_weight, const Linear& w,
-                                  std::span<const QuantMatmulOutput> outputs, int64_t n) {
+void Transformer::norm_linear(const std::vector<float>& norm_weight, int64_t layer, LinearInput input,
+                              const LinearWeights& w, std::span<const LinearOutput> outputs, int64_t n) {
   const ModelConfig& c = config();
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  if (w.onednn || w.packed->is_float()) {
-    for (int64_t t = 0; t < n; ++t)
-      rms_norm(&hidden_[t * c.hidden_size], norm_weight.data(), &normed_[t * c.hidden_size], c.hidden_size,
-               eps);
-    if (w.onednn) return w.onednn->run(normed_.data(), n, outputs, pool_);
-    float_matmul(normed_.data(), n, *w.packed, outputs, pool_);
-  } else {
-    quantized_.quantize_rms_norm(hidden_.data(), norm_weight.data(), eps, n, c.hidden_size);
-    quant_matmul(quantized_, *w.packed, outputs, pool_);
-  }
+  if (observer_ == nullptr)
+    return backend_->linear(hidden_.data(), n, c.hidden_size, norm_weight.data(), eps, w, outputs);
+  backend_->rms_norm(hidden_.data(), norm_weight.data(), normed_.data(), n, c.hidden_size, eps);
+  observer_->observe(layer, input, normed_.data(), n, c.hidden_size);
+  backend_->linear(normed_.data(), n, c.hidden_size, nullptr, eps, w, outputs);
+}
+
+void Transformer::linear(const float* x, int64_t k, int64_t layer, LinearInput input, const LinearWeights& w,
+                         const LinearOutput& out, int64_t n) {
+  if (observer_ != nullptr) observer_->observe(layer, input, x, n, k);
+  backend_->linear(x, n, k, nullptr, 0.0f, w, {&out, 1});
 }
 
 void Transformer::reserve(int64_t n) {
@@ -92,7 +66,6 @@ void Transformer::reserve(int64_t n) {
   grow(v_, c.kv_dim());
   grow(attn_, c.q_dim());
   grow(gate_, c.intermediate_size);
-  grow(up_, c.intermediate_size);
   grow(proj_, c.hidden_size);
   capacity_ = n;
 }
@@ -147,14 +120,6 @@ Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t
   return Status::ok();
 }
 
-void Transformer::embed(const ForwardBatch& b) {
-  const int64_t h = config().hidden_size;
-  const TensorView& e = weights_.token_embedding;
-  for (size_t t = 0; t < b.token_ids.size(); ++t) {
-    dequantize_tensor_row(e, b.token_ids[t], hidden_.data() + static_cast<int64_t>(t) * h);
-  }
-}
-
 void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, const ForwardBatch& b,
                                   KvCache& cache) {
   const ModelConfig& c = config();
@@ -162,65 +127,39 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const int64_t hd = c.head_dim;
   auto bias = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
-  const PackedLayer& p = packed_[static_cast<size_t>(layer_index)];
-  if (p.qkv.prepared()) {
-    const QuantMatmulOutput out[3] = {{q_.data(), c.q_dim(), bias(l.bq)},
-                                      {k_.data(), c.kv_dim(), bias(l.bk)},
-                                      {v_.data(), c.kv_dim(), bias(l.bv)}};
-    norm_and_matmul(l.attn_norm, p.qkv, out, n);
-  } else {
-    for (int64_t t = 0; t < n; ++t) {
-      rms_norm(&hidden_[t * c.hidden_size], l.attn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
-               eps);
-    }
-    if (observer_ != nullptr)
-      observer_->observe(layer_index, LinearInput::kAttention, normed_.data(), n, c.hidden_size);
-    matmul(normed_.data(), n, l.wq, bias(l.bq), q_.data(), pool_);
-    matmul(normed_.data(), n, l.wk, bias(l.bk), k_.data(), pool_);
-    matmul(normed_.data(), n, l.wv, bias(l.bv), v_.data(), pool_);
-  }
+  const LayerLinears& p = layers_[static_cast<size_t>(layer_index)];
+  const LinearOutput qkv[3] = {{q_.data(), c.q_dim(), bias(l.bq)},
+                               {k_.data(), c.kv_dim(), bias(l.bk)},
+                               {v_.data(), c.kv_dim(), bias(l.bv)}};
+  norm_linear(l.attn_norm, layer_index, LinearInput::kAttention, *p.qkv, qkv, n);
   for (int64_t t = 0; t < n; ++t) {
     float* q = &q_[t * c.q_dim()];
     float* k = &k_[t * c.kv_dim()];
     if (c.qk_norm) {
-      for (int64_t h = 0; h < c.num_heads; ++h) rms_norm(q + h * hd, l.q_norm.data(), q + h * hd, hd, eps);
-      for (int64_t h = 0; h < c.num_kv_heads; ++h) rms_norm(k + h * hd, l.k_norm.data(), k + h * hd, hd, eps);
+      backend_->rms_norm(q, l.q_norm.data(), q, c.num_heads, hd, eps);
+      backend_->rms_norm(k, l.k_norm.data(), k, c.num_kv_heads, hd, eps);
     }
     const int64_t pos = b.positions[static_cast<size_t>(t)];
-    rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
-    const int64_t slot = b.slot_mapping[static_cast<size_t>(t)];
-    cache.write(layer_index, slot, k, &v_[t * c.kv_dim()]);
+    backend_->rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
+    cache.write(layer_index, b.slot_mapping[static_cast<size_t>(t)], k, &v_[t * c.kv_dim()]);
   }
   const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
-  paged_attention(q_.data(), b.sequences, b.token_sequence, cache.layer_view(layer_index), shape,
-                  attn_.data(), pool_);
-  if (observer_ != nullptr && !p.wo.prepared())
-    observer_->observe(layer_index, LinearInput::kOutput, attn_.data(), n, c.q_dim());
-  linear(attn_.data(), n, l.wo, p.wo, nullptr, proj_.data());
+  backend_->attention(q_.data(), b.sequences, b.token_sequence, cache.layer_view(layer_index), shape,
+                      attn_.data());
+  linear(attn_.data(), c.q_dim(), layer_index, LinearInput::kOutput, *p.wo,
+         {proj_.data(), c.hidden_size, nullptr}, n);
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
 }
 
-void Transformer::mlp_block(const LayerWeights& l, int64_t layer, const PackedLayer& p, int64_t n) {
+void Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
   const ModelConfig& c = config();
-  const auto eps = static_cast<float>(c.rms_norm_eps);
-  if (p.gate_up.prepared()) {
-    // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices.
-    const QuantMatmulOutput out{gate_.data(), c.intermediate_size, nullptr};
-    norm_and_matmul(l.ffn_norm, p.gate_up, {&out, 1}, n);
-  } else {
-    for (int64_t t = 0; t < n; ++t) {
-      rms_norm(&hidden_[t * c.hidden_size], l.ffn_norm.data(), &normed_[t * c.hidden_size], c.hidden_size,
-               eps);
-    }
-    if (observer_ != nullptr) observer_->observe(layer, LinearInput::kMlp, normed_.data(), n, c.hidden_size);
-    matmul(normed_.data(), n, l.w_gate, nullptr, gate_.data(), pool_);
-    matmul(normed_.data(), n, l.w_up, nullptr, up_.data(), pool_);
-    silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.intermediate_size);
-  }
-  if (observer_ != nullptr && !p.down.prepared())
-    observer_->observe(layer, LinearInput::kDown, gate_.data(), n, c.intermediate_size);
-  linear(gate_.data(), n, l.w_down, p.down, nullptr, proj_.data());
+  const LayerLinears& p = layers_[static_cast<size_t>(layer)];
+  // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices where the backend can.
+  const LinearOutput gate{gate_.data(), c.intermediate_size, nullptr};
+  norm_linear(l.ffn_norm, layer, LinearInput::kMlp, *p.gate_up, {&gate, 1}, n);
+  linear(gate_.data(), c.intermediate_size, layer, LinearInput::kDown, *p.down,
+         {proj_.data(), c.hidden_size, nullptr}, n);
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
 }
@@ -231,20 +170,21 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
   const auto n = static_cast<int64_t>(b.token_ids.size());
   if (n == 0) return Status::ok();
   reserve(n);
-  embed(b);
+  backend_->embed(weights_.token_embedding, b.token_ids, hidden_.data());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];
     attention_block(l, i, b, cache);
-    mlp_block(l, i, packed_[static_cast<size_t>(i)], n);
+    mlp_block(l, i, n);
   }
   // Final norm of the rows that want logits, gathered to the front of normed_.
   const auto num_rows = static_cast<int64_t>(b.logit_rows.size());
   for (int64_t r = 0; r < num_rows; ++r) {
     const int64_t t = b.logit_rows[static_cast<size_t>(r)];
-    rms_norm(&hidden_[t * c.hidden_size], weights_.final_norm.data(), &normed_[r * c.hidden_size],
-             c.hidden_size, static_cast<float>(c.rms_norm_eps));
+    backend_->rms_norm(&hidden_[t * c.hidden_size], weights_.final_norm.data(), &normed_[r * c.hidden_size],
+                       1, c.hidden_size, static_cast<float>(c.rms_norm_eps));
   }
-  linear(normed_.data(), num_rows, weights_.lm_head, lm_head_, nullptr, logits.data());
+  const LinearOutput out{logits.data(), c.vocab_size, nullptr};
+  backend_->linear(normed_.data(), num_rows, c.hidden_size, nullptr, 0.0f, *lm_head_, {&out, 1});
   return Status::ok();
 }
 

@@ -4,15 +4,13 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "common/status.h"
 #include "common/thread_pool.h"
-#include "kernels/attention.h"
-#include "kernels/onednn_matmul.h"
-#include "kernels/packed_matmul.h"
+#include "kernels/backend.h"
 #include "kv/kv_cache.h"
 #include "model/model_weights.h"
 
@@ -32,22 +30,6 @@ struct ForwardBatch {
   std::span<const int32_t> logit_rows;  // token rows whose logits are wanted
 };
 
-// How the linear layers multiply their weights. kPacked and kF32 are batch-invariant.
-enum class MatmulPath {
-  // Default: weights repacked at load into 16-row tiles. Block-quantized weights (GGUF Q8_0,
-  // Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) with activations quantized to int8 per block of
-  // 32 and exact integer dot products (VNNI / AVX2), as llama.cpp does; F32 / F16 / BF16
-  // weights (where AVX-512 runs them) with f32 fmas on the stored values.
-  kPacked,
-  // Weights expanded to f32 row by row and multiplied in f32: several times slower; matches an
-  // f32 reference run on the dequantized weights to ~1e-5 relative.
-  kF32,
-  // BF16 weights through oneDNN's GEMM (activations rounded to bf16), the rest as kPacked.
-  // Faster prefill on BF16 weights, but a token's result depends on the batch it is in: not
-  // batch-invariant. Needs a build with oneDNN (OneDnnWeight::available()).
-  kOneDnn,
-};
-
 // The input of a group of linear layers, for an observer of the f32 path (calibration).
 enum class LinearInput {
   kAttention,  // rms_norm(hidden) into Q, K, V
@@ -56,7 +38,7 @@ enum class LinearInput {
   kDown,       // silu(gate) * up into down
 };
 
-// Sees each linear layer's input rows as the f32 path computes them (MatmulPath::kF32 only).
+// Sees each linear layer's input rows (normalized where a norm comes first) during forward.
 class LinearObserver {
  public:
   virtual ~LinearObserver() = default;
@@ -65,17 +47,22 @@ class LinearObserver {
 };
 
 struct TransformerOptions {
-  MatmulPath matmul = MatmulPath::kPacked;
+  BackendKind backend = BackendKind::kPacked;  // kPacked and kF32 are batch-invariant
+  Isa isa = active_isa();                      // the CPU path the backend's kernels take
 };
 
 class Transformer final {
  public:
-  // weights and pool: not owned, must outlive the Transformer. With MatmulPath::kPacked the
-  // quantized weights are repacked here (a copy of their bytes).
+  // weights and pool: not owned, must outlive the Transformer. Makes the backend of `options`
+  // (callers check it is available: OneDnnWeight::available(); CUDA is not compiled in yet)
+  // and prepares every linear layer's weights for it (the packed backends repack them here).
   Transformer(const ModelWeights& weights, ThreadPool& pool, TransformerOptions options = {});
+  // The same on a backend the caller made.
+  Transformer(const ModelWeights& weights, std::unique_ptr<Backend> backend);
 
   const ModelConfig& config() const { return weights_.config; }
   const ModelWeights& weights() const { return weights_; }
+  const Backend& backend() const { return *backend_; }
 
   // Runs all layers over the batch; writes K/V of every token; logits: [logit_rows.size(),
   // vocab]. Returns an error (and computes nothing) when the batch is inconsistent: ids out of
@@ -84,59 +71,44 @@ class Transformer final {
   Status forward(const ForwardBatch& batch, KvCache& cache, std::span<float> logits);
 
   // Calls `observer` (not owned; null to stop) with every linear layer's input during forward.
-  // Only layers on the f32 path are observed: construct with MatmulPath::kF32 to see them all.
   void set_observer(LinearObserver* observer) { observer_ = observer; }
 
  private:
   Status validate(const ForwardBatch& batch, const KvCache& cache, size_t logits_size) const;
-  void embed(const ForwardBatch& batch);
   void attention_block(const LayerWeights& layer, int64_t layer_index, const ForwardBatch& batch,
                        KvCache& cache);
-
+  void mlp_block(const LayerWeights& layer, int64_t layer_index, int64_t num_tokens);
+  // outputs = rms_norm(hidden_) W (the backend fuses the norm; with an observer it is computed
+  // here, so the observer sees the normalized rows).
+  void norm_linear(const std::vector<float>& norm_weight, int64_t layer, LinearInput input,
+                   const LinearWeights& w, std::span<const LinearOutput> outputs, int64_t num_tokens);
+  // out = x W, x: [num_tokens, k].
+  void linear(const float* x, int64_t k, int64_t layer, LinearInput input, const LinearWeights& w,
+              const LinearOutput& out, int64_t num_tokens);
   void reserve(int64_t num_tokens);
-  // A linear layer's weights prepared for a kernel: packed, or for oneDNN; neither: the f32 path.
-  struct Linear {
-    std::optional<PackedWeight> packed;
-    std::optional<OneDnnWeight> onednn;
-    bool prepared() const { return packed.has_value() || onednn.has_value(); }
-  };
-  // y = x w^T (+ bias) through the prepared kernel when there is one, else in f32.
-  void linear(const float* x, int64_t num_tokens, const TensorView& w, const Linear& prepared,
-              const float* bias, float* y);
 
-  struct PackedLayer {
-    Linear qkv;  // Q, K and V as one matmul
-    Linear wo;
-    Linear gate_up;  // gate and up as one SwiGLU matmul
-    Linear down;
+  struct LayerLinears {
+    std::unique_ptr<LinearWeights> qkv;  // Q, K and V as one matmul
+    std::unique_ptr<LinearWeights> wo;
+    std::unique_ptr<LinearWeights> gate_up;  // gate and up as one SwiGLU matmul
+    std::unique_ptr<LinearWeights> down;
   };
-  void mlp_block(const LayerWeights& layer, int64_t layer_index, const PackedLayer& packed,
-                 int64_t num_tokens);
-  // rms_norm(hidden_) times w into outputs (the norm fused with int8 quantization where w is
-  // block-quantized).
-  void norm_and_matmul(const std::vector<float>& norm_weight, const Linear& w,
-                       std::span<const QuantMatmulOutput> outputs, int64_t num_tokens);
-  // Prepares parts (or gate and up when swiglu) for the options' path.
-  Linear prepare(std::initializer_list<const TensorView*> parts, bool swiglu) const;
 
   const ModelWeights& weights_;
-  ThreadPool& pool_;
+  std::unique_ptr<Backend> backend_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
-  std::vector<PackedLayer> packed_;
-  MatmulPath path_;
+  std::vector<LayerLinears> layers_;
+  std::unique_ptr<LinearWeights> lm_head_;
   LinearObserver* observer_ = nullptr;
-  Linear lm_head_;
-  QuantizedActivations quantized_;  // the current linear layer's input, int8
-  int64_t capacity_ = 0;            // tokens the buffers below hold
-  std::vector<float> hidden_;       // [T, hidden] residual stream
-  std::vector<float> normed_;       // [T, hidden]
-  std::vector<float> q_;            // [T, q_dim]
-  std::vector<float> k_;            // [T, kv_dim]
-  std::vector<float> v_;            // [T, kv_dim]
-  std::vector<float> attn_;         // [T, q_dim]
-  std::vector<float> gate_;         // [T, intermediate]
-  std::vector<float> up_;           // [T, intermediate]
-  std::vector<float> proj_;         // [T, hidden]
+  int64_t capacity_ = 0;       // tokens the buffers below hold
+  std::vector<float> hidden_;  // [T, hidden] residual stream
+  std::vector<float> normed_;  // [T, hidden]
+  std::vector<float> q_;       // [T, q_dim]
+  std::vector<float> k_;       // [T, kv_dim]
+  std::vector<float> v_;       // [T, kv_dim]
+  std::vector<float> attn_;    // [T, q_dim]
+  std::vector<float> gate_;    // [T, intermediate]
+  std::vector<float> proj_;    // [T, hidden]
 };
 
 }  // namespace inferd

@@ -24,6 +24,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "common/log.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "tokenizer/chat_encoder.h"
@@ -88,20 +89,6 @@ struct Channel {
   net::steady_timer wake;  // I/O thread only: cancelled to wake the handler
 };
 
-// Per choice (prompt x sample) state of a generation.
-struct Choice {
-  std::optional<IncrementalDetokenizer> detok;
-  std::optional<ReasoningSplitter> splitter;
-  std::string text, reasoning;
-  std::vector<int32_t> ids;
-  json logprobs = json::array();  // chat: content entries; completions: filled at the end
-  std::string finish_reason;      // set once the choice is done
-  std::string error;
-  bool finished = false;   // its engine sample has finished (or was ended by a stop string)
-  bool role_sent = false;  // streaming chat: the first chunk with the role went out
-  Clock::time_point first_token{}, last_token{};
-};
-
 }  // namespace
 
 struct HttpServer::Impl {
@@ -117,6 +104,7 @@ struct HttpServer::Impl {
   int exit_code = 0;
   ServingContext ctx;
   std::unique_ptr<ServerMetrics> metrics;
+  std::optional<InputProcessor> inputs;  // the front end's input side, once the model is loaded
   std::unordered_set<RequestId> active;  // engine requests in flight
   int64_t in_flight_http = 0;
 
@@ -384,274 +372,131 @@ struct HttpServer::Impl {
 
   // ---- generation ---------------------------------------------------------------------------
 
-  json token_entry(int32_t id, float logprob) const {
-    const std::string& bytes = ctx.tokenizer != nullptr ? ctx.tokenizer->token_bytes(id) : std::string();
-    json b = json::array();
-    for (unsigned char c : bytes) b.push_back(c);
-    return json{
-        {"token", ctx.tokenizer != nullptr ? bytes : std::to_string(id)}, {"logprob", logprob}, {"bytes", b}};
+  // The front end's refusal in OpenAI's terms.
+  static ApiError api_error(const InputError& e, ApiEndpoint endpoint) {
+    // Chat clients set the number of alternatives as top_logprobs.
+    std::string param = endpoint == ApiEndpoint::kChat && e.field == "logprobs" ? "top_logprobs" : e.field;
+    return ApiError{400, e.message, "invalid_request_error", std::move(param),
+                    e.kind == InputError::Kind::kContextLength ? "context_length_exceeded" : ""};
   }
 
-  // What one engine output adds to a choice.
-  struct Delta {
-    std::string content, reasoning;
-    json logprobs = json::array();  // chat-style entries of the new tokens
-  };
-
-  // Applies an engine output to its choice: token ids, logprobs, detokenized text (a stop string
-  // ends the choice and aborts its sample), reasoning split, finish reason, metrics.
-  Delta apply_output(Choice& c, const Channel::Item& item, RequestId engine_id) {
-    Delta d;
-    std::string text;
-    for (size_t k = 0; k < item.out.new_tokens.size() && !c.finished; ++k) {
-      const int32_t t = item.out.new_tokens[k];
-      if (c.ids.empty()) {
-        c.first_token = item.at;
-      } else {
-        metrics->observe_inter_token(seconds(item.at - c.last_token));
-      }
-      c.last_token = item.at;
-      c.ids.push_back(t);
-      if (k < item.out.logprobs.size()) {
-        json e = token_entry(t, item.out.logprobs[k]);
-        json top = json::array();
-        for (const auto& alt : item.out.top_logprobs[k]) top.push_back(token_entry(alt.first, alt.second));
-        e["top_logprobs"] = top;
-        d.logprobs.push_back(e);
-      }
-      if (c.detok) {
-        auto piece = c.detok->push(t);
-        text += piece.text;
-        if (piece.stopped) {
-          c.finished = true;
-          c.finish_reason = "stop";
-          ctx.engine->abort(engine_id, item.out.index);
-        }
-      } else {
-        text += (c.ids.size() > 1 ? " " : "") + std::to_string(t);
-      }
-    }
-    if (item.out.finished && !c.finished) {
-      c.finished = true;
-      c.finish_reason = finish_reason_name(item.out.finish_reason);
-      c.error = item.out.error;
-      if (c.detok) text += c.detok->finish().text;
-    }
-    metrics->add_generation_tokens(static_cast<int64_t>(item.out.new_tokens.size()));
-    if (c.splitter) {
-      auto parts = c.splitter->feed(text);
-      if (c.finished) {
-        auto rest = c.splitter->finish();
-        parts.reasoning += rest.reasoning;
-        parts.content += rest.content;
-      }
-      d.content = std::move(parts.content);
-      d.reasoning = std::move(parts.reasoning);
-    } else {
-      d.content = std::move(text);
-    }
-    c.text += d.content;
-    c.reasoning += d.reasoning;
-    for (const auto& e : d.logprobs) c.logprobs.push_back(e);
-    return d;
-  }
-
-  static std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-  // Everything a generation needs before it is submitted.
+  // A request parsed and processed by the front end, ready to submit.
   struct Prepared {
-    GenerateRequest g;
-    std::vector<std::vector<int32_t>> prompts;
-    bool prompt_opens_think = false;
-    int64_t total_prompt_tokens = 0;
+    GenerateRequest api;
+    ProcessedInput input;
   };
 
-  // Parses, renders and tokenizes a generation request and checks it against the context window
-  // and the queue limit (a plain function: no temporaries cross a co_await, see generate()).
-  std::optional<ApiError> prepare_generate(ApiEndpoint endpoint, const std::string& raw_body, Prepared* out) {
-    ParsedRequest parsed = parse_generate_request(endpoint, raw_body);
+  // Parses the body, runs the input side of the front end (validation, template, tokenizer,
+  // context window) and checks the queue limit. A plain function: no temporaries cross a
+  // co_await (see generate()).
+  std::optional<ApiError> prepare_generate(ApiEndpoint endpoint, const http::request<http::string_body>& req,
+                                           Prepared* out) {
+    ParsedRequest parsed = parse_generate_request(endpoint, req.body());
     if (!parsed.request) return parsed.error;
-    out->g = std::move(*parsed.request);
-    GenerateRequest& g = out->g;
-    auto& prompts = out->prompts;
-    bool& prompt_opens_think = out->prompt_opens_think;
-    int64_t& total_prompt_tokens = out->total_prompt_tokens;
-    auto fail = [](ApiError e) { return std::optional<ApiError>(std::move(e)); };
-    if (!g.model.empty() && g.model != options.served_model_name)
-      return fail(ApiError{404,
-                           "the model '" + g.model + "' does not exist (this server serves '" +
-                               options.served_model_name + "')",
-                           "invalid_request_error", "model", "model_not_found"});
-    // Prompts to token ids.
-    if (endpoint == ApiEndpoint::kChat) {
-      if (ctx.tokenizer == nullptr || ctx.chat_template == nullptr)
-        return fail(ApiError{400, "the model has no chat template: use /v1/completions",
-                             "invalid_request_error", "messages", ""});
-      auto chat = encode_chat(*ctx.tokenizer, *ctx.chat_template, g.messages, ChatOptions{});
-      if (!chat) return fail(ApiError{400, chat.status().message(), "invalid_request_error", "messages", ""});
-      const size_t last = chat->text.find_last_not_of(" \t\r\n");
-      prompt_opens_think =
-          last != std::string::npos && last + 1 >= 7 && chat->text.compare(last + 1 - 7, 7, "<think>") == 0;
-      prompts.push_back(std::move(chat->ids));
-    } else {
-      if (static_cast<int64_t>(g.prompts.size()) > options.max_prompts)
-        return fail(ApiError{400,
-                             "the request has " + std::to_string(g.prompts.size()) + " prompts; at most " +
-                                 std::to_string(options.max_prompts) + " are accepted in one request",
-                             "invalid_request_error", "prompt", ""});
-      for (const PromptInput& in : g.prompts) {
-        if (in.is_ids) {
-          prompts.push_back(in.ids);
-        } else {
-          if (ctx.tokenizer == nullptr)
-            return fail(ApiError{400, "the model has no tokenizer: give the prompt as token ids",
-                                 "invalid_request_error", "prompt", ""});
-          prompts.push_back(ctx.tokenizer->encode_prompt(in.text, true));
-        }
-      }
+    out->api = std::move(*parsed.request);
+    const GenerateRequest& api = out->api;
+    if (!api.model.empty() && api.model != options.served_model_name)
+      return ApiError{404,
+                      "the model '" + api.model + "' does not exist (this server serves '" +
+                          options.served_model_name + "')",
+                      "invalid_request_error", "model", "model_not_found"};
+    GenerationRequest g = api.generation;
+    if (g.session_id.empty()) {  // the session context pool: the body's session_id, or the header
+      if (auto h = req.find("X-Session-Id"); h != req.end()) g.session_id = std::string(h->value());
     }
-    int64_t max_tokens = 0;
-    for (const auto& p : prompts) {
-      const auto len = static_cast<int64_t>(p.size());
-      total_prompt_tokens += len;
-      if (len == 0) return fail(ApiError{400, "the prompt is empty", "invalid_request_error", "prompt", ""});
-      for (int32_t t : p) {
-        if (t < 0 || t >= ctx.vocab_size)
-          return fail(ApiError{400,
-                               "token id " + std::to_string(t) + " is outside the vocabulary of " +
-                                   std::to_string(ctx.vocab_size),
-                               "invalid_request_error", "prompt", ""});
-      }
-      const int64_t want = g.max_tokens.value_or(std::max<int64_t>(1, ctx.max_model_len - len));
-      if (len + want > ctx.max_model_len) {
-        const char* param =
-            g.max_tokens ? "max_tokens" : (endpoint == ApiEndpoint::kChat ? "messages" : "prompt");
-        return fail(ApiError{400,
-                             "this model's maximum context length is " + std::to_string(ctx.max_model_len) +
-                                 " tokens, but the prompt has " + std::to_string(len) +
-                                 " tokens and max_tokens is " + std::to_string(want) + " (" +
-                                 std::to_string(len + want) + " in total)",
-                             "invalid_request_error", param, "context_length_exceeded"});
-      }
-      max_tokens = std::max(max_tokens, want);
-    }
+    InputProcessed processed = inputs->process(std::move(g));
+    if (!processed.input) return api_error(processed.error, endpoint);
+    out->input = std::move(*processed.input);
     // The queue limit counts sequences: every prompt, times n.
-    const int64_t sequences = static_cast<int64_t>(prompts.size()) * g.n;
+    const int64_t sequences = out->input.num_sequences();
     if (sequences > options.max_queue)
-      return fail(ApiError{400,
-                           "the request needs " + std::to_string(sequences) +
-                               " sequences (prompts x n), more than " + "the server ever queues (" +
-                               std::to_string(options.max_queue) + ")",
-                           "invalid_request_error", endpoint == ApiEndpoint::kChat ? "n" : "prompt", ""});
+      return ApiError{400,
+                      "the request needs " + std::to_string(sequences) +
+                          " sequences (prompts x n), more than " + "the server ever queues (" +
+                          std::to_string(options.max_queue) + ")",
+                      "invalid_request_error", endpoint == ApiEndpoint::kChat ? "n" : "prompt", ""};
     const int64_t queued = ctx.engine->num_queued_sequences();
     if (queued + sequences > options.max_queue)
-      return fail(ApiError{429,
-                           "the server is at capacity (" + std::to_string(queued) + " of " +
-                               std::to_string(options.max_queue) +
-                               " queue places taken, this request needs " + std::to_string(sequences) +
-                               "); retry later",
-                           "rate_limit_error", "", "queue_full"});
+      return ApiError{429,
+                      "the server is at capacity (" + std::to_string(queued) + " of " +
+                          std::to_string(options.max_queue) + " queue places taken, this request needs " +
+                          std::to_string(sequences) + "); retry later",
+                      "rate_limit_error", "", "queue_full"};
     return std::nullopt;
+  }
+
+  // Submits every prompt of the request; outputs flow into `channel`. Returns the engine ids.
+  std::vector<RequestId> submit(ProcessedInput& input, const std::shared_ptr<Channel>& channel) {
+    std::vector<RequestId> ids;
+    auto ex = io.get_executor();
+    for (size_t p = 0; p < input.requests.size(); ++p) {
+      const RequestId id =
+          ctx.engine->submit(std::move(input.requests[p]), [channel, p, ex](const StepOutput& out) {
+            {
+              std::lock_guard<std::mutex> lock(channel->mutex);
+              channel->items.push_back({p, out, Clock::now()});
+            }
+            net::post(ex, [channel] { channel->wake.cancel(); });
+          });
+      ids.push_back(id);
+      active.insert(id);
+    }
+    return ids;
+  }
+
+  // Writes the stream's head; false when the client is gone.
+  awaitable<bool> start_stream(Connection& conn, const http::request<http::string_body>& req) {
+    http::response<http::empty_body> head{http::status::ok, req.version()};
+    head.set(http::field::server, "inferd");
+    head.set(http::field::content_type, "text/event-stream");
+    head.set(http::field::cache_control, "no-cache");
+    conn.chunked_stream = req.version() >= 11;
+    head.chunked(conn.chunked_stream);
+    head.keep_alive(conn.chunked_stream && req.keep_alive());
+    http::response_serializer<http::empty_body> sr{head};
+    conn.expire_after(options.write_timeout_seconds);
+    boost::system::error_code ec;
+    co_await http::async_write_header(conn.socket, sr, net::redirect_error(use_awaitable, ec));
+    conn.never_expire();
+    co_return !ec;
   }
 
   // GCC 12 destroys a temporary passed to a coroutine twice (GCC bug 99576): every argument of a
   // coroutine call in this file is a named object.
+  //
+  // One generation: prepare (input side), submit, then apply each engine output to its choice's
+  // OutputProcessor (output side) and stream the events or send the body. Over ~80 lines because
+  // it is one coroutine whose locals live across every co_await; its steps are the helpers above.
   awaitable<bool> generate(std::shared_ptr<Connection> conn, const http::request<http::string_body>& req,
                            ApiEndpoint endpoint) {
     const auto arrival = Clock::now();
     Prepared prepared;
-    if (std::optional<ApiError> error = prepare_generate(endpoint, req.body(), &prepared)) {
+    if (std::optional<ApiError> error = prepare_generate(endpoint, req, &prepared)) {
       Response res = error_response(req, *error);
       if (error->status == 429) res.set(http::field::retry_after, "1");
       co_return co_await send(*conn, res);
     }
-    GenerateRequest& g = prepared.g;
-    const auto& prompts = prepared.prompts;
-    const bool prompt_opens_think = prepared.prompt_opens_think;
-    const int64_t total_prompt_tokens = prepared.total_prompt_tokens;
+    const GenerateRequest& api = prepared.api;
+    ProcessedInput& input = prepared.input;
+    const size_t n = static_cast<size_t>(input.requests.at(0).n);
+    std::vector<int64_t> prompt_tokens;
+    for (const auto& r : input.requests) prompt_tokens.push_back(static_cast<int64_t>(r.prompt.size()));
+    const bool split = options.reasoning_parser && endpoint == ApiEndpoint::kChat;
+    const OutputOptions output_options{input.stop, split, input.prompt_opens_think};
+    std::vector<OutputProcessor> choices(input.requests.size() * n,
+                                         OutputProcessor(ctx.tokenizer, output_options));
+    std::vector<bool> seen(choices.size(), false);
+    const OpenAiAnswer answer(endpoint, random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-"),
+                              unix_now(), options.served_model_name, ctx.tokenizer, api.logprobs, split);
 
-    // Submit every prompt; outputs flow into the channel.
     auto channel = std::make_shared<Channel>(io.get_executor());
-    const size_t n = static_cast<size_t>(g.n);
-    std::vector<Choice> choices(prompts.size() * n);
-    for (auto& c : choices) {
-      if (ctx.tokenizer != nullptr) c.detok.emplace(*ctx.tokenizer, g.stop);
-      if (options.reasoning_parser && endpoint == ApiEndpoint::kChat) c.splitter.emplace(prompt_opens_think);
-    }
-    std::vector<RequestId> ids;
-    std::vector<int32_t> stop_ids = g.stop_token_ids;
-    if (ctx.tokenizer != nullptr) {
-      const auto& s = ctx.tokenizer->vocab().stop_ids;
-      stop_ids.insert(stop_ids.end(), s.begin(), s.end());
-    }
-    // Session context pool: the body's session_id, or the X-Session-Id header.
-    std::string session = g.session_id.value_or("");
-    if (session.empty()) {
-      if (auto h = req.find("X-Session-Id"); h != req.end()) session = std::string(h->value());
-    }
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      RequestSpec spec;
-      spec.prompt = prompts[p];
-      spec.sampling = g.sampling;
-      spec.limits.max_tokens =
-          g.max_tokens.value_or(ctx.max_model_len - static_cast<int64_t>(prompts[p].size()));
-      spec.limits.stop_token_ids = stop_ids;
-      spec.limits.ignore_eos = g.ignore_eos;
-      spec.priority = g.priority;
-      spec.n = g.n;
-      spec.session_id = session;
-      auto ex = io.get_executor();
-      const RequestId id = ctx.engine->submit(std::move(spec), [channel, p, ex](const StepOutput& out) {
-        {
-          std::lock_guard<std::mutex> lock(channel->mutex);
-          channel->items.push_back({p, out, Clock::now()});
-        }
-        net::post(ex, [channel] { channel->wake.cancel(); });
-      });
-      ids.push_back(id);
-      active.insert(id);
-    }
-    metrics->add_prompt_tokens(total_prompt_tokens);
-
+    const std::vector<RequestId> ids = submit(input, channel);
+    metrics->add_prompt_tokens(input.num_prompt_tokens);
     // Watch for the client hanging up while we wait: abort at once so its blocks free.
     auto stop_watch = std::make_shared<bool>(false);
     net::co_spawn(io, watch_disconnect(conn, channel, ids, stop_watch), net::detached);
-
-    const std::string id_str = random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-");
-    const int64_t created = unix_now();
-    const char* object = endpoint == ApiEndpoint::kChat ? "chat.completion" : "text_completion";
-    const char* chunk_object = endpoint == ApiEndpoint::kChat ? "chat.completion.chunk" : "text_completion";
     bool stream_ok = true;
-    if (g.stream) {
-      http::response<http::empty_body> head{http::status::ok, req.version()};
-      head.set(http::field::server, "inferd");
-      head.set(http::field::content_type, "text/event-stream");
-      head.set(http::field::cache_control, "no-cache");
-      conn->chunked_stream = req.version() >= 11;
-      head.chunked(conn->chunked_stream);
-      head.keep_alive(conn->chunked_stream && req.keep_alive());
-      http::response_serializer<http::empty_body> sr{head};
-      conn->expire_after(options.write_timeout_seconds);
-      boost::system::error_code ec;
-      co_await http::async_write_header(conn->socket, sr, net::redirect_error(use_awaitable, ec));
-      conn->never_expire();
-      stream_ok = !ec;
-    }
-    auto chunk_of = [&](size_t index, json delta_or_text, const json& logprobs, const json& finish) {
-      json c = {{"index", index}};
-      if (endpoint == ApiEndpoint::kChat) {
-        c["delta"] = std::move(delta_or_text);
-      } else {
-        c["text"] = std::move(delta_or_text);
-      }
-      c["logprobs"] = logprobs;
-      c["finish_reason"] = finish;
-      return json{{"id", id_str},
-                  {"object", chunk_object},
-                  {"created", created},
-                  {"model", options.served_model_name},
-                  {"choices", json::array({c})}};
-    };
+    if (api.stream) stream_ok = co_await start_stream(*conn, req);
 
     size_t unfinished = choices.size();
     while (unfinished > 0) {
@@ -667,45 +512,20 @@ struct HttpServer::Impl {
       }
       for (Channel::Item& item : batch) {
         const size_t ci = item.prompt * n + static_cast<size_t>(item.out.index);
-        Choice& c = choices.at(ci);
-        if (c.finished) continue;  // ended by a stop string: later tokens are dropped
-        const Delta d = apply_output(c, item, ids[item.prompt]);
-        const std::string& new_text = d.content;
-        const std::string& reasoning_delta = d.reasoning;
-        const json& new_logprobs = d.logprobs;
-        if (g.stream) {
-          if (endpoint == ApiEndpoint::kChat && !c.role_sent) {
-            c.role_sent = true;
-            const std::string event = sse(chunk_of(ci, role_delta(), nullptr, nullptr));
-            co_await send_event(*conn, event, stream_ok, ids);
-          }
-          const bool has_delta = !new_text.empty() || !reasoning_delta.empty() || !new_logprobs.empty();
-          if (has_delta) {
-            json lp = nullptr;
-            if (g.logprobs) {
-              lp = endpoint == ApiEndpoint::kChat ? json{{"content", new_logprobs}}
-                                                  : completion_logprobs(new_logprobs);
-            }
-            json delta;
-            if (endpoint == ApiEndpoint::kChat) {
-              delta = json::object();
-              if (!reasoning_delta.empty()) delta["reasoning_content"] = reasoning_delta;
-              if (!new_text.empty() || reasoning_delta.empty()) delta["content"] = new_text;
-            } else {
-              delta = new_text;
-            }
-            const std::string event = sse(chunk_of(ci, delta, lp, nullptr));
-            co_await send_event(*conn, event, stream_ok, ids);
-          }
-          if (c.finished && c.error.empty()) {
-            const std::string event = sse(chunk_of(
-                ci, endpoint == ApiEndpoint::kChat ? json::object() : json(""), nullptr, c.finish_reason));
-            co_await send_event(*conn, event, stream_ok, ids);
-          }
+        OutputProcessor& c = choices.at(ci);
+        if (c.finished()) continue;  // ended by a stop string: later tokens are dropped
+        const ChoiceDelta d = c.apply(item.out, item.at);
+        for (double gap : c.last_gaps_seconds()) metrics->observe_inter_token(gap);
+        metrics->add_generation_tokens(static_cast<int64_t>(item.out.new_tokens.size()));
+        if (d.stop_string) ctx.engine->abort(ids[item.prompt], item.out.index);
+        if (api.stream) {
+          const std::string events = answer.stream_events(ci, d, c, !seen[ci]);
+          if (!events.empty()) co_await send_event(*conn, events, stream_ok, ids);
         }
-        if (c.finished) {
+        seen[ci] = true;
+        if (d.finished) {
           --unfinished;
-          record(c, arrival, item.out.first_scheduled, static_cast<int64_t>(prompts[item.prompt].size()));
+          record(c, arrival, prompt_tokens[item.prompt]);
         }
       }
     }
@@ -714,83 +534,39 @@ struct HttpServer::Impl {
     if (conn->socket.is_open()) conn->socket.cancel(ignored);  // ends the disconnect watch
     for (RequestId rid : ids) active.erase(rid);
 
-    int64_t completion_tokens = 0;
-    for (const auto& c : choices) completion_tokens += static_cast<int64_t>(c.ids.size());
-    const json usage = {{"prompt_tokens", total_prompt_tokens},
-                        {"completion_tokens", completion_tokens},
-                        {"total_tokens", total_prompt_tokens + completion_tokens}};
-    // An engine-side failure (e.g. more KV than exists) is the request's error.
+    Usage usage{input.num_prompt_tokens, 0};
+    for (const auto& c : choices) usage.completion_tokens += static_cast<int64_t>(c.token_ids().size());
+    log_finished(answer.id(), choices, arrival, usage);
+    co_return co_await answer_request(*conn, req, api, answer, choices, usage, stream_ok, ids);
+  }
+
+  // The end of a generation: an engine-side failure (e.g. more KV than exists) is the request's
+  // error; else the stream's usage and [DONE], or the whole body.
+  awaitable<bool> answer_request(Connection& conn, const http::request<http::string_body>& req,
+                                 const GenerateRequest& api, const OpenAiAnswer& answer,
+                                 const std::vector<OutputProcessor>& choices, const Usage& usage,
+                                 bool stream_ok, const std::vector<RequestId>& ids) {
     for (const auto& c : choices) {
-      if (!c.error.empty()) {
-        if (g.stream) {
-          if (stream_ok && !conn->client_gone) {
-            const std::string event = sse(stream_error(c.error));
-            co_await send_event(*conn, event, stream_ok, ids);
-            co_return co_await finish_stream(*conn, stream_ok);
-          }
-          co_return false;
-        }
-        Response res = error_response(req, ApiError{400, c.error, "invalid_request_error", "", ""});
-        co_return co_await send(*conn, res);
+      if (c.error().empty()) continue;
+      if (api.stream) {
+        if (!stream_ok || conn.client_gone) co_return false;
+        const std::string event = OpenAiAnswer::error_event(c.error());
+        co_await send_event(conn, event, stream_ok, ids);
+        co_return co_await finish_stream(conn, stream_ok);
       }
+      Response res = error_response(req, ApiError{400, c.error(), "invalid_request_error", "", ""});
+      co_return co_await send(conn, res);
     }
-    if (conn->client_gone) co_return false;
-    if (g.stream) {
-      if (g.include_usage) {
-        const std::string event = sse(usage_event(id_str, chunk_object, created, usage));
-        co_await send_event(*conn, event, stream_ok, ids);
+    if (conn.client_gone) co_return false;
+    if (api.stream) {
+      if (api.include_usage) {
+        const std::string event = answer.usage_event(usage);
+        co_await send_event(conn, event, stream_ok, ids);
       }
-      co_return co_await finish_stream(*conn, stream_ok);
+      co_return co_await finish_stream(conn, stream_ok);
     }
-    json out_choices = json::array();
-    for (size_t i = 0; i < choices.size(); ++i) {
-      Choice& c = choices[i];
-      json lp = nullptr;
-      if (g.logprobs)
-        lp = endpoint == ApiEndpoint::kChat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
-      if (endpoint == ApiEndpoint::kChat) {
-        json message = {{"role", "assistant"}, {"content", c.text}};
-        if (c.splitter)
-          message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
-        out_choices.push_back(
-            {{"index", i}, {"message", message}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
-      } else {
-        out_choices.push_back(
-            {{"index", i}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
-      }
-    }
-    json body = {{"id", id_str},           {"object", object},
-                 {"created", created},     {"model", options.served_model_name},
-                 {"choices", out_choices}, {"usage", usage}};
-    Response res = make_response(req, http::status::ok, dump(body));
-    co_return co_await send(*conn, res);
-  }
-
-  static json role_delta() { return json{{"role", "assistant"}, {"content", ""}}; }
-  static json stream_error(const std::string& message) {
-    return json{
-        {"error", json::parse(error_body(ApiError{400, message, "invalid_request_error", "", ""}))["error"]}};
-  }
-  json usage_event(const std::string& id, const char* object, int64_t created, const json& usage) const {
-    return json{{"id", id},
-                {"object", object},
-                {"created", created},
-                {"model", options.served_model_name},
-                {"choices", json::array()},
-                {"usage", usage}};
-  }
-
-  // Completions' logprobs shape from chat-style entries.
-  static json completion_logprobs(const json& entries) {
-    json tokens = json::array(), lps = json::array(), tops = json::array();
-    for (const auto& e : entries) {
-      tokens.push_back(e["token"]);
-      lps.push_back(e["logprob"]);
-      json top = json::object();
-      for (const auto& t : e["top_logprobs"]) top[t["token"].get<std::string>()] = t["logprob"];
-      tops.push_back(top);
-    }
-    return json{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
+    Response res = make_response(req, http::status::ok, answer.body(choices, usage));
+    co_return co_await send(conn, res);
   }
 
   // Writes one SSE event; on failure the client is treated as gone and `ids` are aborted.
@@ -813,11 +589,9 @@ struct HttpServer::Impl {
     }
   }
 
-  static std::string sse(const json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
-
   awaitable<bool> finish_stream(Connection& conn, bool ok) {
     if (!ok || conn.client_gone) co_return false;
-    const std::string done = "data: [DONE]\n\n";
+    const std::string done = OpenAiAnswer::done_event();
     conn.expire_after(options.write_timeout_seconds);
     boost::system::error_code ec;
     if (!conn.chunked_stream) {  // HTTP/1.0: the close ends the body
@@ -833,22 +607,51 @@ struct HttpServer::Impl {
     co_return !ec;
   }
 
-  void record(const Choice& c, Clock::time_point arrival, Clock::time_point first_scheduled,
-              int64_t prompt_tokens) {
+  // One info line per finished HTTP request: its id, tokens, queue time, TTFT (the first token of
+  // any choice), E2E and finish reason(s) (one per choice, comma-separated; "error" for a failed
+  // one, with the first error), for operators' logs.
+  static void log_finished(const std::string& id, const std::vector<OutputProcessor>& choices,
+                           Clock::time_point arrival, const Usage& usage) {
+    const auto end = Clock::now();
+    std::optional<Clock::time_point> first_token, first_scheduled;
+    std::string reasons, error;
+    for (const OutputProcessor& c : choices) {
+      if (c.first_token_at() && (!first_token || *c.first_token_at() < *first_token))
+        first_token = c.first_token_at();
+      if (c.first_scheduled_at() && (!first_scheduled || *c.first_scheduled_at() < *first_scheduled))
+        first_scheduled = c.first_scheduled_at();
+      if (!reasons.empty()) reasons += ",";
+      reasons +=
+          c.error().empty() ? finish_reason_name(c.finish_reason().value_or(FinishReason::kNone)) : "error";
+      if (error.empty()) error = c.error();
+    }
+    std::vector<LogField> fields = {{"id", id},
+                                    {"prompt_tokens", usage.prompt_tokens},
+                                    {"generation_tokens", usage.completion_tokens},
+                                    {"queue_s", seconds(first_scheduled.value_or(end) - arrival)},
+                                    {"e2e_s", seconds(end - arrival)},
+                                    {"finish_reason", reasons}};
+    if (first_token) fields.push_back({"ttft_s", seconds(*first_token - arrival)});  // none: no token came
+    if (!error.empty()) fields.push_back({"error", error});
+    log_info("request finished", fields);
+  }
+
+  void record(const OutputProcessor& c, Clock::time_point arrival, int64_t prompt_tokens) {
     RequestTimings t;
     const auto end = Clock::now();
-    const bool scheduled = first_scheduled != Clock::time_point{};
-    t.queue_seconds = seconds((scheduled ? first_scheduled : end) - arrival);
-    t.has_first_token = !c.ids.empty();
+    const Clock::time_point scheduled = c.first_scheduled_at().value_or(end);
+    t.queue_seconds = seconds(scheduled - arrival);
+    t.has_first_token = c.first_token_at().has_value();
     if (t.has_first_token) {
-      t.ttft_seconds = seconds(c.first_token - arrival);
-      t.prefill_seconds = seconds(c.first_token - (scheduled ? first_scheduled : arrival));
-      t.decode_seconds = seconds(c.last_token - c.first_token);
+      t.ttft_seconds = seconds(*c.first_token_at() - arrival);
+      t.prefill_seconds = seconds(*c.first_token_at() - c.first_scheduled_at().value_or(arrival));
+      t.decode_seconds = seconds(*c.last_token_at() - *c.first_token_at());
     }
     t.e2e_seconds = seconds(end - arrival);
     t.prompt_tokens = prompt_tokens;
-    t.generation_tokens = static_cast<int64_t>(c.ids.size());
-    t.finished_reason = c.error.empty() ? c.finish_reason : "error";
+    t.generation_tokens = static_cast<int64_t>(c.token_ids().size());
+    t.finished_reason =
+        c.error().empty() ? finish_reason_name(c.finish_reason().value_or(FinishReason::kNone)) : "error";
     metrics->observe_finished(t);
   }
 
@@ -881,8 +684,8 @@ struct HttpServer::Impl {
     boost::system::error_code ec;
     co_await signals.async_wait(net::redirect_error(use_awaitable, ec));
     if (ec) co_return;
-    std::fprintf(stderr, "inferd: shutting down: draining %zu requests (grace %.0f s)\n", active.size(),
-                 options.shutdown_grace_seconds);
+    log_info("shutting down: draining requests", {{"requests", static_cast<int64_t>(active.size())},
+                                                  {"grace_s", options.shutdown_grace_seconds}});
     draining = true;
     acceptor.close(ec);
     net::steady_timer timer(io);
@@ -893,7 +696,8 @@ struct HttpServer::Impl {
       co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
     }
     if (!active.empty()) {
-      std::fprintf(stderr, "inferd: grace period over: aborting %zu requests\n", active.size());
+      log_warning("grace period over: aborting requests",
+                  {{"requests", static_cast<int64_t>(active.size())}});
       for (RequestId id : active) ctx.engine->abort(id);
       const auto hard = Clock::now() + std::chrono::seconds(5);
       while (!active.empty() && Clock::now() < hard) {
@@ -933,6 +737,8 @@ uint16_t HttpServer::port() const {
 void HttpServer::set_ready(const ServingContext& context) {
   net::post(impl_->io, [impl = impl_.get(), context] {
     impl->ctx = context;
+    impl->inputs.emplace(context.tokenizer, context.chat_template,
+                         InputLimits{context.max_model_len, context.vocab_size, impl->options.max_prompts});
     impl->metrics = std::make_unique<ServerMetrics>(impl->options.metrics_prefix,
                                                     impl->options.served_model_name, context.max_model_len);
     impl->ready = true;
@@ -941,7 +747,7 @@ void HttpServer::set_ready(const ServingContext& context) {
 
 void HttpServer::set_failed(const std::string& message) {
   net::post(impl_->io, [impl = impl_.get(), message] {
-    std::fprintf(stderr, "inferd: error: %s\n", message.c_str());
+    log_error(message);
     impl->exit_code = 1;
     impl->io.stop();
   });

@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 #include "engine/async_engine.h"
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd {

@@ -1,6 +1,5 @@
 #include "server/openai_api.h"
 
-#include <cmath>
 #include <limits>
 
 #include "engine/engine.h"
@@ -54,20 +53,15 @@ class Reader {
     return true;
   }
 
-  bool number(const char* key, float* out, double lo, double hi, bool lo_open = false) {
+  // A number of any value (its bounds are InputProcessor's); one beyond float's range becomes inf.
+  bool number(const char* key, float* out) {
     const json* v = find(key);
     if (v == nullptr || failed()) return false;
     if (!v->is_number()) {
       fail(key, std::string("'") + key + "' must be a number");
       return false;
     }
-    const double x = v->get<double>();
-    if (!std::isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo)) {
-      fail(key, std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") + trim(lo) + ", " +
-                    trim(hi) + "]");
-      return false;
-    }
-    *out = static_cast<float>(x);
+    *out = static_cast<float>(v->get<double>());
     return true;
   }
 
@@ -94,12 +88,6 @@ class Reader {
   }
 
  private:
-  static std::string trim(double x) {
-    std::string s = std::to_string(x);
-    while (s.size() > 1 && s.back() == '0') s.pop_back();
-    if (!s.empty() && s.back() == '.') s.pop_back();
-    return s;
-  }
   const json& body_;
   std::optional<ApiError> error_;
 };
@@ -138,7 +126,7 @@ bool parse_object(std::string_view body, json* out, ApiError* error) {
   return true;
 }
 
-void parse_messages(Reader& r, const json& body, GenerateRequest* req) {
+void parse_messages(Reader& r, const json& body, GenerationRequest* req) {
   const json* m = r.find("messages");
   if (m == nullptr) return r.fail("messages", "'messages' is required");
   if (!m->is_array() || m->empty()) return r.fail("messages", "'messages' must be a non-empty array");
@@ -174,7 +162,7 @@ void parse_messages(Reader& r, const json& body, GenerateRequest* req) {
   req->messages = *m;
 }
 
-void parse_prompt(Reader& r, GenerateRequest* req) {
+void parse_prompt(Reader& r, GenerationRequest* req) {
   const json* p = r.find("prompt");
   if (p == nullptr) return r.fail("prompt", "'prompt' is required");
   auto bad = [&] {
@@ -208,6 +196,71 @@ void parse_prompt(Reader& r, GenerateRequest* req) {
   }
 }
 
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+void parse_sampling(Reader& r, SamplingParams* s) {
+  r.number("temperature", &s->temperature);
+  r.number("top_p", &s->top_p);
+  int32_t top_k = 0;
+  if (r.integer("top_k", &top_k, kInt32Min, kInt32Max))
+    s->top_k = top_k == -1 ? 0 : top_k;  // -1: all, as vLLM
+  r.number("min_p", &s->min_p);
+  r.number("presence_penalty", &s->presence_penalty);
+  r.number("frequency_penalty", &s->frequency_penalty);
+  r.number("repetition_penalty", &s->repetition_penalty);
+  if (const json* seed = r.find("seed"); seed != nullptr && !r.failed()) {
+    if (!seed->is_number_integer()) return r.fail("seed", "'seed' must be an integer");
+    s->seed =
+        seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+  }
+}
+
+void parse_stops(Reader& r, GenerationRequest* g) {
+  if (const json* stop = r.find("stop"); stop != nullptr && !r.failed()) {
+    const bool ok = stop->is_string() || stop->is_array();
+    for (const json& x : stop->is_string() ? json::array({*stop}) : (ok ? *stop : json::array())) {
+      if (!x.is_string()) return r.fail("stop", "'stop' must be a string or an array of strings");
+      g->stop.push_back(x.get<std::string>());
+    }
+    if (!ok) return r.fail("stop", "'stop' must be a string or an array of strings");
+  }
+  if (const json* ids = r.find("stop_token_ids"); ids != nullptr && !r.failed()) {
+    if (!ids->is_array() || (!ids->empty() && !is_token_id_array(*ids)) ||
+        !read_ids(*ids, &g->stop_token_ids))
+      r.fail("stop_token_ids", "'stop_token_ids' must be an array of token ids");
+  }
+}
+
+// stream, stream_options and the logprobs fields, whose rules tie them to each other.
+void parse_answer_shape(Reader& r, ApiEndpoint endpoint, GenerateRequest* req) {
+  SamplingParams& s = req->generation.sampling;
+  r.boolean("stream", &req->stream);
+  if (const json* so = r.find("stream_options"); so != nullptr && !r.failed()) {
+    if (!so->is_object()) return r.fail("stream_options", "'stream_options' must be an object");
+    if (!req->stream) return r.fail("stream_options", "'stream_options' is only allowed with 'stream': true");
+    if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean())
+        return r.fail("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+      req->include_usage = iu->get<bool>();
+    }
+  }
+  if (endpoint == ApiEndpoint::kChat) {
+    r.boolean("logprobs", &req->logprobs);
+    int32_t top = 0;
+    if (r.integer("top_logprobs", &top, kInt32Min, kInt32Max) && !req->logprobs && top > 0)
+      return r.fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (req->logprobs) s.logprobs = top;
+  } else {
+    int32_t k = 0;
+    if (r.integer("logprobs", &k, kInt32Min, kInt32Max)) {
+      req->logprobs = true;
+      s.logprobs = k;
+    }
+  }
+}
+
 }  // namespace
 
 ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body) {
@@ -216,92 +269,25 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   if (!parse_object(body, &j, &out.error)) return out;
   Reader r(j);
   GenerateRequest req;
+  GenerationRequest& g = req.generation;
   req.endpoint = endpoint;
   r.string("model", &req.model);
   if (endpoint == ApiEndpoint::kChat) {
-    parse_messages(r, j, &req);
+    parse_messages(r, j, &g);
   } else {
-    parse_prompt(r, &req);
+    parse_prompt(r, &g);
   }
   int64_t max_tokens = 0;
-  constexpr int64_t kMaxTokensLimit = int64_t{1} << 31;
-  if (r.integer("max_tokens", &max_tokens, 1, kMaxTokensLimit)) req.max_tokens = max_tokens;
-  if (r.integer("max_completion_tokens", &max_tokens, 1, kMaxTokensLimit)) req.max_tokens = max_tokens;
-  SamplingParams& s = req.sampling;
-  r.number("temperature", &s.temperature, 0, 2);
-  r.number("top_p", &s.top_p, 0, 1, /*lo_open=*/true);
-  int32_t top_k = 0;
-  if (r.integer("top_k", &top_k, -1, 1 << 30)) s.top_k = top_k < 0 ? 0 : top_k;
-  r.number("min_p", &s.min_p, 0, 1);
-  r.number("presence_penalty", &s.presence_penalty, -2, 2);
-  r.number("frequency_penalty", &s.frequency_penalty, -2, 2);
-  r.number("repetition_penalty", &s.repetition_penalty, 0, 2, /*lo_open=*/true);
-  if (const json* seed = r.find("seed"); seed != nullptr && !r.failed()) {
-    if (!seed->is_number_integer()) {
-      r.fail("seed", "'seed' must be an integer");
-    } else {
-      s.seed =
-          seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
-    }
-  }
-  if (const json* stop = r.find("stop"); stop != nullptr && !r.failed()) {
-    if (stop->is_string()) {
-      req.stop.push_back(stop->get<std::string>());
-    } else if (stop->is_array()) {
-      for (const auto& x : *stop) {
-        if (!x.is_string()) {
-          r.fail("stop", "'stop' must be a string or an array of strings");
-          break;
-        }
-        req.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      r.fail("stop", "'stop' must be a string or an array of strings");
-    }
-    for (const auto& x : req.stop) {
-      if (x.empty()) r.fail("stop", "'stop' strings must not be empty");
-    }
-  }
-  if (const json* ids = r.find("stop_token_ids"); ids != nullptr && !r.failed()) {
-    if (!ids->is_array() || (!ids->empty() && !is_token_id_array(*ids)) ||
-        !read_ids(*ids, &req.stop_token_ids))
-      r.fail("stop_token_ids", "'stop_token_ids' must be an array of token ids");
-  }
-  r.integer("n", &req.n, 1, kMaxSamples);
-  r.boolean("stream", &req.stream);
-  if (const json* so = r.find("stream_options"); so != nullptr && !r.failed()) {
-    if (!so->is_object()) {
-      r.fail("stream_options", "'stream_options' must be an object");
-    } else if (!req.stream) {
-      r.fail("stream_options", "'stream_options' is only allowed with 'stream': true");
-    } else if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
-      if (!iu->is_boolean()) {
-        r.fail("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
-      } else {
-        req.include_usage = iu->get<bool>();
-      }
-    }
-  }
-  constexpr int32_t kMaxLogprobs = 20;
-  if (endpoint == ApiEndpoint::kChat) {
-    r.boolean("logprobs", &req.logprobs);
-    int32_t top = 0;
-    if (r.integer("top_logprobs", &top, 0, kMaxLogprobs) && !req.logprobs && top > 0)
-      r.fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-    if (req.logprobs) s.logprobs = top;
-  } else {
-    int32_t k = 0;
-    if (r.integer("logprobs", &k, 0, kMaxLogprobs)) {
-      req.logprobs = true;
-      s.logprobs = k;
-    }
-  }
-  r.boolean("ignore_eos", &req.ignore_eos);
-  r.integer("priority", &req.priority, std::numeric_limits<int32_t>::min(),
-            std::numeric_limits<int32_t>::max());
+  if (r.integer("max_tokens", &max_tokens, -kInt64Max, kInt64Max)) g.max_tokens = max_tokens;
+  if (r.integer("max_completion_tokens", &max_tokens, -kInt64Max, kInt64Max)) g.max_tokens = max_tokens;
+  parse_sampling(r, &g.sampling);
+  parse_stops(r, &g);
+  r.integer("n", &g.n, kInt32Min, kInt32Max);
+  parse_answer_shape(r, endpoint, &req);
+  r.boolean("ignore_eos", &g.ignore_eos);
+  r.integer("priority", &g.priority, kInt32Min, kInt32Max);
   r.string("user", &req.user);
-  std::string session;
-  if (r.string("session_id", &session)) req.session_id = session;
+  r.string("session_id", &g.session_id);
   if (r.failed()) {
     out.error = r.take_error();
     return out;
@@ -316,7 +302,7 @@ ParsedTokenize parse_tokenize_request(std::string_view body) {
   if (!parse_object(body, &j, &out.error)) return out;
   Reader r(j);
   TokenizeRequest t;
-  GenerateRequest chat;
+  GenerationRequest chat;
   if (r.find("messages") != nullptr) {
     parse_messages(r, j, &chat);
     t.messages = chat.messages;
@@ -347,80 +333,142 @@ ParsedDetokenize parse_detokenize_request(std::string_view body) {
   return out;
 }
 
-// ---------------------------------------------------------------------------------------------
+// ---- answers ----------------------------------------------------------------------------------
 
 namespace {
-constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
-
-// Length of the longest suffix of `s` that is a proper prefix of `tag`.
-size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+std::string sse(const nlohmann::json& j) {
+  return "data: " + dump(j) + "\n\n";
 }
 }  // namespace
 
-ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning)
-    : state_(starts_in_reasoning ? State::kReasoning : State::kStart) {}
+OpenAiAnswer::OpenAiAnswer(ApiEndpoint endpoint, std::string id, int64_t created, std::string model,
+                           const Tokenizer* tokenizer, bool logprobs, bool split_reasoning)
+    : endpoint_(endpoint),
+      id_(std::move(id)),
+      created_(created),
+      model_(std::move(model)),
+      tokenizer_(tokenizer),
+      logprobs_(logprobs),
+      split_reasoning_(split_reasoning) {}
 
-ReasoningSplitter::Parts ReasoningSplitter::feed(std::string_view text) {
-  pending_.append(text);
-  return drain(false);
+nlohmann::json OpenAiAnswer::token_entry(int32_t id, float logprob) const {
+  const std::string bytes = tokenizer_ != nullptr ? tokenizer_->token_bytes(id) : std::string();
+  nlohmann::json b = nlohmann::json::array();
+  for (unsigned char c : bytes) b.push_back(c);
+  return {{"token", tokenizer_ != nullptr ? bytes : std::to_string(id)}, {"logprob", logprob}, {"bytes", b}};
 }
 
-ReasoningSplitter::Parts ReasoningSplitter::finish() {
-  return drain(true);
-}
-
-ReasoningSplitter::Parts ReasoningSplitter::drain(bool final) {
-  Parts out;
-  for (;;) {
-    if (state_ == State::kStart) {
-      // Leading whitespace, then either <think> or content.
-      const size_t first = pending_.find_first_not_of(" \t\r\n");
-      if (first == std::string::npos) {
-        if (final) {
-          out.content += pending_;
-          pending_.clear();
-        }
-        return out;
-      }
-      std::string_view rest = std::string_view(pending_).substr(first);
-      if (rest.substr(0, kOpen.size()) == kOpen) {
-        pending_.erase(0, first + kOpen.size());
-        state_ = State::kReasoning;
-        continue;
-      }
-      if (!final && kOpen.substr(0, rest.size()) == rest) return out;  // may still become <think>
-      state_ = State::kContent;
-      continue;
+// Chat: {"content": [entries]}; completions: tokens / token_logprobs / top_logprobs maps.
+nlohmann::json OpenAiAnswer::logprobs_json(const std::vector<TokenLogprob>& entries) const {
+  if (!logprobs_) return nullptr;
+  if (endpoint_ == ApiEndpoint::kChat) {
+    nlohmann::json content = nlohmann::json::array();
+    for (const auto& e : entries) {
+      nlohmann::json entry = token_entry(e.token, e.logprob);
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [t, lp] : e.top) top.push_back(token_entry(t, lp));
+      entry["top_logprobs"] = top;
+      content.push_back(entry);
     }
-    if (state_ == State::kReasoning) {
-      const size_t close = pending_.find(kClose);
-      if (close != std::string::npos) {
-        out.reasoning += pending_.substr(0, close);
-        pending_.erase(0, close + kClose.size());
-        strip_newlines_ = true;  // the newline(s) a model writes after </think> belong to neither part
-        state_ = State::kContent;
-        continue;
-      }
-      const size_t hold = final ? 0 : partial_tag_suffix(pending_, kClose);
-      out.reasoning += pending_.substr(0, pending_.size() - hold);
-      pending_.erase(0, pending_.size() - hold);
-      return out;
-    }
-    if (strip_newlines_) {
-      const size_t body = pending_.find_first_not_of("\r\n");
-      pending_.erase(0, body == std::string::npos ? pending_.size() : body);
-      if (pending_.empty()) return out;
-      strip_newlines_ = false;
-    }
-    out.content += pending_;
-    pending_.clear();
-    return out;
+    return {{"content", content}};
   }
+  nlohmann::json tokens = nlohmann::json::array(), lps = nlohmann::json::array(),
+                 tops = nlohmann::json::array();
+  for (const auto& e : entries) {
+    tokens.push_back(token_entry(e.token, e.logprob)["token"]);
+    lps.push_back(e.logprob);
+    nlohmann::json top = nlohmann::json::object();
+    for (const auto& [t, lp] : e.top) top[token_entry(t, lp)["token"].get<std::string>()] = lp;
+    tops.push_back(top);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
+}
+
+nlohmann::json OpenAiAnswer::chunk(size_t index, nlohmann::json delta_or_text, const nlohmann::json& logprobs,
+                                   const nlohmann::json& finish) const {
+  nlohmann::json c = {{"index", index}};
+  c[endpoint_ == ApiEndpoint::kChat ? "delta" : "text"] = std::move(delta_or_text);
+  c["logprobs"] = logprobs;
+  c["finish_reason"] = finish;
+  return {{"id", id_},
+          {"object", endpoint_ == ApiEndpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", nlohmann::json::array({c})}};
+}
+
+std::string OpenAiAnswer::stream_events(size_t index, const ChoiceDelta& d, const OutputProcessor& choice,
+                                        bool first_output) const {
+  const bool chat = endpoint_ == ApiEndpoint::kChat;
+  std::string events;
+  if (chat && first_output)
+    events += sse(chunk(index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+  if (!d.content.empty() || !d.reasoning.empty() || !d.logprobs.empty()) {
+    nlohmann::json delta;
+    if (chat) {
+      delta = nlohmann::json::object();
+      if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+      if (!d.content.empty() || d.reasoning.empty()) delta["content"] = d.content;
+    } else {
+      delta = d.content;
+    }
+    events += sse(chunk(index, delta, logprobs_json(d.logprobs), nullptr));
+  }
+  if (d.finished && choice.error().empty())
+    events += sse(chunk(index, chat ? nlohmann::json::object() : nlohmann::json(""), nullptr,
+                        finish_reason_name(*choice.finish_reason())));
+  return events;
+}
+
+std::string OpenAiAnswer::usage_event(const Usage& u) const {
+  return sse({{"id", id_},
+              {"object", endpoint_ == ApiEndpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", nlohmann::json::array()},
+              {"usage",
+               {{"prompt_tokens", u.prompt_tokens},
+                {"completion_tokens", u.completion_tokens},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens}}}});
+}
+
+std::string OpenAiAnswer::error_event(const std::string& message) {
+  return sse({{"error", nlohmann::json::parse(
+                            error_body(ApiError{400, message, "invalid_request_error", "", ""}))["error"]}});
+}
+
+std::string OpenAiAnswer::body(const std::vector<OutputProcessor>& choices, const Usage& u) const {
+  const bool chat = endpoint_ == ApiEndpoint::kChat;
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const OutputProcessor& c = choices[i];
+    const char* finish = finish_reason_name(c.finish_reason().value_or(FinishReason::kNone));
+    nlohmann::json choice = {{"index", i}};
+    if (chat) {
+      nlohmann::json message = {{"role", "assistant"}, {"content", c.text()}};
+      if (split_reasoning_)
+        message["reasoning_content"] =
+            c.reasoning().empty() ? nlohmann::json(nullptr) : nlohmann::json(c.reasoning());
+      choice["message"] = message;
+    } else {
+      choice["text"] = c.text();
+    }
+    choice["logprobs"] = logprobs_json(c.logprobs());
+    choice["finish_reason"] = finish;
+    out.push_back(choice);
+  }
+  return dump({{"id", id_},
+               {"object", chat ? "chat.completion" : "text_completion"},
+               {"created", created_},
+               {"model", model_},
+               {"choices", out},
+               {"usage",
+                {{"prompt_tokens", u.prompt_tokens},
+                 {"completion_tokens", u.completion_tokens},
+                 {"total_tokens", u.prompt_tokens + u.completion_tokens}}}});
 }
 
 }  // namespace inferd

@@ -12,8 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/input_processor.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
-#include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace inferd {
 
@@ -29,34 +31,21 @@ std::string error_body(const ApiError& e);
 
 enum class ApiEndpoint { kChat, kCompletion };
 
-// One prompt of a completions request: text or token ids.
-struct PromptInput {
-  std::string text;
-  std::vector<int32_t> ids;
-  bool is_ids = false;
-};
-
+// A chat or completions request: what to generate (the front end's GenerationRequest, whose
+// bounds InputProcessor checks) and how to answer (stream, usage, logprobs).
 struct GenerateRequest {
   ApiEndpoint endpoint = ApiEndpoint::kChat;
   std::string model;
-  nlohmann::ordered_json messages;   // chat: validated array of messages
-  std::vector<PromptInput> prompts;  // completions: one or more prompts
-  SamplingParams sampling;
-  std::optional<int64_t> max_tokens;  // absent: up to the context window
-  std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;
-  bool ignore_eos = false;
-  int32_t n = 1;
+  GenerationRequest generation;  // chat: messages (shape checked here); completions: prompts
   bool stream = false;
   bool include_usage = false;
-  bool logprobs = false;  // return logprobs (sampling.logprobs holds how many alternatives)
-  int32_t priority = 0;
+  bool logprobs = false;  // return logprobs (generation.sampling.logprobs holds how many alternatives)
   std::string user;
-  std::optional<std::string> session_id;
 };
 
-// Parses and validates a request body. Unknown fields are ignored; a wrong type or a value out
-// of range is a 400 naming the field.
+// Parses a request body: JSON types and shapes, OpenAI's rules between fields (top_logprobs
+// needs logprobs, stream_options needs stream). Value bounds are InputProcessor's, checked once
+// for every front end. Unknown fields are ignored; a wrong type is a 400 naming the field.
 struct ParsedRequest {
   std::optional<GenerateRequest> request;
   ApiError error;  // when !request
@@ -80,24 +69,44 @@ struct ParsedDetokenize {
 };
 ParsedDetokenize parse_detokenize_request(std::string_view body);
 
-// Splits generated text into reasoning (inside <think>...</think>) and content, incrementally:
-// feed() returns what may be sent now of each part; text that could still be the start of a tag
-// is held back until finish().
-class ReasoningSplitter final {
+// Token counts of an answer.
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+// The JSON of one request's answer, in OpenAI's shapes: stream chunks (SSE events) and the
+// whole body. One per HTTP request; the transport only sends what it builds.
+class OpenAiAnswer final {
  public:
-  // starts_in_reasoning: the prompt itself opened <think> (templates that add it).
-  explicit ReasoningSplitter(bool starts_in_reasoning = false);
-  struct Parts {
-    std::string reasoning, content;
-  };
-  Parts feed(std::string_view text);
-  Parts finish();
+  // tokenizer: not owned, may be null (token ids then stand for the token text).
+  OpenAiAnswer(ApiEndpoint endpoint, std::string id, int64_t created, std::string model,
+               const Tokenizer* tokenizer, bool logprobs, bool split_reasoning);
+
+  const std::string& id() const { return id_; }
+  // The events one output of choice `index` produces: the role chunk first (chat, when
+  // `first_output`), the delta (text, reasoning, logprobs) if any, the finish chunk when the
+  // choice ended without error. Each is "data: {...}\n\n".
+  std::string stream_events(size_t index, const ChoiceDelta& delta, const OutputProcessor& choice,
+                            bool first_output) const;
+  std::string usage_event(const Usage& usage) const;
+  static std::string done_event() { return "data: [DONE]\n\n"; }
+  static std::string error_event(const std::string& message);
+  // The non-streamed body: every choice, in index order, and the usage.
+  std::string body(const std::vector<OutputProcessor>& choices, const Usage& usage) const;
 
  private:
-  Parts drain(bool final);
-  enum class State { kStart, kReasoning, kContent } state_;
-  bool strip_newlines_ = false;
-  std::string pending_;
+  nlohmann::json chunk(size_t index, nlohmann::json delta_or_text, const nlohmann::json& logprobs,
+                       const nlohmann::json& finish) const;
+  nlohmann::json logprobs_json(const std::vector<TokenLogprob>& entries) const;
+  nlohmann::json token_entry(int32_t id, float logprob) const;
+
+  ApiEndpoint endpoint_;
+  std::string id_;
+  int64_t created_;
+  std::string model_;
+  const Tokenizer* tokenizer_;
+  bool logprobs_;
+  bool split_reasoning_;
 };
 
 }  // namespace inferd

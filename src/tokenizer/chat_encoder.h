@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd {

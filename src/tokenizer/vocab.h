@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/gguf_file.h"
+#include "formats/gguf_file.h"
 
 namespace inferd {
 

@@ -128,7 +128,7 @@ class BenchDatasetTest : public ::testing::Test {
     auto w = load_model(*path);
     ASSERT_TRUE(w.has_value());
     weights_ = std::move(*w);
-    auto t = load_tokenizer(*weights_);
+    auto t = load_tokenizer(weights_->gguf.get(), weights_->source_path, weights_->config.vocab_size);
     ASSERT_TRUE(t.has_value());
     tokenizer_ = std::move(*t);
   }

@@ -28,7 +28,10 @@ def require(available, what):
 
 class Server:
     def __init__(self, *flags, api_key=API_KEY):
-        defaults = {"--port": "0", "-t": "2", "--kv-cache-memory": "96MiB", "--max-model-len": "2048"}
+        # A server that logs below info does not print the line with its port: give it one.
+        quiet = "--log-level" in flags
+        defaults = {"--port": str(free_port()) if quiet else "0", "-t": "2", "--kv-cache-memory": "96MiB",
+                    "--max-model-len": "2048"}
         args = [BINARY, "serve"]
         for flag, value in defaults.items():  # a flag the test gives replaces its default
             if flag not in flags:
@@ -39,7 +42,7 @@ class Server:
         self.proc = subprocess.Popen(args + list(flags), stderr=subprocess.PIPE, text=True)
         self.log = []
         deadline = time.time() + 60
-        self.port = None
+        self.port = int(args[args.index("--port") + 1]) if quiet else None
         while self.port is None:
             line = self.proc.stderr.readline()
             if not line:

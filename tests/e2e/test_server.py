@@ -1,6 +1,7 @@
 """`inferd serve` end to end with the official openai client and raw HTTP: the API, streaming,
 usage, sampling fields, concurrency, cancellation, errors, authentication, metrics and drain."""
 import http.client
+import os
 import json
 import re
 import shutil
@@ -15,7 +16,7 @@ import urllib.request
 import openai
 import pytest
 
-from conftest import API_KEY, require
+from conftest import API_KEY, BINARY, ROOT, require
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
 
@@ -345,6 +346,68 @@ def test_queue_limit_gives_429_with_retry_after(make_server):
     waiting.close()
     wait_idle(s)
     assert raw(s, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0] == 200
+
+
+def wait_log_line(server, predicate, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for line in list(server.log):
+            if predicate(line):
+                return line
+        time.sleep(0.05)
+    raise AssertionError("no such log line in: " + "".join(server.log))
+
+
+def test_one_json_log_line_per_finished_request(make_server):
+    s = make_server("--log-format", "json")
+    r = client(s).completions.create(model="", prompt=["Hi", "Ho"], max_tokens=3, temperature=0, n=2)
+    line = wait_log_line(s, lambda l: r.id in l)
+    entry = json.loads(line)
+    assert entry["level"] == "info" and entry["msg"] == "request finished" and entry["id"] == r.id
+    assert entry["prompt_tokens"] == r.usage.prompt_tokens
+    assert entry["generation_tokens"] == r.usage.completion_tokens == 12
+    assert entry["finish_reason"] == "length,length,length,length"
+    assert 0 <= entry["queue_s"] <= entry["ttft_s"] <= entry["e2e_s"]
+    for other in list(s.log):  # every line the server wrote is a JSON object
+        assert isinstance(json.loads(other), dict), other
+
+
+def test_log_level_warning_keeps_request_lines_out(make_server):
+    s = make_server("--log-level", "warning")
+    client(s).completions.create(model="", prompt="Hi", max_tokens=2, temperature=0)
+    time.sleep(0.3)
+    assert not [l for l in s.log if "request finished" in l]
+    s.stop()
+    assert not [l for l in s.log if "shutting down" in l]  # info, dropped too
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "seed": 7, "top_k": 40}])
+def test_same_request_through_serve_generate_and_run_gives_the_same_ids(make_server, tmp_path, sampling):
+    """The one request front end: the server, `inferd generate` and `inferd run` take the same
+    request through the same input and output sides and the engine. A model without a tokenizer
+    answers with token ids, so the ids themselves are compared."""
+    model = os.path.join(ROOT, "tests", "fixtures", "tiny", "llama_tied", "model-f32.gguf")
+    prompt = [5, 17, 3, 99, 42]
+    s = make_server("--model", model)
+    status, _, data = raw(s, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 12, **sampling})
+    assert status == 200, data
+    served = [int(t) for t in json.loads(data)["choices"][0]["text"].split()]
+
+    line = json.dumps({"prompt_ids": prompt, "max_tokens": 12, **sampling})
+    (tmp_path / "in.jsonl").write_text(line + "\n")
+    subprocess.run([BINARY, "generate", "--model", model, "-i", str(tmp_path / "in.jsonl"), "-o",
+                    str(tmp_path / "out.jsonl"), "--kv-cache-memory", "8MiB", "-t", "2"], check=True,
+                   capture_output=True)
+    generated = json.loads((tmp_path / "out.jsonl").read_text())["token_ids"]
+
+    flags = ["--temperature", str(sampling["temperature"])]
+    if "seed" in sampling:
+        flags += ["--seed", str(sampling["seed"]), "--top-k", str(sampling["top_k"])]
+    run = subprocess.run([BINARY, "run", "--model", model, "--prompt-ids", ",".join(map(str, prompt)), "-n", "12",
+                          "-t", "2", *flags], check=True, capture_output=True, text=True)
+    ran = [int(t) for t in run.stdout.strip().split(",")]
+    assert len(served) == 12
+    assert served == generated == ran
 
 
 def test_queue_limit_counts_every_prompt_and_sample(make_server):

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/reasoning_splitter.h"
 #include "server/openai_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

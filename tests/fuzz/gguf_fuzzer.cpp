@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "model/gguf_file.h"
+#include "formats/gguf_file.h"
 #include "model/model_loader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

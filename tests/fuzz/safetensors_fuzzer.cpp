@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "model/safetensors_file.h"
+#include "formats/safetensors_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file =

@@ -106,8 +106,8 @@ TEST(OneDnnMatmulTest, Bf16ModelRunsNearTheF32Path) {
   auto m = load_model(test::fixture_path("tiny/qwen2_bf16"));
   ASSERT_TRUE(m.has_value()) << m.status().message();
   ThreadPool pool(2);
-  Transformer onednn(**m, pool, {.matmul = MatmulPath::kOneDnn});
-  Transformer f32(**m, pool, {.matmul = MatmulPath::kF32});
+  Transformer onednn(**m, pool, {.backend = BackendKind::kOneDnn});
+  Transformer f32(**m, pool, {.backend = BackendKind::kF32});
   const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {100, 7, 42}};
   const auto a = test::all_logits(onednn, prompts, 0, false);
   const auto b = test::all_logits(f32, prompts, 0, false);

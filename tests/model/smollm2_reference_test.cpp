@@ -96,11 +96,11 @@ void print(const char* peer, const Agreement& a) {
       a.max_last_ref);
 }
 
-Agreement run_against(const char* reference_json, const char* peer, MatmulPath path) {
+Agreement run_against(const char* reference_json, const char* peer, BackendKind path) {
   auto m = load_default_or_skip();
   if (!m) return {};
   ThreadPool pool(2);
-  Transformer model(*m, pool, {.matmul = path});
+  Transformer model(*m, pool, {.backend = path});
   const Agreement a = compare_with(model, reference_json);
   print(peer, a);
   EXPECT_GE(a.positions, 3 * 64);
@@ -112,7 +112,7 @@ Agreement run_against(const char* reference_json, const char* peer, MatmulPath p
 // to 98.4 % of 251 positions agree depending on the build (a sanitizer build rounds some sums
 // differently), against 100 % on the exact reference below.
 TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCpp) {
-  const Agreement a = run_against("llamacpp_reference.json", "llama.cpp", MatmulPath::kPacked);
+  const Agreement a = run_against("llamacpp_reference.json", "llama.cpp", BackendKind::kPacked);
   INFERD_REQUIRE_OR_SKIP(a.positions > 0, "default model not installed");
   EXPECT_GE(a.top1, 0.97);
   EXPECT_LT(a.max_last_diff, 0.05 * a.max_last_ref);
@@ -120,7 +120,8 @@ TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCpp) {
 
 // The f32 path (weights expanded to f32) is not faster than llama.cpp but closer to the reference.
 TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCppOnTheF32Path) {
-  const Agreement a = run_against("llamacpp_reference.json", "llama.cpp (inferd f32 path)", MatmulPath::kF32);
+  const Agreement a =
+      run_against("llamacpp_reference.json", "llama.cpp (inferd f32 path)", BackendKind::kF32);
   INFERD_REQUIRE_OR_SKIP(a.positions > 0, "default model not installed");
   EXPECT_GE(a.top1, 0.97);
   EXPECT_LT(a.max_last_diff, 0.05 * a.max_last_ref);
@@ -130,7 +131,7 @@ TEST(SmolLM2Test, TeacherForcedLogitsAgreeWithLlamaCppOnTheF32Path) {
 // unit at most and keeps the argmax at nearly every position.
 TEST(SmolLM2Test, Int8PathStaysCloseToTransformersOnDequantizedWeights) {
   const Agreement a = run_against("hf_dequant_reference.json",
-                                  "transformers (f32, dequantized; inferd int8 path)", MatmulPath::kPacked);
+                                  "transformers (f32, dequantized; inferd int8 path)", BackendKind::kPacked);
   INFERD_REQUIRE_OR_SKIP(a.positions > 0, "default model not installed");
   EXPECT_GE(a.top1, 0.96);
   EXPECT_LT(a.max_last_diff, 0.05 * a.max_last_ref);
@@ -140,7 +141,7 @@ TEST(SmolLM2Test, Int8PathStaysCloseToTransformersOnDequantizedWeights) {
 // inferd's f32 path matches.
 TEST(SmolLM2Test, TeacherForcedLogitsMatchTransformersOnDequantizedWeights) {
   const Agreement a =
-      run_against("hf_dequant_reference.json", "transformers (f32, dequantized weights)", MatmulPath::kF32);
+      run_against("hf_dequant_reference.json", "transformers (f32, dequantized weights)", BackendKind::kF32);
   INFERD_REQUIRE_OR_SKIP(a.positions > 0, "default model not installed");
   EXPECT_EQ(a.top1, 1.0);
   EXPECT_LT(a.max_last_diff, 1e-4 * a.max_last_ref);

@@ -77,7 +77,7 @@ TEST_P(ReferenceLogitsTest, MatchesTransformers) {
   // meet the 1e-4 bound, the int8 path the format's.
   for (const auto& [label, rounded] : ref.logits_rounded_weights) {
     if (tc.file != "model-" + label + ".gguf") continue;
-    Transformer exact(**weights, pool, {.matmul = MatmulPath::kF32});
+    Transformer exact(**weights, pool, {.backend = BackendKind::kF32});
     auto exact_logits = test::all_logits(exact, ref.prompts, 0, /*together=*/false);
     const double e = test::relative_max_error(exact_logits.data(), rounded.data(), got.size());
     std::printf(

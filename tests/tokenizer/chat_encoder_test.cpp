@@ -23,9 +23,9 @@ std::optional<Loaded> load_default() {
   if (!path) return std::nullopt;
   auto w = load_model(*path);
   EXPECT_TRUE(w.has_value());
-  auto t = load_tokenizer(**w);
+  auto t = load_tokenizer((*w)->gguf.get(), (*w)->source_path, (*w)->config.vocab_size);
   EXPECT_TRUE(t.has_value());
-  auto ct = load_chat_template(**w, **t);
+  auto ct = load_chat_template((*w)->source_path, **t);
   EXPECT_TRUE(ct.has_value()) << ct.status().message();
   EXPECT_NE(ct->get(), nullptr);
   return Loaded{std::move(*w), std::move(*t), std::move(*ct)};

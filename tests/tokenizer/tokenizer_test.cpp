@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "formats/gguf_writer.h"
 #include "model/default_model.h"
-#include "model/gguf_from_hf.h"
-#include "model/gguf_writer.h"
 #include "test_support.h"
 #include "tokenizer/utf8.h"
+#include "tools/gguf_from_hf.h"
 
 namespace inferd {
 namespace {

@@ -1,0 +1,129 @@
+#include "engine/input_processor.h"
+
+#include <algorithm>
+
+#include "tokenizer/chat_encoder.h"
+
+namespace inferd {
+
+namespace {
+
+InputError invalid(std::string field, std::string message) {
+  return InputError{InputError::Kind::kInvalid, std::move(field), std::move(message)};
+}
+
+// Whether the rendered prompt ends in "<think>" (after trailing whitespace): the template opened
+// the reasoning block itself, so the output starts inside it.
+bool opens_think(const std::string& text) {
+  constexpr std::string_view kOpen = "<think>";
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  return last != std::string::npos && last + 1 >= kOpen.size() &&
+         text.compare(last + 1 - kOpen.size(), kOpen.size(), kOpen) == 0;
+}
+
+}  // namespace
+
+InputProcessor::InputProcessor(const Tokenizer* tokenizer, const ChatTemplate* chat_template,
+                               InputLimits limits)
+    : tokenizer_(tokenizer), chat_template_(chat_template), limits_(limits) {}
+
+std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& r) const {
+  if (auto e = r.sampling.check()) return invalid(e->field, e->message);
+  if (r.n < 1 || r.n > kMaxSamples)
+    return invalid("n", "'n' must be in [1, " + std::to_string(kMaxSamples) + "]");
+  if (r.max_tokens && *r.max_tokens < 1) return invalid("max_tokens", "'max_tokens' must be at least 1");
+  for (const auto& s : r.stop) {
+    if (s.empty()) return invalid("stop", "'stop' strings must not be empty");
+  }
+  for (int32_t t : r.stop_token_ids) {
+    if (t < 0 || t >= limits_.vocab_size)
+      return invalid("stop_token_ids", "'stop_token_ids' has " + std::to_string(t) +
+                                           ", outside the vocabulary of " +
+                                           std::to_string(limits_.vocab_size));
+  }
+  if (r.messages.is_null() && r.prompts.empty())
+    return invalid("prompt", "a prompt or messages are required");
+  if (static_cast<int64_t>(r.prompts.size()) > limits_.max_prompts)
+    return invalid("prompt", "the request has " + std::to_string(r.prompts.size()) + " prompts; at most " +
+                                 std::to_string(limits_.max_prompts) + " are accepted in one request");
+  return std::nullopt;
+}
+
+std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, ProcessedInput* out) const {
+  std::vector<std::vector<int32_t>> prompts;
+  const char* field = r.messages.is_null() ? "prompt" : "messages";
+  if (!r.messages.is_null()) {
+    if (tokenizer_ == nullptr || chat_template_ == nullptr)
+      return InputError{InputError::Kind::kUnsupported, "messages",
+                        "the model has no chat template: give a prompt instead of messages"};
+    auto chat = encode_chat(*tokenizer_, *chat_template_, r.messages, ChatOptions{});
+    if (!chat) return invalid("messages", chat.status().message());
+    out->prompt_opens_think = opens_think(chat->text);
+    prompts.push_back(std::move(chat->ids));
+  } else {
+    for (const PromptInput& in : r.prompts) {
+      if (in.is_ids) {
+        prompts.push_back(in.ids);
+        continue;
+      }
+      if (tokenizer_ == nullptr)
+        return InputError{InputError::Kind::kUnsupported, "prompt",
+                          "the model has no tokenizer: give the prompt as token ids"};
+      prompts.push_back(tokenizer_->encode_prompt(in.text, /*allow_special=*/true));
+    }
+  }
+  for (auto& ids : prompts) {
+    const auto len = static_cast<int64_t>(ids.size());
+    if (len == 0) return invalid(field, "the prompt is empty");
+    for (int32_t t : ids) {
+      if (t < 0 || t >= limits_.vocab_size)
+        return invalid(field, "token id " + std::to_string(t) + " is outside the vocabulary of " +
+                                  std::to_string(limits_.vocab_size));
+    }
+    const int64_t want = r.max_tokens.value_or(std::max<int64_t>(1, limits_.max_model_len - len));
+    if (len + want > limits_.max_model_len)
+      return InputError{InputError::Kind::kContextLength, r.max_tokens ? "max_tokens" : field,
+                        "this model's maximum context length is " + std::to_string(limits_.max_model_len) +
+                            " tokens, but the prompt has " + std::to_string(len) +
+                            " tokens and max_tokens is " + std::to_string(want) + " (" +
+                            std::to_string(len + want) + " in total)"};
+    RequestSpec spec;
+    spec.prompt = std::move(ids);
+    spec.limits.max_tokens = want;
+    out->num_prompt_tokens += len;
+    out->requests.push_back(std::move(spec));
+  }
+  return std::nullopt;
+}
+
+InputProcessed InputProcessor::process(GenerationRequest r) const {
+  InputProcessed result;
+  if (auto e = check_fields(r)) {
+    result.error = std::move(*e);
+    return result;
+  }
+  ProcessedInput in;
+  if (auto e = tokenize(r, &in)) {
+    result.error = std::move(*e);
+    return result;
+  }
+  // The model's own stop tokens end every sample, besides the request's (unless ignore_eos).
+  std::vector<int32_t> stop_ids = r.stop_token_ids;
+  if (tokenizer_ != nullptr) {
+    const auto& s = tokenizer_->vocab().stop_ids;
+    stop_ids.insert(stop_ids.end(), s.begin(), s.end());
+  }
+  for (RequestSpec& spec : in.requests) {
+    spec.sampling = r.sampling;
+    spec.limits.stop_token_ids = stop_ids;
+    spec.limits.ignore_eos = r.ignore_eos;
+    spec.priority = r.priority;
+    spec.n = r.n;
+    spec.session_id = r.session_id;
+  }
+  in.stop = std::move(r.stop);
+  result.input = std::move(in);
+  return result;
+}
+
+}  // namespace inferd

@@ -1,0 +1,98 @@
+// InputProcessor: the input side of the one request front end. Turns what a client asked for —
+// from an HTTP body (server/openai_api), a JSONL line (`inferd generate`) or CLI flags
+// (`inferd run`) — into validated engine requests: every bound checked here, once; the chat
+// template rendered; prompts tokenized; the context window checked. Errors name the field.
+//   GenerationRequest ──process()──▶ ProcessedInput {RequestSpec per prompt} ──▶ Engine
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferd {
+
+// One prompt as a client gives it: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+
+// Everything a front end may ask of one generation, before validation. Either `messages` (a
+// chat, rendered with the model's template) or `prompts` (completions: one or more prompts).
+struct GenerationRequest {
+  nlohmann::ordered_json messages;  // null: use prompts
+  std::vector<PromptInput> prompts;
+  SamplingParams sampling;
+  std::optional<int64_t> max_tokens;  // absent: up to the end of the context window
+  std::vector<std::string> stop;      // stop strings (not part of the text)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t n = 1;
+  int32_t priority = 0;  // lower runs earlier
+  std::string session_id;
+};
+
+// Why a request was refused: the field at fault (empty when it is the request as a whole).
+struct InputError {
+  enum class Kind {
+    kInvalid,        // a value out of range, an empty prompt, a bad conversation
+    kContextLength,  // prompt + max_tokens beyond the context window
+    kUnsupported,    // the model cannot serve this form (no tokenizer, no chat template)
+  };
+  Kind kind = Kind::kInvalid;
+  std::string field;
+  std::string message;
+};
+
+// A validated request: one engine request per prompt, each with n samples.
+struct ProcessedInput {
+  std::vector<RequestSpec> requests;
+  std::vector<std::string> stop;    // for the output side
+  bool prompt_opens_think = false;  // chat: the rendered prompt ends in an open <think>
+  int64_t num_prompt_tokens = 0;    // all prompts together
+  int64_t num_sequences() const {
+    return static_cast<int64_t>(requests.size()) * (requests.empty() ? 0 : requests[0].n);
+  }
+};
+
+struct InputProcessed {
+  std::optional<ProcessedInput> input;
+  InputError error;  // when !input
+};
+
+struct InputLimits {
+  int64_t max_model_len = 0;  // prompt + generated tokens
+  int32_t vocab_size = 0;
+  int64_t max_prompts = 256;  // prompts in one request
+};
+
+class InputProcessor final {
+ public:
+  // tokenizer, chat_template: not owned, may be null (then only token-id prompts are served).
+  InputProcessor(const Tokenizer* tokenizer, const ChatTemplate* chat_template, InputLimits limits);
+
+  // Validates every field, renders and tokenizes the prompts (text prompts with their special
+  // tokens honoured, as llama.cpp and vLLM do), checks each against the context window and
+  // adds the model's stop tokens. Thread-safe: const, shares nothing between calls.
+  InputProcessed process(GenerationRequest request) const;
+
+  const InputLimits& limits() const { return limits_; }
+
+ private:
+  std::optional<InputError> check_fields(const GenerationRequest& r) const;
+  std::optional<InputError> tokenize(const GenerationRequest& r, ProcessedInput* out) const;
+
+  const Tokenizer* tokenizer_;
+  const ChatTemplate* chat_template_;
+  InputLimits limits_;
+};
+
+}  // namespace inferd

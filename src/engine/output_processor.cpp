@@ -1,0 +1,67 @@
+#include "engine/output_processor.h"
+
+namespace inferd {
+
+OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, const OutputOptions& options)
+    : tokenizer_(tokenizer) {
+  if (tokenizer_ != nullptr) detok_.emplace(*tokenizer_, options.stop);
+  if (options.split_reasoning) splitter_.emplace(options.prompt_opens_think);
+}
+
+std::string OutputProcessor::detokenize(int32_t token, bool* stopped) {
+  if (!detok_) {  // no tokenizer: the ids, space-separated
+    std::string text = ids_.size() > 1 ? " " : "";
+    return text.append(std::to_string(token));
+  }
+  auto piece = detok_->push(token);
+  *stopped = piece.stopped;
+  return std::move(piece.text);
+}
+
+ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) {
+  ChoiceDelta d;
+  gaps_.clear();
+  if (finished()) return d;
+  if (out.first_scheduled != Clock::time_point{} && !first_scheduled_) first_scheduled_ = out.first_scheduled;
+  std::string text;
+  for (size_t k = 0; k < out.new_tokens.size(); ++k) {
+    const int32_t t = out.new_tokens[k];
+    if (last_token_) gaps_.push_back(std::chrono::duration<double>(at - *last_token_).count());
+    if (!first_token_) first_token_ = at;
+    last_token_ = at;
+    ids_.push_back(t);
+    d.tokens.push_back(t);
+    if (k < out.logprobs.size()) d.logprobs.push_back({t, out.logprobs[k], out.top_logprobs[k]});
+    bool stopped = false;
+    text += detokenize(t, &stopped);
+    if (stopped) {  // the text ends before the stop string; later tokens are dropped
+      finish_reason_ = FinishReason::kStop;
+      d.stop_string = true;
+      break;
+    }
+  }
+  if (out.finished && !finished()) {
+    finish_reason_ = out.finish_reason;
+    error_ = out.error;
+    if (detok_) text += detok_->finish().text;  // text held back as a possible stop-string start
+  }
+  d.finished = finished();
+  if (splitter_) {
+    auto parts = splitter_->feed(text);
+    if (d.finished) {
+      auto rest = splitter_->finish();
+      parts.reasoning += rest.reasoning;
+      parts.content += rest.content;
+    }
+    d.content = std::move(parts.content);
+    d.reasoning = std::move(parts.reasoning);
+  } else {
+    d.content = std::move(text);
+  }
+  text_ += d.content;
+  reasoning_ += d.reasoning;
+  logprobs_.insert(logprobs_.end(), d.logprobs.begin(), d.logprobs.end());
+  return d;
+}
+
+}  // namespace inferd

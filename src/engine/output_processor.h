@@ -1,0 +1,85 @@
+// OutputProcessor: the output side of the one request front end, one per choice (a sample of
+// one prompt). Turns the engine's StepOutputs into what a client sees: text detokenized
+// incrementally (never half a UTF-8 character), stop strings (which end the choice: the caller
+// aborts its sample), the reasoning split (<think>...</think> apart from the content), the
+// tokens' logprobs, the finish reason and the token timings. Used by the server, `inferd
+// generate` and `inferd run` alike; owned by whoever consumes the choice's outputs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/reasoning_splitter.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferd {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // best first
+};
+
+// What one engine output adds to a choice.
+struct ChoiceDelta {
+  std::string content;    // new text (all of it, without the reasoning split)
+  std::string reasoning;  // new reasoning text (with the reasoning split)
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;  // of `tokens`, when the request asked for them
+  bool finished = false;               // the choice ended with this output
+  bool stop_string = false;            // ... because a stop string matched: abort its sample
+};
+
+struct OutputOptions {
+  std::vector<std::string> stop;  // stop strings
+  bool split_reasoning = false;
+  bool prompt_opens_think = false;
+};
+
+class OutputProcessor final {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // tokenizer: not owned, may be null (then the text is the token ids, space-separated).
+  OutputProcessor(const Tokenizer* tokenizer, const OutputOptions& options);
+
+  // Applies one engine output of this choice, received at `at`. Outputs after the choice
+  // finished (a stop string ended it before the engine knew) add nothing.
+  ChoiceDelta apply(const StepOutput& out, Clock::time_point at);
+
+  bool finished() const { return finish_reason_.has_value(); }
+  // Set once finished: kStop (stop token or string), kLength, kAborted or kError.
+  std::optional<FinishReason> finish_reason() const { return finish_reason_; }
+  const std::string& error() const { return error_; }  // with kError
+  const std::vector<int32_t>& token_ids() const { return ids_; }
+  const std::string& text() const { return text_; }
+  const std::string& reasoning() const { return reasoning_; }
+  const std::vector<TokenLogprob>& logprobs() const { return logprobs_; }
+  std::optional<Clock::time_point> first_token_at() const { return first_token_; }
+  std::optional<Clock::time_point> last_token_at() const { return last_token_; }
+  // When the engine first scheduled the choice's request (absent: never ran).
+  std::optional<Clock::time_point> first_scheduled_at() const { return first_scheduled_; }
+  // Gaps between successive tokens of the last apply() (for the inter-token histogram).
+  const std::vector<double>& last_gaps_seconds() const { return gaps_; }
+
+ private:
+  std::string detokenize(int32_t token, bool* stopped);
+
+  const Tokenizer* tokenizer_;
+  std::optional<IncrementalDetokenizer> detok_;
+  std::optional<ReasoningSplitter> splitter_;
+  std::vector<int32_t> ids_;
+  std::vector<TokenLogprob> logprobs_;
+  std::string text_, reasoning_;
+  std::optional<FinishReason> finish_reason_;
+  std::string error_;
+  std::optional<Clock::time_point> first_token_, last_token_, first_scheduled_;
+  std::vector<double> gaps_;
+};
+
+}  // namespace inferd

@@ -1,0 +1,82 @@
+#include "eval/latency_benchmark.h"
+
+#include <chrono>
+#include <random>
+
+#include "engine/engine.h"
+
+namespace inferd {
+
+Status LatencyBenchOptions::validate() const {
+  if (prompt_tokens < 0 || gen_tokens < 0) return invalid_argument("-p and -n must not be negative");
+  if (prompt_tokens == 0 && gen_tokens == 0)
+    return invalid_argument("-p and -n are both 0: nothing to measure");
+  if (repetitions < 1) return invalid_argument("-r must be at least 1");
+  return Status::ok();
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs one request to completion; returns the seconds of its steps after the first `skip`.
+double run_request(Engine& engine, RequestSpec spec, int64_t skip) {
+  engine.add(std::move(spec));
+  int64_t step = 0;
+  Clock::time_point t0 = Clock::now();
+  while (engine.has_work()) {
+    if (step++ == skip) t0 = Clock::now();
+    engine.step();
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+RequestSpec spec_of(int64_t prompt_len, int64_t max_tokens, int64_t vocab, std::mt19937_64& rng) {
+  RequestSpec s;
+  std::uniform_int_distribution<int64_t> id(0, vocab - 1);
+  for (int64_t i = 0; i < prompt_len; ++i) s.prompt.push_back(static_cast<int32_t>(id(rng)));
+  s.limits.max_tokens = max_tokens;
+  s.limits.ignore_eos = true;
+  return s;
+}
+
+}  // namespace
+
+Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const LatencyBenchOptions& o) {
+  INFERD_RETURN_IF_ERROR(o.validate());
+  const ModelConfig& c = model.config();
+  const int64_t context = std::max(o.prompt_tokens + 1, o.gen_tokens + 2);
+  if (context > c.max_position_embeddings)
+    return invalid_argument("-p / -n need " + std::to_string(context) + " positions; the model has " +
+                            std::to_string(c.max_position_embeddings));
+  EngineOptions e;
+  e.block_size = 16;
+  e.num_kv_blocks = context / e.block_size + 2;
+  e.prefix_caching = false;  // every repetition computes its prompt
+  e.scheduler.max_num_batched_tokens = std::max<int64_t>(o.prompt_tokens, 1);
+  e.scheduler.max_prefill_tokens = e.scheduler.max_num_batched_tokens;
+  e.scheduler.max_num_seqs = 1;
+  e.scheduler.max_model_len = context;
+  INFERD_RETURN_IF_ERROR(e.validate());
+  Engine engine(model, e);
+  std::mt19937_64 rng(o.seed);
+  // Warm-up (as llama-bench's): a prompt of the measured length, so weights and every buffer a
+  // step of that size uses are touched before the timed runs.
+  run_request(engine, spec_of(std::max<int64_t>(o.prompt_tokens, 1), 2, c.vocab_size, rng), 0);
+  LatencyBenchResult r;
+  for (int32_t rep = 0; rep < o.repetitions; ++rep) {
+    if (o.prompt_tokens > 0) {
+      // max_tokens 1: the request ends in the step that computes the prompt.
+      const double s = run_request(engine, spec_of(o.prompt_tokens, 1, c.vocab_size, rng), 0);
+      r.prompt_tokens_per_second.push_back(static_cast<double>(o.prompt_tokens) / s);
+    }
+    if (o.gen_tokens > 0) {
+      // Step 0 computes the 1-token context (and samples token 1); steps 1..n decode one token each.
+      const double s = run_request(engine, spec_of(1, o.gen_tokens + 1, c.vocab_size, rng), 1);
+      r.generation_tokens_per_second.push_back(static_cast<double>(o.gen_tokens) / s);
+    }
+  }
+  return r;
+}
+
+}  // namespace inferd

@@ -1,0 +1,169 @@
+#include "kernels/backend.h"
+
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/matmul.h"
+#include "kernels/onednn_matmul.h"
+#include "tensor/dequantize.h"
+
+namespace inferd {
+
+std::string_view backend_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kPacked: return "packed";
+    case BackendKind::kF32: return "f32";
+    case BackendKind::kOneDnn: return "onednn";
+    case BackendKind::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+namespace {
+
+// The file's views, multiplied in f32 row by row: the reference path, for any dtype.
+struct ViewLinear final : LinearWeights {
+  std::vector<const TensorView*> parts;
+  bool swiglu = false;
+};
+struct PackedLinear final : LinearWeights {
+  explicit PackedLinear(PackedWeight w) : packed(std::move(w)) {}
+  PackedWeight packed;
+};
+struct OneDnnLinear final : LinearWeights {
+  explicit OneDnnLinear(OneDnnWeight w) : onednn(std::move(w)) {}
+  OneDnnWeight onednn;
+};
+
+// The CPU backends: kPacked, kF32 and kOneDnn differ only in how they prepare and multiply
+// linear weights; the other ops are the same kernels on the backend's ISA.
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(BackendKind kind, Isa isa, ThreadPool& pool) : kind_(kind), isa_(isa), pool_(pool) {}
+  BackendKind kind() const override { return kind_; }
+
+  std::unique_ptr<LinearWeights> prepare_linear(std::span<const TensorView* const> parts,
+                                                bool swiglu) override {
+    // oneDNN where it beats our kernels: BF16 weights (vdpbf16ps / AMX-BF16; on F32 it measured
+    // level with the packed float kernel, on F16 expanded to f32 slower: BENCHMARKS.md).
+    if (kind_ == BackendKind::kOneDnn && parts[0]->dtype == DType::kBF16) {
+      if (auto w = OneDnnWeight::create(parts, swiglu, pool_.num_threads()))
+        return std::make_unique<OneDnnLinear>(std::move(w).value());
+    }
+    if (kind_ != BackendKind::kF32 && packable(parts)) {
+      auto packed = swiglu ? PackedWeight::pack_swiglu(*parts[0], *parts[1]) : PackedWeight::pack(parts);
+      if (packed) return std::make_unique<PackedLinear>(std::move(packed).value());
+    }
+    auto view = std::make_unique<ViewLinear>();
+    view->parts.assign(parts.begin(), parts.end());
+    view->swiglu = swiglu;
+    return view;
+  }
+
+  void linear(const float* x, int64_t tokens, int64_t k, const float* norm_weight, float eps,
+              const LinearWeights& w, std::span<const LinearOutput> outputs) override {
+    if (const auto* p = dynamic_cast<const PackedLinear*>(&w); p != nullptr && !p->packed.is_float()) {
+      // Block-quantized weights: int8 activations, the norm fused into their quantization.
+      if (norm_weight != nullptr) {
+        quantized_.quantize_rms_norm(x, norm_weight, eps, tokens, k, isa_);
+      } else {
+        quantized_.quantize(x, tokens, k, isa_);
+      }
+      return quant_matmul(quantized_, p->packed, outputs, pool_, isa_);
+    }
+    const float* in = x;
+    if (norm_weight != nullptr) {
+      grow(normed_, tokens * k);
+      rms_norm(x, norm_weight, normed_.data(), tokens, k, eps);
+      in = normed_.data();
+    }
+    if (const auto* p = dynamic_cast<const PackedLinear*>(&w))
+      return float_matmul(in, tokens, p->packed, outputs, pool_, isa_);
+    if (const auto* o = dynamic_cast<const OneDnnLinear*>(&w))
+      return o->onednn.run(in, tokens, outputs, pool_);
+    const auto& v = static_cast<const ViewLinear&>(w);
+    if (v.swiglu) {  // outputs[0] = silu(x gate^T) * (x up^T)
+      const int64_t rows = v.parts[0]->num_rows();
+      INFERD_CHECK(outputs.size() == 1 && outputs[0].ld == rows);
+      grow(up_, tokens * rows);
+      matmul(in, tokens, *v.parts[0], nullptr, outputs[0].y, pool_, isa_);
+      matmul(in, tokens, *v.parts[1], nullptr, up_.data(), pool_, isa_);
+      return silu_mul(outputs[0].y, up_.data(), outputs[0].y, tokens * rows);
+    }
+    INFERD_CHECK(outputs.size() == v.parts.size());
+    for (size_t i = 0; i < v.parts.size(); ++i) {
+      INFERD_CHECK(outputs[i].ld == v.parts[i]->num_rows());
+      matmul(in, tokens, *v.parts[i], outputs[i].bias, outputs[i].y, pool_, isa_);
+    }
+  }
+
+  void attention(const float* q, std::span<const AttentionSequence> sequences,
+                 std::span<const int32_t> token_sequence, const KvLayerView& kv, const AttentionShape& shape,
+                 float* out) override {
+    paged_attention(q, sequences, token_sequence, kv, shape, out, pool_, isa_);
+  }
+
+  void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps) override {
+    for (int64_t r = 0; r < rows; ++r) inferd::rms_norm(x + r * n, weight, y + r * n, n, eps);
+  }
+
+  void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
+               const float* inv_freq, RopePairing pairing) override {
+    inferd::rope_qk(q, num_q_heads, k, num_kv_heads, head_dim, pos, inv_freq, pairing);
+  }
+
+  void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
+    inferd::silu_mul(gate, up, out, n);
+  }
+
+  void embed(const TensorView& table, std::span<const int32_t> ids, float* out) override {
+    const int64_t width = table.row_length();
+    for (size_t t = 0; t < ids.size(); ++t)
+      dequantize_tensor_row(table, ids[t], out + static_cast<int64_t>(t) * width);
+  }
+
+ private:
+  // Whether every part has a packed kernel worth taking on this ISA: the integer kernels always;
+  // the float kernel where AVX-512 runs it (elsewhere the f32 path's AVX2 dot products are faster).
+  bool packable(std::span<const TensorView* const> parts) const {
+    for (const TensorView* p : parts) {
+      if (!PackedWeight::supports(p->dtype)) return false;
+      if (PackedWeight::is_float_dtype(p->dtype) && static_cast<int>(isa_) < static_cast<int>(Isa::kAvx512))
+        return false;
+    }
+    return true;
+  }
+  // Scratch grows to the largest batch and stays (no allocation once warmed up).
+  static void grow(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  }
+
+  BackendKind kind_;
+  Isa isa_;
+  ThreadPool& pool_;
+  QuantizedActivations quantized_;
+  std::vector<float> normed_, up_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Backend>> make_backend(BackendKind kind, Isa isa, ThreadPool& pool) {
+  if (static_cast<int>(isa) > static_cast<int>(detected_isa()))
+    return invalid_argument("ISA " + std::string(isa_name(isa)) + " is beyond this CPU (" +
+                            std::string(isa_name(detected_isa())) + ")");
+  switch (kind) {
+    case BackendKind::kCuda: return make_cuda_backend(pool);
+    case BackendKind::kOneDnn:
+      if (!OneDnnWeight::available())
+        return unsupported(
+            "this build of inferd has no oneDNN (scripts/setup installs libdnnl-dev and the OpenCL headers "
+            "and "
+            "loader its CMake config needs; then rebuild)");
+      break;
+    case BackendKind::kPacked:
+    case BackendKind::kF32: break;
+  }
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(kind, isa, pool));
+}
+
+}  // namespace inferd

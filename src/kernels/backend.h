@@ -1,0 +1,92 @@
+// Backend: the narrow set of ops model code calls — linear layers over weights the backend
+// prepared (RMSNorm fused in front where its kernel can), attention over the paged KV cache,
+// RMSNorm, RoPE, SwiGLU's activation and the embedding lookup — implemented per target and
+// chosen once at start-up. Model code names no kernel, ISA or library: the ISA is given to the
+// backend when it is made. Targets: the packed CPU kernels (default), the f32 reference path,
+// oneDNN for BF16 weights, and CUDA (a stub saying it is not compiled in until the CUDA backend
+// lands under kernels/cuda/).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/cpu_isa.h"
+#include "kernels/ops.h"
+#include "kernels/packed_matmul.h"
+#include "tensor/tensor_view.h"
+
+namespace inferd {
+
+enum class BackendKind {
+  // CPU, default: weights repacked at load into 16-row tiles. Block-quantized weights (GGUF Q8_0,
+  // Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, inferd's I8 / Q4_G*) with activations quantized to
+  // int8 per block of 32 and exact integer dot products (VNNI / AVX2), as llama.cpp does; F32 /
+  // F16 / BF16 / FP8 weights (where AVX-512 runs them) with f32 fmas on the stored values.
+  kPacked,
+  // CPU: weights expanded to f32 row by row and multiplied in f32: several times slower; matches
+  // an f32 reference run on the dequantized weights to ~1e-5 relative.
+  kF32,
+  // CPU: BF16 weights through oneDNN's GEMM (activations rounded to bf16), the rest as kPacked.
+  // Faster prefill on BF16 weights, but a token's result depends on the batch it is in: not
+  // batch-invariant. Needs a build with oneDNN.
+  kOneDnn,
+  // NVIDIA GPUs: not compiled in yet (make_backend says so).
+  kCuda,
+};
+std::string_view backend_name(BackendKind kind);
+
+// Where one part of a linear layer's result goes: y[t * ld + r] for its rows r, + bias[r].
+using LinearOutput = QuantMatmulOutput;
+
+// A linear layer's weights as one backend keeps them (repacked tiles, oneDNN memory, or the
+// file's view for the f32 path). Opaque to model code; made by Backend::prepare_linear.
+class LinearWeights {
+ public:
+  virtual ~LinearWeights() = default;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+
+  // Prepares `parts` (row-stacked into one matmul: Q, K and V) or, with `swiglu`, the pair
+  // (gate, up) for linear(). Never fails for a dtype the loader accepts: where the backend has
+  // no kernel for it, the weights stay the file's view and multiply in f32. Views: not owned.
+  virtual std::unique_ptr<LinearWeights> prepare_linear(std::span<const TensorView* const> parts,
+                                                        bool swiglu) = 0;
+  // outputs[p] = x' W_p^T (+ bias_p) for each part p, where x' = rms_norm(x, norm_weight, eps)
+  // row by row when norm_weight is given, else x; with swiglu one output = silu(x' gate^T) *
+  // (x' up^T). x: [tokens, k]. Engine thread only (backends keep scratch buffers).
+  virtual void linear(const float* x, int64_t tokens, int64_t k, const float* norm_weight, float eps,
+                      const LinearWeights& w, std::span<const LinearOutput> outputs) = 0;
+  // out[t] = softmax(q[t] K^T * scale) V over token t's sequence's cached positions.
+  virtual void attention(const float* q, std::span<const AttentionSequence> sequences,
+                         std::span<const int32_t> token_sequence, const KvLayerView& kv,
+                         const AttentionShape& shape, float* out) = 0;
+  // y[r] = x[r] / rms(x[r]) * weight for each of `rows` rows of n values (y may be x).
+  virtual void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n,
+                        float eps) = 0;
+  // RoPE of every query and key head of one token at `pos`.
+  virtual void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim,
+                       int64_t pos, const float* inv_freq, RopePairing pairing) = 0;
+  // out = silu(gate) * up, n values.
+  virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // out[t] = table[ids[t]] as f32 rows.
+  virtual void embed(const TensorView& table, std::span<const int32_t> ids, float* out) = 0;
+};
+
+// The backend of `kind` on `isa` (at most what this CPU runs; active_isa() in production,
+// each path in tests), running on `pool` (not owned, must outlive it). Errors: oneDNN or CUDA
+// not compiled into this build.
+Expected<std::unique_ptr<Backend>> make_backend(BackendKind kind, Isa isa, ThreadPool& pool);
+
+// The CUDA backend (kernels/cuda/ when built with it; a stub that says so otherwise).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(ThreadPool& pool);
+
+}  // namespace inferd

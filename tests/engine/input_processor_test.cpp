@@ -1,0 +1,131 @@
+// The input side of the request front end: every bound checked once, naming the field; the
+// context window; what a model without tokenizer or template can serve; what reaches the engine.
+#include "engine/input_processor.h"
+
+#include <gtest/gtest.h>
+
+namespace inferd {
+namespace {
+
+GenerationRequest ids_request(std::vector<int32_t> ids = {1, 2, 3}) {
+  GenerationRequest r;
+  r.prompts.push_back({"", std::move(ids), true});
+  return r;
+}
+
+const InputProcessor& processor() {
+  static const InputProcessor p(nullptr, nullptr, InputLimits{64, 100, 4});
+  return p;
+}
+
+InputError refused(GenerationRequest r) {
+  InputProcessed p = processor().process(std::move(r));
+  EXPECT_FALSE(p.input.has_value());
+  return p.error;
+}
+
+TEST(InputProcessorTest, EveryBoundNamesItsField) {
+  struct Case {
+    void (*set)(GenerationRequest&);
+    const char* field;
+  };
+  const Case cases[] = {
+      {[](GenerationRequest& r) { r.sampling.temperature = 2.5f; }, "temperature"},
+      {[](GenerationRequest& r) { r.sampling.temperature = -0.1f; }, "temperature"},
+      {[](GenerationRequest& r) { r.sampling.top_p = 0; }, "top_p"},
+      {[](GenerationRequest& r) { r.sampling.top_p = 1.5f; }, "top_p"},
+      {[](GenerationRequest& r) { r.sampling.top_k = -3; }, "top_k"},
+      {[](GenerationRequest& r) { r.sampling.min_p = 1.1f; }, "min_p"},
+      {[](GenerationRequest& r) { r.sampling.repetition_penalty = 0; }, "repetition_penalty"},
+      {[](GenerationRequest& r) { r.sampling.presence_penalty = 2.5f; }, "presence_penalty"},
+      {[](GenerationRequest& r) { r.sampling.frequency_penalty = -3; }, "frequency_penalty"},
+      {[](GenerationRequest& r) { r.sampling.logprobs = 21; }, "logprobs"},
+      {[](GenerationRequest& r) { r.n = 0; }, "n"},
+      {[](GenerationRequest& r) { r.n = kMaxSamples + 1; }, "n"},
+      {[](GenerationRequest& r) { r.max_tokens = 0; }, "max_tokens"},
+      {[](GenerationRequest& r) {
+         r.stop = {"ok", ""};
+       },
+       "stop"},
+      {[](GenerationRequest& r) { r.stop_token_ids = {100}; }, "stop_token_ids"},
+      {[](GenerationRequest& r) { r.prompts.clear(); }, "prompt"},
+      {[](GenerationRequest& r) {
+         r.prompts.assign(5, {"", {1}, true});
+       },
+       "prompt"},
+      {[](GenerationRequest& r) { r.prompts[0].ids = {}; }, "prompt"},
+      {[](GenerationRequest& r) {
+         r.prompts[0].ids = {1, 100};
+       },
+       "prompt"},
+  };
+  for (const Case& c : cases) {
+    GenerationRequest r = ids_request();
+    c.set(r);
+    const InputError e = refused(r);
+    EXPECT_EQ(e.kind, InputError::Kind::kInvalid) << c.field;
+    EXPECT_EQ(e.field, c.field) << e.message;
+    EXPECT_NE(e.message.find(c.field == std::string("prompt") ? "" : c.field), std::string::npos)
+        << e.message;
+  }
+}
+
+TEST(InputProcessorTest, TheContextWindowNamesBothNumbers) {
+  GenerationRequest r = ids_request(std::vector<int32_t>(10, 1));
+  r.max_tokens = 60;
+  const InputError e = refused(r);
+  EXPECT_EQ(e.kind, InputError::Kind::kContextLength);
+  EXPECT_EQ(e.field, "max_tokens");
+  EXPECT_NE(e.message.find("64"), std::string::npos);
+  EXPECT_NE(e.message.find("10 tokens"), std::string::npos);
+  EXPECT_NE(e.message.find("70 in total"), std::string::npos);
+  // Without max_tokens a request may generate up to the rest of the window.
+  InputProcessed ok = processor().process(ids_request(std::vector<int32_t>(10, 1)));
+  ASSERT_TRUE(ok.input.has_value()) << ok.error.message;
+  EXPECT_EQ(ok.input->requests[0].limits.max_tokens, 54);
+}
+
+TEST(InputProcessorTest, WithoutTokenizerOnlyTokenIdsAreServed) {
+  GenerationRequest text;
+  text.prompts.push_back({"hello", {}, false});
+  EXPECT_EQ(refused(text).kind, InputError::Kind::kUnsupported);
+  GenerationRequest chat;
+  chat.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  const InputError e = refused(chat);
+  EXPECT_EQ(e.kind, InputError::Kind::kUnsupported);
+  EXPECT_EQ(e.field, "messages");
+}
+
+TEST(InputProcessorTest, EveryPromptBecomesOneEngineRequestWithTheSharedFields) {
+  GenerationRequest r = ids_request({4, 5});
+  r.prompts.push_back({"", {6, 7, 8}, true});
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 9;
+  r.max_tokens = 5;
+  r.n = 3;
+  r.priority = -2;
+  r.session_id = "s";
+  r.stop = {"END"};
+  r.stop_token_ids = {42};
+  r.ignore_eos = true;
+  InputProcessed p = processor().process(r);
+  ASSERT_TRUE(p.input.has_value()) << p.error.message;
+  ASSERT_EQ(p.input->requests.size(), 2u);
+  EXPECT_EQ(p.input->num_prompt_tokens, 5);
+  EXPECT_EQ(p.input->num_sequences(), 6);
+  EXPECT_EQ(p.input->stop, std::vector<std::string>{"END"});
+  for (const RequestSpec& s : p.input->requests) {
+    EXPECT_FLOAT_EQ(s.sampling.temperature, 0.7f);
+    EXPECT_EQ(s.sampling.seed, 9u);
+    EXPECT_EQ(s.limits.max_tokens, 5);
+    EXPECT_EQ(s.limits.stop_token_ids, std::vector<int32_t>{42});
+    EXPECT_TRUE(s.limits.ignore_eos);
+    EXPECT_EQ(s.n, 3);
+    EXPECT_EQ(s.priority, -2);
+    EXPECT_EQ(s.session_id, "s");
+  }
+  EXPECT_EQ(p.input->requests[1].prompt, (std::vector<int32_t>{6, 7, 8}));
+}
+
+}  // namespace
+}  // namespace inferd
