@@ -16,6 +16,8 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/log.h"
+
 namespace inferd {
 
 namespace net = boost::asio;
@@ -304,6 +306,8 @@ awaitable<void> conversation(RunContext& ctx, const BenchItem& item, double at, 
   ctx.slots.release();
 }
 
+// A progress bar redrawn in place on a terminal (a display, not a log: it goes straight to the
+// terminal), else a log line at each tenth of the run.
 awaitable<void> progress(RunContext& ctx) {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   net::steady_timer timer(co_await net::this_coro::executor);
@@ -319,9 +323,10 @@ awaitable<void> progress(RunContext& ctx) {
                    static_cast<long long>(ctx.done), static_cast<long long>(ctx.total),
                    static_cast<long long>(ctx.failed), seconds_since(ctx.t0));
     } else if (tenth != last_tenth) {
-      std::fprintf(stderr, "bench: %lld/%lld requests done, %lld failed, %.1f s\n",
-                   static_cast<long long>(ctx.done), static_cast<long long>(ctx.total),
-                   static_cast<long long>(ctx.failed), seconds_since(ctx.t0));
+      log_info("bench progress", {{"done", ctx.done},
+                                  {"total", ctx.total},
+                                  {"failed", ctx.failed},
+                                  {"elapsed_s", seconds_since(ctx.t0)}});
     }
     last_tenth = tenth;
     std::fflush(stderr);

@@ -135,7 +135,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
     o.index = i;
     o.first_scheduled = r->first_scheduled;
     o.new_tokens.push_back(res.token);
-    if (r->sampling.logprobs >= 0) {
+    if (r->sampling.logprobs) {
       o.logprobs.push_back(res.logprob);
       o.top_logprobs.push_back(std::move(res.top_logprobs));
     }
@@ -177,7 +177,7 @@ std::vector<StepOutput> Engine::step() {
       o.index = r.sample_index;
       o.first_scheduled = r.first_scheduled;
       o.new_tokens.push_back(res.token);
-      if (r.sampling.logprobs >= 0) {
+      if (r.sampling.logprobs) {
         o.logprobs.push_back(res.logprob);
         o.top_logprobs.push_back(std::move(res.top_logprobs));
       }

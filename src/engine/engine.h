@@ -40,9 +40,9 @@ struct StepOutput {
   std::vector<int32_t> new_tokens;
   std::vector<float> logprobs;  // one per new token when the request asked for logprobs
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
-  std::chrono::steady_clock::time_point first_scheduled{};  // when the request first ran
-  bool finished = false;  // this sample is done; with n > 1 each sample finishes once
-  FinishReason finish_reason = FinishReason::kNone;
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;  // when the request first ran
+  bool finished = false;                      // this sample is done; with n > 1 each sample finishes once
+  std::optional<FinishReason> finish_reason;  // set exactly when finished
   std::string error;
 };
 

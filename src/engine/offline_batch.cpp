@@ -71,7 +71,11 @@ Expected<GenerationRequest> parse_batch_item(const json& j, int64_t default_max_
   INFERD_RETURN_IF_ERROR(read_number(j, "repetition_penalty", &s.repetition_penalty));
   INFERD_RETURN_IF_ERROR(read_number(j, "presence_penalty", &s.presence_penalty));
   INFERD_RETURN_IF_ERROR(read_number(j, "frequency_penalty", &s.frequency_penalty));
-  INFERD_RETURN_IF_ERROR(read_number(j, "logprobs", &s.logprobs));
+  if (j.contains("logprobs") && !j["logprobs"].is_null()) {
+    int32_t k = 0;
+    INFERD_RETURN_IF_ERROR(read_number(j, "logprobs", &k));
+    s.logprobs = k;
+  }
   INFERD_RETURN_IF_ERROR(read_number(j, "n", &r.n));
   INFERD_RETURN_IF_ERROR(read_ids(j, "stop_token_ids", &r.stop_token_ids));
   if (auto seed = j.find("seed"); seed != j.end() && !seed->is_null()) {

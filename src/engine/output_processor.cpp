@@ -22,7 +22,7 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
   ChoiceDelta d;
   gaps_.clear();
   if (finished()) return d;
-  if (out.first_scheduled != Clock::time_point{} && !first_scheduled_) first_scheduled_ = out.first_scheduled;
+  if (!first_scheduled_) first_scheduled_ = out.first_scheduled;
   std::string text;
   for (size_t k = 0; k < out.new_tokens.size(); ++k) {
     const int32_t t = out.new_tokens[k];
@@ -41,7 +41,7 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
     }
   }
   if (out.finished && !finished()) {
-    finish_reason_ = out.finish_reason;
+    finish_reason_ = out.finish_reason.value_or(FinishReason::kError);
     error_ = out.error;
     if (detok_) text += detok_->finish().text;  // text held back as a possible stop-string start
   }

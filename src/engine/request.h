@@ -16,18 +16,17 @@ namespace inferd {
 
 enum class RequestState { kWaiting, kRunning, kFinished };
 
-enum class FinishReason { kNone, kStop, kLength, kAborted, kError };
+enum class FinishReason { kStop, kLength, kAborted, kError };
 
-// OpenAI's finish_reason spelling ("stop", "length", "abort", "error"; "none" while running).
+// OpenAI's finish_reason spelling ("stop", "length", "abort", "error").
 inline const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
     case FinishReason::kAborted: return "abort";
-    case FinishReason::kError: return "error";
-    case FinishReason::kNone: break;
+    case FinishReason::kError: break;
   }
-  return "none";
+  return "error";
 }
 
 struct GenerationLimits {
@@ -47,12 +46,12 @@ struct Request {
   uint64_t arrival_order = 0;  // ties in priority go to the earlier arrival
 
   RequestState state = RequestState::kWaiting;
-  FinishReason finish_reason = FinishReason::kNone;
-  std::string error;                // set with kError
-  int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  std::optional<FinishReason> finish_reason;  // set when it finished
+  std::string error;                          // set with kError
+  int64_t num_computed_tokens = 0;            // tokens whose K/V are in the cache
   int64_t num_preemptions = 0;
-  int64_t scheduled_in_step = -1;  // the scheduler's step counter when last scheduled
-  std::chrono::steady_clock::time_point first_scheduled{};  // when it first ran (epoch: not yet)
+  std::optional<int64_t> scheduled_in_step;  // the scheduler's step counter when last scheduled
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;  // when it first ran
 
   // n > 1: the caller sees one request (`group`, its id) with samples 0..num_samples-1. Sample 0
   // is this request; after its prompt is computed the engine forks samples 1..n-1 from it, each

@@ -17,7 +17,7 @@ std::optional<SamplingParams::FieldError> SamplingParams::check() const {
   if (!(repetition_penalty > 0.0f && repetition_penalty <= 2.0f)) return bad("repetition_penalty", "(0, 2]");
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return bad("presence_penalty", "[-2, 2]");
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return bad("frequency_penalty", "[-2, 2]");
-  if (logprobs < -1 || logprobs > 20) return bad("logprobs", "[0, 20]");
+  if (logprobs && (*logprobs < 0 || *logprobs > 20)) return bad("logprobs", "[0, 20]");
   return std::nullopt;
 }
 
@@ -72,7 +72,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     }
     r.token = draw(adjusted_);
   }
-  if (params_.logprobs >= 0) fill_logprobs(logits, &r);
+  if (params_.logprobs) fill_logprobs(logits, &r);
   return r;
 }
 
@@ -82,7 +82,7 @@ void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) cons
   for (float x : logits) sum += std::exp(static_cast<double>(x - max_logit));
   const double log_z = static_cast<double>(max_logit) + std::log(sum);
   r->logprob = static_cast<float>(logits[static_cast<size_t>(r->token)] - log_z);
-  const auto k = static_cast<size_t>(params_.logprobs);
+  const auto k = static_cast<size_t>(*params_.logprobs);
   if (k == 0) return;
   std::vector<int32_t> ids(logits.size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);

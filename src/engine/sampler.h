@@ -22,7 +22,7 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;  // > 1 discourages tokens of the prompt and output (1 = off)
   float presence_penalty = 0.0f;    // subtracted once from tokens already generated
   float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
-  int32_t logprobs = -1;            // -1: none; 0: the chosen token's; k: also the top k
+  std::optional<int32_t> logprobs;  // absent: none; 0: the chosen token's; k: also the top k
 
   // The one table of their bounds (every front end's requests pass through it): the first
   // field out of range, with a message naming it.

@@ -132,8 +132,7 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
       break;  // strict order: later arrivals do not jump ahead
     }
     waiting_.pop_front();
-    if (r->first_scheduled == std::chrono::steady_clock::time_point{})
-      r->first_scheduled = std::chrono::steady_clock::now();
+    if (!r->first_scheduled) r->first_scheduled = std::chrono::steady_clock::now();
     r->state = RequestState::kRunning;
     r->scheduled_in_step = step_;
     running_.push_back(r);

@@ -621,8 +621,8 @@ struct HttpServer::Impl {
       if (c.first_scheduled_at() && (!first_scheduled || *c.first_scheduled_at() < *first_scheduled))
         first_scheduled = c.first_scheduled_at();
       if (!reasons.empty()) reasons += ",";
-      reasons +=
-          c.error().empty() ? finish_reason_name(c.finish_reason().value_or(FinishReason::kNone)) : "error";
+      reasons += c.error().empty() ? finish_reason_name(c.finish_reason().value_or(FinishReason::kAborted))
+                                   : "error";
       if (error.empty()) error = c.error();
     }
     std::vector<LogField> fields = {{"id", id},
@@ -651,7 +651,7 @@ struct HttpServer::Impl {
     t.prompt_tokens = prompt_tokens;
     t.generation_tokens = static_cast<int64_t>(c.token_ids().size());
     t.finished_reason =
-        c.error().empty() ? finish_reason_name(c.finish_reason().value_or(FinishReason::kNone)) : "error";
+        c.error().empty() ? finish_reason_name(c.finish_reason().value_or(FinishReason::kAborted)) : "error";
     metrics->observe_finished(t);
   }
 

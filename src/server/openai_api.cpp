@@ -445,7 +445,7 @@ std::string OpenAiAnswer::body(const std::vector<OutputProcessor>& choices, cons
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const OutputProcessor& c = choices[i];
-    const char* finish = finish_reason_name(c.finish_reason().value_or(FinishReason::kNone));
+    const char* finish = finish_reason_name(c.finish_reason().value_or(FinishReason::kAborted));
     nlohmann::json choice = {{"index", i}};
     if (chat) {
       nlohmann::json message = {{"role", "assistant"}, {"content", c.text()}};

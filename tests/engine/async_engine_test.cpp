@@ -32,7 +32,7 @@ struct Collector {
       std::lock_guard<std::mutex> lock(mutex);
       auto& t = tokens[out.id];
       t.insert(t.end(), out.new_tokens.begin(), out.new_tokens.end());
-      if (out.finished) finished[out.id] = out.finish_reason;
+      if (out.finished) finished[out.id] = out.finish_reason.value_or(FinishReason::kError);
       cv.notify_all();
     };
   }

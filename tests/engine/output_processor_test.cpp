@@ -20,7 +20,7 @@ std::unique_ptr<Tokenizer> tiny() {
 }
 
 StepOutput output(std::vector<int32_t> tokens, bool finished = false,
-                  FinishReason reason = FinishReason::kNone) {
+                  std::optional<FinishReason> reason = std::nullopt) {
   StepOutput o;
   o.new_tokens = std::move(tokens);
   o.finished = finished;

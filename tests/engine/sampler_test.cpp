@@ -111,6 +111,8 @@ TEST(SamplerTest, LogprobsOfRawDistribution) {
   bad.logprobs = 21;
   EXPECT_FALSE(bad.validate().is_ok());
   bad.logprobs = -1;
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad.logprobs.reset();
   bad.min_p = 1.5f;
   EXPECT_FALSE(bad.validate().is_ok());
 }
