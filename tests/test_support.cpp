@@ -61,6 +61,14 @@ bool prerequisites_required() {
          std::getenv("INFERD_REQUIRE_PREREQUISITES") != nullptr;
 }
 
+std::unique_ptr<Tokenizer> tiny_qwen_style_tokenizer() {
+  auto vocab = vocab_from_hf_dir(fixture_path("tokenizer/tiny_qwen_style"));
+  EXPECT_TRUE(vocab.has_value()) << vocab.status().message();
+  auto tok = Tokenizer::create(std::move(*vocab));
+  EXPECT_TRUE(tok.has_value()) << tok.status().message();
+  return std::move(*tok);
+}
+
 std::string python() {
   return INFERD_PYTHON;
 }

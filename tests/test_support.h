@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "tensor/tensor_view.h"
+#include "tokenizer/tokenizer.h"
 
 namespace inferd::test {
 
@@ -21,6 +23,9 @@ std::string temp_dir();
 // Whether a missing prerequisite (the default model, redis-server, a PyPI package) must fail the
 // test rather than skip it: in CI (CI=true) and in scripts/test (INFERD_REQUIRE_PREREQUISITES).
 bool prerequisites_required();
+// The small Qwen-style byte-level BPE tokenizer of tests/fixtures/tokenizer/tiny_qwen_style.
+std::unique_ptr<Tokenizer> tiny_qwen_style_tokenizer();
+
 // The Python that has the project's PyPI packages (the checkout's .venv when scripts/setup made it).
 std::string python();
 

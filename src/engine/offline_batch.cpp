@@ -137,8 +137,7 @@ std::vector<BatchResult> run_offline_batch(Engine& engine, const InputProcessor&
     InputProcessed in = inputs.process(requests[i]);
     if (!in.input) {  // refused before it ran: one failed sample naming the field
       results[i].samples.resize(1);
-      results[i].samples[0].error =
-          in.error.field.empty() ? in.error.message : in.error.field + ": " + in.error.message;
+      results[i].samples[0].error = in.error.message;  // which names the field
       unfinished[i] = 1;
       complete(i);
       continue;

@@ -12,11 +12,7 @@ namespace {
 using Clock = OutputProcessor::Clock;
 
 std::unique_ptr<Tokenizer> tiny() {
-  auto vocab = vocab_from_hf_dir(test::fixture_path("tokenizer/tiny_qwen_style"));
-  EXPECT_TRUE(vocab.has_value());
-  auto tok = Tokenizer::create(std::move(*vocab));
-  EXPECT_TRUE(tok.has_value());
-  return std::move(*tok);
+  return test::tiny_qwen_style_tokenizer();
 }
 
 StepOutput output(std::vector<int32_t> tokens, bool finished = false,

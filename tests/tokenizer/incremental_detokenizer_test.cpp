@@ -9,11 +9,7 @@ namespace inferd {
 namespace {
 
 std::unique_ptr<Tokenizer> tiny() {
-  auto vocab = vocab_from_hf_dir(test::fixture_path("tokenizer/tiny_qwen_style"));
-  EXPECT_TRUE(vocab.has_value());
-  auto tok = Tokenizer::create(std::move(*vocab));
-  EXPECT_TRUE(tok.has_value());
-  return std::move(*tok);
+  return test::tiny_qwen_style_tokenizer();
 }
 
 // Byte-level ids of `text`: one token per byte, so multi-byte characters split across tokens.
