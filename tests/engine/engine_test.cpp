@@ -98,7 +98,7 @@ TEST(EngineTest, ThirtyTwoRequestsTogetherEqualAloneDefaultModel) {
   expect_batched_equals_alone(*path, random_workload(32, 49152, 12, 4, 9), options(256, 16, 256));
 }
 
-// Requests arriving in bursts of eight (steps 0, 25 and 50) while others decode, run under
+// Requests arriving in bursts of sixteen (steps 0, 25 and 50) while others decode, run under
 // `policy`: each request's tokens, and how the adaptive policy chose.
 struct StaggeredRun {
   std::vector<std::vector<int32_t>> tokens;
@@ -112,7 +112,7 @@ StaggeredRun run_staggered(Transformer& model, EngineOptions o, SchedulePolicy p
   std::map<RequestId, size_t> index;
   size_t next = 0;
   for (int step = 0; next < w.specs.size() || engine.has_work(); ++step) {
-    for (int k = 0; k < 8 && step % 25 == 0 && next < w.specs.size(); ++k, ++next)
+    for (int k = 0; k < 16 && step % 25 == 0 && next < w.specs.size(); ++k, ++next)
       index[engine.add(w.specs[next])] = next;
     for (const StepOutput& s : engine.step()) {
       auto& tokens = r.tokens[index.at(s.id)];
@@ -127,20 +127,22 @@ StaggeredRun run_staggered(Transformer& model, EngineOptions o, SchedulePolicy p
 
 // The adaptive policy in a real engine run (its costs measured from the steps themselves, not
 // made up). The first request of each burst is long, so a burst finds one request decoding and
-// eight waiting: prefill-first pays one decode's wait against eight requests' (the rule picks
-// it mid-run, not only on the idle first step); in between it decodes. Every request gets
+// sixteen waiting: prefill-first pays one decode's wait against sixteen requests' (the rule
+// picks it mid-run, not only on the idle first step); in between it decodes. Every request gets
 // exactly the tokens the fixed policies give it.
 TEST(EngineTest, AdaptivePolicyChoosesBothOrdersAndKeepsOutputs) {
   auto weights = load_model(test::fixture_path("tiny/qwen2"));
   ASSERT_TRUE(weights.has_value());
   ThreadPool pool(2);
   Transformer model(**weights, pool);
-  // Short prompts: a step that prefills a whole burst costs at most a few decode steps (even when
-  // compute dominates, as under sanitizers), so one waiting decode against eight waiting
-  // requests makes prefill-first the cheaper order on any machine.
-  Workload w = random_workload(24, 256, 4, 10, 17);
-  for (size_t i = 0; i < w.specs.size(); i += 8) w.specs[i].limits.max_tokens = 40;
-  const EngineOptions o = options(512, 16, 48);
+  // Prompts of 2-4 tokens (the rule counts an item of one new token as a decode): the step that
+  // prefills a whole burst (65 tokens at most) costs its sixteen prefills at most ~4 one-token
+  // steps each even when compute dominates (sanitizers), so one waiting decode against sixteen
+  // waiting requests makes prefill-first the cheaper order by a margin on any machine.
+  Workload w = random_workload(48, 256, 3, 10, 17);
+  for (auto& spec : w.specs) spec.prompt.push_back(7);
+  for (size_t i = 0; i < w.specs.size(); i += 16) w.specs[i].limits.max_tokens = 40;
+  const EngineOptions o = options(512, 16, 80);
   const auto decode_first = run_staggered(model, o, SchedulePolicy::kDecodeFirst, w);
   const auto prefill_first = run_staggered(model, o, SchedulePolicy::kPrefillFirst, w);
   const auto adaptive = run_staggered(model, o, SchedulePolicy::kAdaptive, w);
