@@ -201,7 +201,8 @@ std::vector<StepOutput> Engine::step() {
     stats_.decode_tokens += batch.num_tokens;
     stats_.decode_seconds += seconds_between(t0, t4);
   }
-  if (!batch.empty()) scheduler_.observe_step(batch, seconds_between(t0, t4));
+  if (!batch.empty())
+    scheduler_.observe_step(batch, options_.step_cost ? options_.step_cost(batch) : seconds_between(t0, t4));
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,9 @@ struct EngineOptions {
   KvDType kv_dtype = KvDType::kF16;  // K/V storage; attention math is f32
   bool prefix_caching = true;        // reuse full KV blocks of earlier requests by content
   KvOffloadOptions offload;          // disk / Redis tiers for cached blocks (needs prefix_caching)
+  // What a step cost, as the adaptive policy learns it; unset: the step's wall time. Wall time on
+  // a shared machine is noisy, so tests that assert the policy's choices give it a cost model.
+  std::function<double(const ScheduledBatch&)> step_cost;
 
   Status validate() const;
 };
