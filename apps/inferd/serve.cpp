@@ -26,7 +26,10 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--metrics-prefix", s.metrics_prefix,
                   "metric name prefix: inferd, or vllm for vLLM dashboards")
       ->check(CLI::IsMember({"inferd", "vllm"}));
-  cmd->add_flag("--reasoning-parser", s.reasoning_parser, "put <think>...</think> text in reasoning_content");
+  cmd->add_option("--reasoning-parser", f->reasoning_parser,
+                  "put the reasoning in reasoning_content: qwen3 (Qwen3's <think> rules) or deepseek_r1 "
+                  "(QwQ, DeepSeek-R1: the output starts inside <think>)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
   cmd->add_option("--max-body", f->max_body, "largest request body (e.g. 8MiB)");
   cmd->add_option("--header-timeout", s.header_timeout_seconds,
                   "seconds to receive a request once it started")
@@ -110,6 +113,8 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
     return 1;
   }
   flags.server.max_body_bytes = *body;
+  if (flags.reasoning_parser == "qwen3") flags.server.reasoning_parser = ReasoningParser::kQwen3;
+  if (flags.reasoning_parser == "deepseek_r1") flags.server.reasoning_parser = ReasoningParser::kDeepSeekR1;
   if (flags.server.served_model_name.empty()) flags.server.served_model_name = name_of(path);
   HttpServer server(flags.server);
   if (Status s = server.listen(); !s.is_ok()) {

@@ -12,6 +12,7 @@ namespace inferd {
 struct ServeFlags {
   ServerOptions server;
   std::string max_body = "8MiB";
+  std::string reasoning_parser;  // empty: none
 };
 
 void add_serve_flags(CLI::App* cmd, ServeFlags* flags);

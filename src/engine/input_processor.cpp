@@ -21,6 +21,13 @@ bool opens_think(const std::string& text) {
          text.compare(last + 1 - kOpen.size(), kOpen.size(), kOpen) == 0;
 }
 
+// Token ids space-separated: the text of a model without a tokenizer (as OutputProcessor writes it).
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::string text;
+  for (int32_t id : ids) text.append(text.empty() ? "" : " ").append(std::to_string(id));
+  return text;
+}
+
 }  // namespace
 
 InputProcessor::InputProcessor(const Tokenizer* tokenizer, const ChatTemplate* chat_template,
@@ -41,6 +48,16 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
                                            ", outside the vocabulary of " +
                                            std::to_string(limits_.vocab_size));
   }
+  for (const auto& [id, bias] : r.sampling.logit_bias) {
+    if (id >= limits_.vocab_size)
+      return invalid("logit_bias", "'logit_bias' has token " + std::to_string(id) +
+                                       ", outside the vocabulary of " + std::to_string(limits_.vocab_size));
+  }
+  if (r.echo && r.sampling.logprobs)
+    return invalid("echo", "'echo' with 'logprobs' (the prompt tokens' log-probabilities) is not supported");
+  if (r.echo && !r.messages.is_null()) return invalid("echo", "'echo' is for completions (a prompt)");
+  if (!r.chat_template_kwargs.is_null() && !r.chat_template_kwargs.is_object())
+    return invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object");
   if (r.messages.is_null() && r.prompts.empty())
     return invalid("prompt", "a prompt or messages are required");
   if (static_cast<int64_t>(r.prompts.size()) > limits_.max_prompts)
@@ -56,16 +73,21 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
     if (tokenizer_ == nullptr || chat_template_ == nullptr)
       return InputError{InputError::Kind::kUnsupported, "messages",
                         "the model has no chat template: give a prompt instead of messages"};
-    auto chat = encode_chat(*tokenizer_, *chat_template_, r.messages, ChatOptions{});
+    ChatOptions chat_options;
+    chat_options.template_kwargs = r.chat_template_kwargs;
+    auto chat = encode_chat(*tokenizer_, *chat_template_, r.messages, chat_options);
     if (!chat) return invalid("messages", chat.status().message());
     out->prompt_opens_think = opens_think(chat->text);
     prompts.push_back(std::move(chat->ids));
   } else {
     for (const PromptInput& in : r.prompts) {
       if (in.is_ids) {
+        if (r.echo)
+          out->echo.push_back(tokenizer_ != nullptr ? tokenizer_->decode(in.ids) : ids_text(in.ids) + " ");
         prompts.push_back(in.ids);
         continue;
       }
+      if (r.echo) out->echo.push_back(in.text);
       if (tokenizer_ == nullptr)
         return InputError{InputError::Kind::kUnsupported, "prompt",
                           "the model has no tokenizer: give the prompt as token ids"};
@@ -122,6 +144,7 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     spec.session_id = r.session_id;
   }
   in.stop = std::move(r.stop);
+  in.include_stop_str_in_output = r.include_stop_str_in_output;
   result.input = std::move(in);
   return result;
 }

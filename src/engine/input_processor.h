@@ -38,6 +38,9 @@ struct GenerationRequest {
   int32_t n = 1;
   int32_t priority = 0;  // lower runs earlier
   std::string session_id;
+  bool echo = false;                            // completions: the prompt's text before the output
+  bool include_stop_str_in_output = false;      // a matched stop string stays at the end of the text
+  nlohmann::ordered_json chat_template_kwargs;  // null or an object: extra template variables
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).
@@ -55,7 +58,9 @@ struct InputError {
 // A validated request: one engine request per prompt, each with n samples.
 struct ProcessedInput {
   std::vector<RequestSpec> requests;
-  std::vector<std::string> stop;    // for the output side
+  std::vector<std::string> stop;  // for the output side
+  bool include_stop_str_in_output = false;
+  std::vector<std::string> echo;    // with echo: each prompt's text, to put before its outputs
   bool prompt_opens_think = false;  // chat: the rendered prompt ends in an open <think>
   int64_t num_prompt_tokens = 0;    // all prompts together
   int64_t num_sequences() const {

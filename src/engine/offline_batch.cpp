@@ -1,5 +1,6 @@
 #include "engine/offline_batch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <unordered_map>
@@ -53,10 +54,38 @@ Status read_prompt(const json& j, GenerationRequest* r) {
   return Status::ok();
 }
 
+// Every field a line may have: any other is an error naming it, never silently ignored.
+Status check_field_names(const json& j) {
+  static constexpr std::string_view kFields[] = {"prompt",
+                                                 "prompt_ids",
+                                                 "messages",
+                                                 "max_tokens",
+                                                 "temperature",
+                                                 "top_p",
+                                                 "top_k",
+                                                 "priority",
+                                                 "min_p",
+                                                 "repetition_penalty",
+                                                 "presence_penalty",
+                                                 "frequency_penalty",
+                                                 "logprobs",
+                                                 "n",
+                                                 "stop_token_ids",
+                                                 "seed",
+                                                 "ignore_eos",
+                                                 "stop"};
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields))
+      return invalid_argument("unknown field '" + key + "'");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Expected<GenerationRequest> parse_batch_item(const json& j, int64_t default_max_tokens) {
   if (!j.is_object()) return invalid_argument("each line must be a JSON object");
+  INFERD_RETURN_IF_ERROR(check_field_names(j));
   GenerationRequest r;
   INFERD_RETURN_IF_ERROR(read_prompt(j, &r));
   int64_t max_tokens = default_max_tokens;

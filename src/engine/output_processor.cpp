@@ -3,9 +3,9 @@
 namespace inferd {
 
 OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, const OutputOptions& options)
-    : tokenizer_(tokenizer) {
+    : tokenizer_(tokenizer), include_stop_(options.include_stop_str_in_output), echo_(options.echo) {
   if (tokenizer_ != nullptr) detok_.emplace(*tokenizer_, options.stop);
-  if (options.split_reasoning) splitter_.emplace(options.prompt_opens_think);
+  if (options.reasoning) splitter_.emplace(*options.reasoning, options.prompt_opens_think);
 }
 
 std::string OutputProcessor::detokenize(int32_t token, bool* stopped) {
@@ -15,6 +15,7 @@ std::string OutputProcessor::detokenize(int32_t token, bool* stopped) {
   }
   auto piece = detok_->push(token);
   *stopped = piece.stopped;
+  if (piece.stopped && include_stop_) piece.text += piece.matched_stop;
   return std::move(piece.text);
 }
 
@@ -23,7 +24,8 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
   gaps_.clear();
   if (finished()) return d;
   if (!first_scheduled_) first_scheduled_ = out.first_scheduled;
-  std::string text;
+  std::string text = std::move(echo_);
+  echo_.clear();
   for (size_t k = 0; k < out.new_tokens.size(); ++k) {
     const int32_t t = out.new_tokens[k];
     if (last_token_) gaps_.push_back(std::chrono::duration<double>(at - *last_token_).count());

@@ -37,9 +37,11 @@ struct ChoiceDelta {
 };
 
 struct OutputOptions {
-  std::vector<std::string> stop;  // stop strings
-  bool split_reasoning = false;
+  std::vector<std::string> stop;             // stop strings
+  bool include_stop_str_in_output = false;   // a matched stop string ends the text (vLLM's option)
+  std::optional<ReasoningParser> reasoning;  // split reasoning from content by these rules
   bool prompt_opens_think = false;
+  std::string echo;  // text that comes before the first token's (completions' echo)
 };
 
 class OutputProcessor final {
@@ -71,6 +73,8 @@ class OutputProcessor final {
   std::string detokenize(int32_t token, bool* stopped);
 
   const Tokenizer* tokenizer_;
+  bool include_stop_;
+  std::string echo_;  // until the first apply()
   std::optional<IncrementalDetokenizer> detok_;
   std::optional<ReasoningSplitter> splitter_;
   std::vector<int32_t> ids_;

@@ -17,8 +17,7 @@ size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
 }
 }  // namespace
 
-ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning)
-    : state_(starts_in_reasoning ? State::kReasoning : State::kStart) {}
+ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning) : starts_in_reasoning_(starts_in_reasoning) {}
 
 ReasoningSplitter::Parts ReasoningSplitter::feed(std::string_view text) {
   pending_.append(text);
@@ -37,7 +36,7 @@ ReasoningSplitter::Parts ReasoningSplitter::drain(bool final) {
       const size_t first = pending_.find_first_not_of(" \t\r\n");
       if (first == std::string::npos) {
         if (final) {
-          out.content += pending_;
+          (starts_in_reasoning_ ? out.reasoning : out.content) += pending_;
           pending_.clear();
         }
         return out;
@@ -49,7 +48,7 @@ ReasoningSplitter::Parts ReasoningSplitter::drain(bool final) {
         continue;
       }
       if (!final && kOpen.substr(0, rest.size()) == rest) return out;  // may still become <think>
-      state_ = State::kContent;
+      state_ = starts_in_reasoning_ ? State::kReasoning : State::kContent;
       continue;
     }
     if (state_ == State::kReasoning) {

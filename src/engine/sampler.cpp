@@ -18,6 +18,13 @@ std::optional<SamplingParams::FieldError> SamplingParams::check() const {
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return bad("presence_penalty", "[-2, 2]");
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return bad("frequency_penalty", "[-2, 2]");
   if (logprobs && (*logprobs < 0 || *logprobs > 20)) return bad("logprobs", "[0, 20]");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0)
+      return FieldError{"logit_bias", "'logit_bias' keys must be token ids (non-negative integers)"};
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return FieldError{"logit_bias",
+                        "'logit_bias' values must be in [-100, 100] (token " + std::to_string(id) + ")"};
+  }
   return std::nullopt;
 }
 
@@ -46,34 +53,41 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   const bool penalize = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                         params_.frequency_penalty != 0.0f;
   SampleResult r;
-  if (!penalize) {
+  if (!penalize && params_.logit_bias.empty()) {
     r.token = draw(logits);
   } else {
-    const size_t vocab = logits.size();
     adjusted_.assign(logits.begin(), logits.end());
-    counts_.assign(vocab, 0);
-    seen_.assign(vocab, 0);
-    for (int32_t t : prompt) {
-      if (t >= 0 && static_cast<size_t>(t) < vocab) seen_[static_cast<size_t>(t)] = 1;
-    }
-    for (int32_t t : output) {
-      if (t >= 0 && static_cast<size_t>(t) < vocab) {
-        seen_[static_cast<size_t>(t)] = 1;
-        ++counts_[static_cast<size_t>(t)];
-      }
-    }
-    for (size_t i = 0; i < vocab; ++i) {
-      float& x = adjusted_[i];
-      if (seen_[i] && params_.repetition_penalty != 1.0f) {
-        x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
-      }
-      if (counts_[i] > 0)
-        x -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(counts_[i]);
+    if (penalize) apply_penalties(prompt, output);
+    for (const auto& [id, bias] : params_.logit_bias) {
+      if (static_cast<size_t>(id) < adjusted_.size()) adjusted_[static_cast<size_t>(id)] += bias;
     }
     r.token = draw(adjusted_);
   }
   if (params_.logprobs) fill_logprobs(logits, &r);
   return r;
+}
+
+void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output) {
+  const size_t vocab = adjusted_.size();
+  counts_.assign(vocab, 0);
+  seen_.assign(vocab, 0);
+  for (int32_t t : prompt) {
+    if (t >= 0 && static_cast<size_t>(t) < vocab) seen_[static_cast<size_t>(t)] = 1;
+  }
+  for (int32_t t : output) {
+    if (t >= 0 && static_cast<size_t>(t) < vocab) {
+      seen_[static_cast<size_t>(t)] = 1;
+      ++counts_[static_cast<size_t>(t)];
+    }
+  }
+  for (size_t i = 0; i < vocab; ++i) {
+    float& x = adjusted_[i];
+    if (seen_[i] && params_.repetition_penalty != 1.0f) {
+      x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
+    }
+    if (counts_[i] > 0)
+      x -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(counts_[i]);
+  }
 }
 
 void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) const {

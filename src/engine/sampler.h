@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -23,6 +24,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // subtracted once from tokens already generated
   float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
   std::optional<int32_t> logprobs;  // absent: none; 0: the chosen token's; k: also the top k
+  // Added to a token's logit before sampling (OpenAI's logit_bias: each in [-100, 100]; -100
+  // bans the token, 100 all but forces it). Ids are checked against the vocabulary by the caller.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // The one table of their bounds (every front end's requests pass through it): the first
   // field out of range, with a message naming it.
@@ -50,13 +54,15 @@ class Sampler final {
   // when the vocabulary grows.
   int32_t sample(std::span<const float> logits);
 
-  // As above, with penalties over the request's `prompt` and `output` so far, and logprobs.
-  // Order: penalties, temperature, top-k, top-p, min-p, draw.
+  // As above, with penalties over the request's `prompt` and `output` so far, and logprobs (of
+  // the model's own distribution, before penalties and biases, as vLLM reports them).
+  // Order: penalties, logit_bias, temperature, top-k, top-p, min-p, draw.
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> prompt,
                       std::span<const int32_t> output);
 
  private:
   int32_t draw(std::span<const float> logits);
+  void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);  // on adjusted_
   void fill_logprobs(std::span<const float> logits, SampleResult* r) const;
 
   SamplingParams params_;

@@ -482,9 +482,16 @@ struct HttpServer::Impl {
     std::vector<int64_t> prompt_tokens;
     for (const auto& r : input.requests) prompt_tokens.push_back(static_cast<int64_t>(r.prompt.size()));
     const bool split = options.reasoning_parser && endpoint == ApiEndpoint::kChat;
-    const OutputOptions output_options{input.stop, split, input.prompt_opens_think};
-    std::vector<OutputProcessor> choices(input.requests.size() * n,
-                                         OutputProcessor(ctx.tokenizer, output_options));
+    OutputOptions output_options;
+    output_options.stop = input.stop;
+    output_options.include_stop_str_in_output = input.include_stop_str_in_output;
+    if (split) output_options.reasoning = options.reasoning_parser;
+    output_options.prompt_opens_think = input.prompt_opens_think;
+    std::vector<OutputProcessor> choices;
+    for (size_t p = 0; p < input.requests.size(); ++p) {
+      output_options.echo = p < input.echo.size() ? input.echo[p] : std::string();
+      for (size_t k = 0; k < n; ++k) choices.emplace_back(ctx.tokenizer, output_options);
+    }
     std::vector<bool> seen(choices.size(), false);
     const OpenAiAnswer answer(endpoint, random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-"),
                               unix_now(), options.served_model_name, ctx.tokenizer, api.logprobs, split);

@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
 #include "engine/async_engine.h"
+#include "engine/reasoning_splitter.h"
 #include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,7 +26,7 @@ struct ServerOptions {
   bool protect_metrics = false;  // with api_key: /metrics needs it too (/health stays open for probes)
   std::string served_model_name;
   std::string metrics_prefix = "inferd";
-  bool reasoning_parser = false;  // <think>...</think> -> reasoning_content
+  std::optional<ReasoningParser> reasoning_parser;  // chat: the reasoning -> reasoning_content
   int64_t max_body_bytes = 8 << 20;
   int64_t max_header_bytes = 16 << 10;
   double header_timeout_seconds = 10;  // to receive a whole request once its first byte arrived

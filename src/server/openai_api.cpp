@@ -196,6 +196,110 @@ void parse_prompt(Reader& r, GenerationRequest* req) {
   }
 }
 
+// Every body field inferd reads, per endpoint; a field outside them is a 400 naming it, never
+// silently ignored. Only informational fields that change nothing a client gets are accepted
+// unread: user (logged), metadata, store (inferd stores nothing).
+constexpr std::string_view kCommonFields[] = {"model",
+                                              "max_tokens",
+                                              "temperature",
+                                              "top_p",
+                                              "top_k",
+                                              "min_p",
+                                              "presence_penalty",
+                                              "frequency_penalty",
+                                              "repetition_penalty",
+                                              "seed",
+                                              "stop",
+                                              "stop_token_ids",
+                                              "n",
+                                              "stream",
+                                              "stream_options",
+                                              "logprobs",
+                                              "ignore_eos",
+                                              "priority",
+                                              "user",
+                                              "session_id",
+                                              "logit_bias",
+                                              "include_stop_str_in_output",
+                                              "metadata",
+                                              "store"};
+constexpr std::string_view kChatFields[] = {"messages", "max_completion_tokens", "top_logprobs",
+                                            "chat_template_kwargs"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "echo"};
+// Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
+constexpr std::string_view kUnimplementedFields[] = {"tools",
+                                                     "tool_choice",
+                                                     "parallel_tool_calls",
+                                                     "functions",
+                                                     "function_call",
+                                                     "response_format",
+                                                     "structured_outputs",
+                                                     "guided_json",
+                                                     "guided_regex",
+                                                     "guided_choice",
+                                                     "guided_grammar",
+                                                     "guided_decoding_backend",
+                                                     "suffix",
+                                                     "best_of",
+                                                     "audio",
+                                                     "modalities",
+                                                     "prediction",
+                                                     "reasoning_effort",
+                                                     "web_search_options",
+                                                     "min_tokens",
+                                                     "prompt_logprobs",
+                                                     "use_beam_search",
+                                                     "length_penalty",
+                                                     "truncate_prompt_tokens",
+                                                     "allowed_token_ids",
+                                                     "bad_words",
+                                                     "skip_special_tokens",
+                                                     "spaces_between_special_tokens",
+                                                     "add_generation_prompt",
+                                                     "continue_final_message",
+                                                     "add_special_tokens",
+                                                     "documents",
+                                                     "chat_template",
+                                                     "mm_processor_kwargs",
+                                                     "return_tokens_as_token_ids"};
+
+template <size_t N>
+bool contains(const std::string_view (&names)[N], std::string_view key) {
+  for (std::string_view n : names) {
+    if (n == key) return true;
+  }
+  return false;
+}
+
+void check_field_names(Reader& r, ApiEndpoint endpoint, const json& body) {
+  for (const auto& [key, value] : body.items()) {
+    if (contains(kCommonFields, key) ||
+        (endpoint == ApiEndpoint::kChat ? contains(kChatFields, key) : contains(kCompletionFields, key)))
+      continue;
+    if (contains(kUnimplementedFields, key) && value.is_null()) continue;  // null is absent
+    if (contains(kUnimplementedFields, key))
+      return r.fail(key, "'" + key + "' is not supported by this server");
+    return r.fail(key, "unknown field '" + key + "'" +
+                           (endpoint == ApiEndpoint::kChat ? " for chat completions" : " for completions"));
+  }
+}
+
+void parse_logit_bias(Reader& r, SamplingParams* s) {
+  const json* b = r.find("logit_bias");
+  if (b == nullptr || r.failed()) return;
+  if (!b->is_object()) return r.fail("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  for (const auto& [key, value] : b->items()) {
+    int64_t id = -1;
+    const bool digits =
+        !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) id = std::stoll(key);
+    if (!digits || id > std::numeric_limits<int32_t>::max())
+      return r.fail("logit_bias", "'logit_bias' keys must be token ids, not '" + key + "'");
+    if (!value.is_number()) return r.fail("logit_bias", "'logit_bias' values must be numbers");
+    s->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(value.get<double>()));
+  }
+}
+
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
@@ -271,6 +375,7 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   GenerateRequest req;
   GenerationRequest& g = req.generation;
   req.endpoint = endpoint;
+  check_field_names(r, endpoint, j);
   r.string("model", &req.model);
   if (endpoint == ApiEndpoint::kChat) {
     parse_messages(r, j, &g);
@@ -279,7 +384,9 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   }
   int64_t max_tokens = 0;
   if (r.integer("max_tokens", &max_tokens, -kInt64Max, kInt64Max)) g.max_tokens = max_tokens;
-  if (r.integer("max_completion_tokens", &max_tokens, -kInt64Max, kInt64Max)) g.max_tokens = max_tokens;
+  if (endpoint == ApiEndpoint::kChat &&
+      r.integer("max_completion_tokens", &max_tokens, -kInt64Max, kInt64Max))
+    g.max_tokens = max_tokens;
   parse_sampling(r, &g.sampling);
   parse_stops(r, &g);
   r.integer("n", &g.n, kInt32Min, kInt32Max);
@@ -288,6 +395,13 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   r.integer("priority", &g.priority, kInt32Min, kInt32Max);
   r.string("user", &req.user);
   r.string("session_id", &g.session_id);
+  parse_logit_bias(r, &g.sampling);
+  r.boolean("include_stop_str_in_output", &g.include_stop_str_in_output);
+  if (endpoint == ApiEndpoint::kCompletion) r.boolean("echo", &g.echo);
+  if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {
+    if (!kw->is_object()) r.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    g.chat_template_kwargs = *kw;
+  }
   if (r.failed()) {
     out.error = r.take_error();
     return out;

@@ -55,10 +55,15 @@ Expected<ChatPrompt> encode_chat(const Tokenizer& tokenizer, const ChatTemplate&
   context["messages"] = std::move(normalised);
   context["add_generation_prompt"] = options.add_generation_prompt;
   if (!options.tools.is_null()) context["tools"] = options.tools;
-  if (options.enable_thinking) context["enable_thinking"] = *options.enable_thinking;
   const Vocab& v = tokenizer.vocab();
   if (v.bos_id) context["bos_token"] = v.tokens[static_cast<size_t>(*v.bos_id)];
   if (v.eos_id) context["eos_token"] = v.tokens[static_cast<size_t>(*v.eos_id)];
+  if (options.template_kwargs.is_object()) {
+    for (const auto& [key, value] : options.template_kwargs.items()) {
+      if (key == "messages") return invalid_argument("chat_template_kwargs must not set 'messages'");
+      context[key] = value;
+    }
+  }
   INFERD_ASSIGN_OR_RETURN(std::string text, chat_template.render(context));
   // Where each content landed in the rendered text (searched in order): specials stay plain
   // there. A content the template rewrote is not found and gets no protection of its own.

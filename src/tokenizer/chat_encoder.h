@@ -18,8 +18,11 @@ namespace inferd {
 
 struct ChatOptions {
   bool add_generation_prompt = true;
-  std::optional<bool> enable_thinking;  // passed to templates that read it (Qwen3)
-  nlohmann::ordered_json tools;         // null, or the OpenAI-style tool list
+  nlohmann::ordered_json tools;  // null, or the OpenAI-style tool list
+  // Extra variables for the template (a request's chat_template_kwargs, e.g. Qwen3's
+  // {"enable_thinking": false}): null or an object; they may override add_generation_prompt,
+  // never "messages".
+  nlohmann::ordered_json template_kwargs;
 };
 
 struct ChatPrompt {

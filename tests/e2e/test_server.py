@@ -232,9 +232,16 @@ def test_bad_fields_are_400_naming_the_field(server, body, param):
     assert status == 400 and err["param"] == param
 
 
-def test_unknown_fields_are_ignored(server):
+def test_unknown_and_unimplemented_fields_are_400_informational_ones_accepted(server):
+    status, err = error_of(*raw(server, "POST", "/v1/chat/completions",
+                                {"messages": MESSAGES, "max_tokens": 2, "frobnicate": {"x": 1}})[::2])
+    assert status == 400 and err["param"] == "frobnicate"
+    status, err = error_of(*raw(server, "POST", "/v1/completions",
+                                {"prompt": "x", "max_tokens": 2, "suffix": "y"})[::2])
+    assert status == 400 and err["param"] == "suffix" and "not supported" in err["message"]
     status, _, data = raw(server, "POST", "/v1/chat/completions",
-                          {"messages": MESSAGES, "max_tokens": 2, "frobnicate": {"x": 1}, "user": "u1"})
+                          {"messages": MESSAGES, "max_tokens": 2, "user": "u1", "metadata": {"a": "b"},
+                           "store": False})
     assert status == 200, data
 
 

@@ -58,6 +58,24 @@ TEST(InputProcessorTest, EveryBoundNamesItsField) {
          r.prompts[0].ids = {1, 100};
        },
        "prompt"},
+      {[](GenerationRequest& r) {
+         r.sampling.logit_bias = {{3, 100.5f}};
+       },
+       "logit_bias"},
+      {[](GenerationRequest& r) {
+         r.sampling.logit_bias = {{100, 1.0f}};
+       },
+       "logit_bias"},
+      {[](GenerationRequest& r) {
+         r.sampling.logit_bias = {{-1, 1.0f}};
+       },
+       "logit_bias"},
+      {[](GenerationRequest& r) {
+         r.echo = true;
+         r.sampling.logprobs = 0;
+       },
+       "echo"},
+      {[](GenerationRequest& r) { r.chat_template_kwargs = 3; }, "chat_template_kwargs"},
   };
   for (const Case& c : cases) {
     GenerationRequest r = ids_request();
@@ -108,12 +126,17 @@ TEST(InputProcessorTest, EveryPromptBecomesOneEngineRequestWithTheSharedFields) 
   r.stop = {"END"};
   r.stop_token_ids = {42};
   r.ignore_eos = true;
+  r.echo = true;
+  r.include_stop_str_in_output = true;
+  r.sampling.logit_bias = {{99, -5.0f}};
   InputProcessed p = processor().process(r);
   ASSERT_TRUE(p.input.has_value()) << p.error.message;
   ASSERT_EQ(p.input->requests.size(), 2u);
   EXPECT_EQ(p.input->num_prompt_tokens, 5);
   EXPECT_EQ(p.input->num_sequences(), 6);
   EXPECT_EQ(p.input->stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(p.input->include_stop_str_in_output);
+  EXPECT_EQ(p.input->echo, (std::vector<std::string>{"4 5 ", "6 7 8 "}));  // no tokenizer: the ids
   for (const RequestSpec& s : p.input->requests) {
     EXPECT_FLOAT_EQ(s.sampling.temperature, 0.7f);
     EXPECT_EQ(s.sampling.seed, 9u);
@@ -123,6 +146,7 @@ TEST(InputProcessorTest, EveryPromptBecomesOneEngineRequestWithTheSharedFields) 
     EXPECT_EQ(s.n, 3);
     EXPECT_EQ(s.priority, -2);
     EXPECT_EQ(s.session_id, "s");
+    EXPECT_EQ(s.sampling.logit_bias.size(), 1u);
   }
   EXPECT_EQ(p.input->requests[1].prompt, (std::vector<int32_t>{6, 7, 8}));
 }

@@ -74,7 +74,8 @@ TEST(OutputProcessorTest, ReasoningIsSplitFromTheContent) {
   auto tok = tiny();
   const auto ids = tok->encode("<think>first think</think>\n\nthe answer", false);
   for (size_t chunk : {1, 2, 5, 100}) {
-    OutputProcessor split = feed(tok.get(), OutputOptions{{}, true, false}, ids, chunk);
+    OutputProcessor split =
+        feed(tok.get(), OutputOptions{{}, false, ReasoningParser::kQwen3, false}, ids, chunk);
     EXPECT_EQ(split.reasoning(), "first think") << chunk;
     EXPECT_EQ(split.text(), "the answer") << chunk;
     OutputProcessor whole = feed(tok.get(), {}, ids, chunk);
@@ -82,10 +83,50 @@ TEST(OutputProcessorTest, ReasoningIsSplitFromTheContent) {
     EXPECT_TRUE(whole.reasoning().empty());
   }
   // A template that opened <think> itself: the output starts inside the reasoning.
-  OutputProcessor opened =
-      feed(tok.get(), OutputOptions{{}, true, true}, tok->encode("why</think>so", false), 3);
+  OutputProcessor opened = feed(tok.get(), OutputOptions{{}, false, ReasoningParser::kQwen3, true},
+                                tok->encode("why</think>so", false), 3);
   EXPECT_EQ(opened.reasoning(), "why");
   EXPECT_EQ(opened.text(), "so");
+}
+
+TEST(OutputProcessorTest, DeepSeekR1RulesStartInsideTheReasoning) {
+  auto tok = tiny();
+  for (size_t chunk : {1, 3, 100}) {
+    OutputOptions r1;
+    r1.reasoning = ReasoningParser::kDeepSeekR1;
+    OutputProcessor tagged = feed(tok.get(), r1, tok->encode("<think>hmm</think>\n\nok", false), chunk);
+    EXPECT_EQ(tagged.reasoning(), "hmm") << chunk;
+    EXPECT_EQ(tagged.text(), "ok");
+    OutputProcessor untagged = feed(tok.get(), r1, tok->encode("hmm</think>ok", false), chunk);
+    EXPECT_EQ(untagged.reasoning(), "hmm");
+    EXPECT_EQ(untagged.text(), "ok");
+    OutputProcessor unclosed = feed(tok.get(), r1, tok->encode("still thinking", false), chunk);
+    EXPECT_EQ(unclosed.reasoning(), "still thinking");
+    EXPECT_EQ(unclosed.text(), "");
+    // qwen3's rules: no tags, no reasoning.
+    OutputOptions q3;
+    q3.reasoning = ReasoningParser::kQwen3;
+    OutputProcessor plain = feed(tok.get(), q3, tok->encode("just text", false), chunk);
+    EXPECT_EQ(plain.text(), "just text");
+    EXPECT_EQ(plain.reasoning(), "");
+  }
+}
+
+TEST(OutputProcessorTest, EchoAndIncludedStopStrings) {
+  auto tok = tiny();
+  const auto ids = tok->encode("one two STOP three", false);
+  for (size_t chunk : {1, 4, 100}) {
+    OutputOptions o;
+    o.stop = {"STOP"};
+    o.include_stop_str_in_output = true;
+    o.echo = "prompt: ";
+    std::vector<ChoiceDelta> deltas;
+    OutputProcessor p = feed(tok.get(), o, ids, chunk, &deltas);
+    EXPECT_EQ(p.text(), "prompt: one two STOP") << chunk;
+    EXPECT_EQ(p.finish_reason(), FinishReason::kStop);
+    ASSERT_FALSE(deltas.empty());
+    EXPECT_EQ(deltas.front().content.rfind("prompt: ", 0), 0u);  // the echo comes first
+  }
 }
 
 TEST(OutputProcessorTest, LogprobsErrorsAndIdsWithoutATokenizer) {

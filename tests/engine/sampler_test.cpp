@@ -117,5 +117,28 @@ TEST(SamplerTest, LogprobsOfRawDistribution) {
   EXPECT_FALSE(bad.validate().is_ok());
 }
 
+TEST(SamplerTest, LogitBiasShiftsTheDistributionNotTheLogprobs) {
+  const std::vector<float> logits{2.0f, 1.0f, 0.0f};
+  SamplingParams greedy;
+  greedy.logprobs = 0;
+  greedy.logit_bias = {{0, -100.0f}, {2, 1.5f}};
+  const auto r = Sampler(greedy).sample(logits, {}, {});
+  EXPECT_EQ(r.token, 2);  // 0 banned; 0 + 1.5 beats 1
+  const double z = std::log(std::exp(2.0) + std::exp(1.0) + 1.0);
+  EXPECT_NEAR(r.logprob, 0.0 - z, 1e-5);  // the model's own distribution
+  // Sampled: a bias of ln 3 on token 1 of two equal logits makes it 3/4 likely.
+  SamplingParams random;
+  random.temperature = 1.0f;
+  random.seed = 5;
+  random.logit_bias = {{1, std::log(3.0f)}};
+  Sampler s(random);
+  int ones = 0;
+  for (int i = 0; i < 4000; ++i) ones += s.sample(std::vector<float>{0.0f, 0.0f}, {}, {}).token;
+  EXPECT_NEAR(ones / 4000.0, 0.75, 0.03);
+  SamplingParams bad;
+  bad.logit_bias = {{1, -101.0f}};
+  EXPECT_FALSE(bad.validate().is_ok());
+}
+
 }  // namespace
 }  // namespace inferd

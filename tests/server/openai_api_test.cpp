@@ -30,7 +30,9 @@ TEST(OpenAiApiTest, ReadsEveryChatField) {
     "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "stop": ["a", "b"],
     "seed": 42, "n": 3, "logprobs": true, "top_logprobs": 4, "stream": true,
     "stream_options": {"include_usage": true}, "ignore_eos": true, "priority": -2, "user": "u",
-    "session_id": "s1", "unknown_field": {"deep": [1, 2]}})");
+    "session_id": "s1", "logit_bias": {"5": -100, "17": 2.5}, "include_stop_str_in_output": true,
+    "chat_template_kwargs": {"enable_thinking": false}, "metadata": {"k": "v"}, "store": false,
+    "tools": null})");
   EXPECT_EQ(r.model, "m");
   EXPECT_EQ(r.generation.messages.size(), 4u);
   EXPECT_EQ(r.generation.max_tokens, 7);
@@ -50,6 +52,12 @@ TEST(OpenAiApiTest, ReadsEveryChatField) {
   EXPECT_EQ(r.generation.priority, -2);
   EXPECT_EQ(r.user, "u");
   EXPECT_EQ(r.generation.session_id, "s1");
+  EXPECT_EQ(r.generation.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{5, -100.0f}, {17, 2.5f}}));
+  EXPECT_TRUE(r.generation.include_stop_str_in_output);
+  EXPECT_EQ(r.generation.chat_template_kwargs,
+            nlohmann::ordered_json::parse(R"({"enable_thinking": false})"));
+  EXPECT_TRUE(parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "echo": true})").generation.echo);
 }
 
 TEST(OpenAiApiTest, ReadsEveryPromptForm) {
@@ -89,6 +97,22 @@ TEST(OpenAiApiTest, ErrorsNameTheField) {
       {ApiEndpoint::kCompletion, R"({"prompt": [[1], {"x": 1}]})", "prompt"},
       {ApiEndpoint::kCompletion, R"({"prompt": []})", "prompt"},
       {ApiEndpoint::kCompletion, R"({"prompt": "x", "stop_token_ids": ["a"]})", "stop_token_ids"},
+      // Fields that would change the answer are read or refused, never ignored.
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "unknown_field": 1})",
+       "unknown_field"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "tools": []})", "tools"},
+      {ApiEndpoint::kChat,
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       "response_format"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", "echo"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "messages": []})", "messages"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "max_completion_tokens": 3})", "max_completion_tokens"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "logit_bias": [1]})", "logit_bias"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "logit_bias": {"a": 1}})", "logit_bias"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "logit_bias": {"1": "x"}})", "logit_bias"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 1})",
+       "chat_template_kwargs"},
   };
   for (const Case& c : cases) {
     ApiError e = parse_error(c.e, c.body);
@@ -149,6 +173,10 @@ TEST(ReasoningSplitterTest, SplitsThinkBlocksAcrossAnyChunking) {
   expect_split("<thin", false, "", "<thin");  // an unfinished tag at the end is content
   expect_split("already thinking</think>done", true, "already thinking", "done");
   expect_split("<think>never closed", false, "never closed", "");
+  // deepseek_r1 (and a prompt that opened <think>): reasoning first, with or without the tag.
+  expect_split("<think>\nplan</think>\n\nanswer", true, "\nplan", "answer");
+  expect_split("plan, never closed", true, "plan, never closed", "");
+  expect_split("<thin", true, "<thin", "");
 }
 
 TEST(OpenAiApiTest, RandomBodiesNeverCrashTheParser) {
