@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/byte_size.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
@@ -30,6 +31,15 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
                   "put the reasoning in reasoning_content: qwen3 (Qwen3's <think> rules) or deepseek_r1 "
                   "(QwQ, DeepSeek-R1: the output starts inside <think>)")
       ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+  cmd->add_option(
+         "--tool-call-parser", f->tool_call_parser,
+         "parse tool calls from the output: hermes (Qwen2.5, QwQ, Qwen3) or llama3_json (Llama 3.1/3.2)")
+      ->check(CLI::IsMember({"hermes", "llama3_json"}));
+  cmd->add_flag("--enable-auto-tool-choice", s.enable_auto_tool_choice,
+                "let the model decide when to call a tool (tool_choice \"auto\"; needs --tool-call-parser)");
+  cmd->add_option("--chat-template", f->chat_template,
+                  "a Jinja chat template file to use instead of the model's")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--max-body", f->max_body, "largest request body (e.g. 8MiB)");
   cmd->add_option("--header-timeout", s.header_timeout_seconds,
                   "seconds to receive a request once it started")
@@ -68,15 +78,22 @@ struct Loaded {
   ~Loaded() { engine.reset(); }
 };
 
-Status load_all(const std::string& path, int threads, const EngineFlags& engine_flags, Loaded* out,
-                ServingContext* ctx) {
+Status load_all(const std::string& path, const std::string& chat_template_file, int threads,
+                const EngineFlags& engine_flags, Loaded* out, ServingContext* ctx) {
   INFERD_ASSIGN_OR_RETURN(out->weights, load_model(path));
   auto tok =
       load_tokenizer(out->weights->gguf.get(), out->weights->source_path, out->weights->config.vocab_size);
   if (tok) {
     out->tokenizer = std::move(*tok);
-    INFERD_ASSIGN_OR_RETURN(out->chat_template,
-                            load_chat_template(out->weights->source_path, *out->tokenizer));
+    if (chat_template_file.empty()) {
+      INFERD_ASSIGN_OR_RETURN(out->chat_template,
+                              load_chat_template(out->weights->source_path, *out->tokenizer));
+    } else {
+      INFERD_ASSIGN_OR_RETURN(std::string source, read_text_file(chat_template_file));
+      auto compiled = ChatTemplate::compile(source);
+      if (!compiled) return compiled.status().with_context(chat_template_file);
+      out->chat_template = std::make_unique<ChatTemplate>(std::move(*compiled));
+    }
   } else {
     log_warning("no tokenizer (" + tok.status().message() + "): token-id prompts only");
   }
@@ -115,6 +132,12 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
   flags.server.max_body_bytes = *body;
   if (flags.reasoning_parser == "qwen3") flags.server.reasoning_parser = ReasoningParser::kQwen3;
   if (flags.reasoning_parser == "deepseek_r1") flags.server.reasoning_parser = ReasoningParser::kDeepSeekR1;
+  if (flags.tool_call_parser == "hermes") flags.server.tool_call_parser = ToolCallFormat::kHermes;
+  if (flags.tool_call_parser == "llama3_json") flags.server.tool_call_parser = ToolCallFormat::kLlama3Json;
+  if (flags.server.enable_auto_tool_choice && !flags.server.tool_call_parser) {
+    std::fprintf(stderr, "inferd: error: --enable-auto-tool-choice needs --tool-call-parser\n");
+    return 2;
+  }
   if (flags.server.served_model_name.empty()) flags.server.served_model_name = name_of(path);
   HttpServer server(flags.server);
   if (Status s = server.listen(); !s.is_ok()) {
@@ -126,7 +149,7 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
   Loaded loaded;
   std::thread loader([&] {
     ServingContext ctx;
-    Status s = load_all(path, threads, engine_flags, &loaded, &ctx);
+    Status s = load_all(path, flags.chat_template, threads, engine_flags, &loaded, &ctx);
     if (!s.is_ok()) {
       server.set_failed(s.message());
       return;

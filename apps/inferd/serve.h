@@ -13,6 +13,8 @@ struct ServeFlags {
   ServerOptions server;
   std::string max_body = "8MiB";
   std::string reasoning_parser;  // empty: none
+  std::string tool_call_parser;  // empty: none
+  std::string chat_template;     // a Jinja file replacing the model's template; empty: the model's
 };
 
 void add_serve_flags(CLI::App* cmd, ServeFlags* flags);

@@ -28,6 +28,71 @@ std::string ids_text(const std::vector<int32_t>& ids) {
   return text;
 }
 
+bool is_function_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
+// OpenAI's tool list: [{"type": "function", "function": {"name", "description"?, "parameters"?,
+// "strict"?}}], names unique. The first fault, naming where it is.
+std::optional<InputError> check_tool_list(const nlohmann::ordered_json& tools) {
+  if (!tools.is_array()) return invalid("tools", "'tools' must be an array");
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto& t = tools[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function")
+      return invalid(where, where + " must be {\"type\": \"function\", \"function\": {...}}");
+    auto f = t.find("function");
+    if (f == t.end() || !f->is_object())
+      return invalid(where + ".function", where + ".function must be an object");
+    auto name = f->find("name");
+    if (name == f->end() || !name->is_string() || !is_function_name(name->get<std::string>()))
+      return invalid(where + ".function.name",
+                     where + ".function.name must be 1-64 letters, digits, underscores or dashes");
+    if (std::find(names.begin(), names.end(), name->get<std::string>()) != names.end())
+      return invalid(where + ".function.name",
+                     "the function name '" + name->get<std::string>() + "' is repeated");
+    names.push_back(name->get<std::string>());
+    if (auto d = f->find("description"); d != f->end() && !d->is_string() && !d->is_null())
+      return invalid(where + ".function.description", where + ".function.description must be a string");
+    if (auto p = f->find("parameters"); p != f->end() && !p->is_object() && !p->is_null())
+      return invalid(where + ".function.parameters",
+                     where + ".function.parameters must be a JSON schema object");
+    if (auto st = f->find("strict"); st != f->end() && !st->is_boolean() && !st->is_null())
+      return invalid(where + ".function.strict", where + ".function.strict must be a boolean");
+  }
+  return std::nullopt;
+}
+
+// The conversation as templates expect it: an assistant's tool call arguments, a JSON string in
+// OpenAI's API, become the object they encode (Qwen's and Llama's templates apply tojson).
+Expected<nlohmann::ordered_json> template_messages(const nlohmann::ordered_json& messages) {
+  nlohmann::ordered_json out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto calls = out[i].find("tool_calls");
+    if (calls == out[i].end() || calls->is_null()) continue;
+    const std::string where = "messages[" + std::to_string(i) + "].tool_calls";
+    if (!calls->is_array()) return invalid_argument(where + " must be an array");
+    for (size_t k = 0; k < calls->size(); ++k) {
+      auto& call = (*calls)[k];
+      auto f = call.is_object() ? call.find("function") : call.end();
+      if (f == call.end() || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
+        return invalid_argument(where + "[" + std::to_string(k) + "] needs a function with a name");
+      auto args = f->find("arguments");
+      if (args == f->end() || !args->is_string()) continue;
+      auto parsed = nlohmann::ordered_json::parse(args->get<std::string>(), nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object())
+        return invalid_argument(where + "[" + std::to_string(k) +
+                                "].function.arguments must be a JSON object");
+      *args = std::move(parsed);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 InputProcessor::InputProcessor(const Tokenizer* tokenizer, const ChatTemplate* chat_template,
@@ -60,9 +125,54 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
     return invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object");
   if (r.messages.is_null() && r.prompts.empty())
     return invalid("prompt", "a prompt or messages are required");
+  if (r.messages.is_null() && (!r.tools.is_null() || r.tool_choice))
+    return invalid("tools", "'tools' are for chat (messages)");
+  if (auto e = check_tools(r)) return e;
   if (static_cast<int64_t>(r.prompts.size()) > limits_.max_prompts)
     return invalid("prompt", "the request has " + std::to_string(r.prompts.size()) + " prompts; at most " +
                                  std::to_string(limits_.max_prompts) + " are accepted in one request");
+  return std::nullopt;
+}
+
+std::optional<InputError> InputProcessor::check_tools(const GenerationRequest& r) const {
+  const bool has_tools = !r.tools.is_null() && !(r.tools.is_array() && r.tools.empty());
+  if (!r.tools.is_null()) {
+    if (auto e = check_tool_list(r.tools)) return e;
+  }
+  if (!r.tool_choice) return std::nullopt;
+  const ToolChoice& c = *r.tool_choice;
+  if (c.kind != ToolChoice::Kind::kNone && !has_tools)
+    return invalid("tool_choice", "'tool_choice' needs 'tools'");
+  if (c.kind == ToolChoice::Kind::kNamed) {
+    const bool found = std::any_of(r.tools.begin(), r.tools.end(),
+                                   [&](const auto& t) { return t["function"]["name"] == c.name; });
+    if (!found)
+      return invalid("tool_choice", "'tool_choice' names '" + c.name + "', which is not in 'tools'");
+  }
+  return std::nullopt;
+}
+
+// Whether the model is offered the tools and its output parsed for calls (vLLM's rules: "auto"
+// needs --enable-auto-tool-choice and a parser; "none" offers no tools, so the model writes a
+// message). Sets out->tool_calls.
+std::optional<InputError> InputProcessor::plan_tool_calls(const GenerationRequest& r,
+                                                          ProcessedInput* out) const {
+  const bool has_tools = r.tools.is_array() && !r.tools.empty();
+  const ToolChoice::Kind kind =
+      r.tool_choice ? r.tool_choice->kind : (has_tools ? ToolChoice::Kind::kAuto : ToolChoice::Kind::kNone);
+  if (kind == ToolChoice::Kind::kNone) return std::nullopt;
+  if (!limits_.tool_call_parser)
+    return InputError{InputError::Kind::kUnsupported, "tools",
+                      "tool calls need the server started with --tool-call-parser (hermes or llama3_json)"};
+  if (kind == ToolChoice::Kind::kAuto && !limits_.enable_auto_tool_choice)
+    return InputError{InputError::Kind::kUnsupported, "tool_choice",
+                      "\"auto\" tool choice needs the server started with --enable-auto-tool-choice"};
+  if (kind != ToolChoice::Kind::kAuto)
+    return InputError{InputError::Kind::kUnsupported, "tool_choice",
+                      "tool_choice \"required\" and named functions need constrained decoding, which this "
+                      "build does not have yet"};
+  out->tool_calls = limits_.tool_call_parser;
+  out->max_tool_calls = r.parallel_tool_calls ? 128 : 1;
   return std::nullopt;
 }
 
@@ -75,7 +185,10 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
                         "the model has no chat template: give a prompt instead of messages"};
     ChatOptions chat_options;
     chat_options.template_kwargs = r.chat_template_kwargs;
-    auto chat = encode_chat(*tokenizer_, *chat_template_, r.messages, chat_options);
+    if (out->tool_calls) chat_options.tools = r.tools;
+    auto messages = template_messages(r.messages);
+    if (!messages) return invalid("messages", messages.status().message());
+    auto chat = encode_chat(*tokenizer_, *chat_template_, *messages, chat_options);
     if (!chat) return invalid("messages", chat.status().message());
     out->prompt_opens_think = opens_think(chat->text);
     prompts.push_back(std::move(chat->ids));
@@ -125,6 +238,10 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     return result;
   }
   ProcessedInput in;
+  if (auto e = plan_tool_calls(r, &in)) {
+    result.error = std::move(*e);
+    return result;
+  }
   if (auto e = tokenize(r, &in)) {
     result.error = std::move(*e);
     return result;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/tool_call_parser.h"
 #include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,6 +24,13 @@ struct PromptInput {
   std::string text;
   std::vector<int32_t> ids;
   bool is_ids = false;
+};
+
+// tool_choice: whether and which tools the model may call.
+struct ToolChoice {
+  enum class Kind { kAuto, kNone, kRequired, kNamed };
+  Kind kind = Kind::kAuto;
+  std::string name;  // kNamed: the function
 };
 
 // Everything a front end may ask of one generation, before validation. Either `messages` (a
@@ -41,6 +49,9 @@ struct GenerationRequest {
   bool echo = false;                            // completions: the prompt's text before the output
   bool include_stop_str_in_output = false;      // a matched stop string stays at the end of the text
   nlohmann::ordered_json chat_template_kwargs;  // null or an object: extra template variables
+  nlohmann::ordered_json tools;                 // null, or OpenAI's [{"type": "function", "function": {...}}]
+  std::optional<ToolChoice> tool_choice;        // absent: auto with tools, none without
+  bool parallel_tool_calls = true;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).
@@ -60,9 +71,11 @@ struct ProcessedInput {
   std::vector<RequestSpec> requests;
   std::vector<std::string> stop;  // for the output side
   bool include_stop_str_in_output = false;
-  std::vector<std::string> echo;    // with echo: each prompt's text, to put before its outputs
-  bool prompt_opens_think = false;  // chat: the rendered prompt ends in an open <think>
-  int64_t num_prompt_tokens = 0;    // all prompts together
+  std::vector<std::string> echo;             // with echo: each prompt's text, to put before its outputs
+  std::optional<ToolCallFormat> tool_calls;  // parse the output's tool calls in this format
+  int32_t max_tool_calls = 0;                // calls beyond are dropped (1 without parallel calls)
+  bool prompt_opens_think = false;           // chat: the rendered prompt ends in an open <think>
+  int64_t num_prompt_tokens = 0;             // all prompts together
   int64_t num_sequences() const {
     return static_cast<int64_t>(requests.size()) * (requests.empty() ? 0 : requests[0].n);
   }
@@ -77,6 +90,11 @@ struct InputLimits {
   int64_t max_model_len = 0;  // prompt + generated tokens
   int32_t vocab_size = 0;
   int64_t max_prompts = 256;  // prompts in one request
+  // Tool calling (vLLM's --tool-call-parser, --enable-auto-tool-choice): the format the model
+  // writes calls in (absent: requests with tools the model may call are refused), and whether
+  // it may decide itself to call one (tool_choice "auto").
+  std::optional<ToolCallFormat> tool_call_parser;
+  bool enable_auto_tool_choice = false;
 };
 
 class InputProcessor final {
@@ -93,6 +111,8 @@ class InputProcessor final {
 
  private:
   std::optional<InputError> check_fields(const GenerationRequest& r) const;
+  std::optional<InputError> check_tools(const GenerationRequest& r) const;
+  std::optional<InputError> plan_tool_calls(const GenerationRequest& r, ProcessedInput* out) const;
   std::optional<InputError> tokenize(const GenerationRequest& r, ProcessedInput* out) const;
 
   const Tokenizer* tokenizer_;

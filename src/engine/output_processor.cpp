@@ -6,6 +6,12 @@ OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, const OutputOptions
     : tokenizer_(tokenizer), include_stop_(options.include_stop_str_in_output), echo_(options.echo) {
   if (tokenizer_ != nullptr) detok_.emplace(*tokenizer_, options.stop);
   if (options.reasoning) splitter_.emplace(*options.reasoning, options.prompt_opens_think);
+  if (options.tool_calls) tool_parser_.emplace(*options.tool_calls, options.max_tool_calls);
+}
+
+const std::vector<ToolCall>& OutputProcessor::tool_calls() const {
+  static const std::vector<ToolCall> kNone;
+  return tool_parser_ ? tool_parser_->calls() : kNone;
 }
 
 std::string OutputProcessor::detokenize(int32_t token, bool* stopped) {
@@ -59,6 +65,16 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
     d.reasoning = std::move(parts.reasoning);
   } else {
     d.content = std::move(text);
+  }
+  if (tool_parser_) {
+    auto parts = tool_parser_->feed(d.content);
+    if (d.finished) {
+      auto rest = tool_parser_->finish();
+      parts.content += rest.content;
+      parts.calls.insert(parts.calls.end(), rest.calls.begin(), rest.calls.end());
+    }
+    d.content = std::move(parts.content);
+    d.tool_calls = std::move(parts.calls);
   }
   text_ += d.content;
   reasoning_ += d.reasoning;

@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "engine/reasoning_splitter.h"
+#include "engine/tool_call_parser.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,8 +29,9 @@ struct TokenLogprob {
 
 // What one engine output adds to a choice.
 struct ChoiceDelta {
-  std::string content;    // new text (all of it, without the reasoning split)
-  std::string reasoning;  // new reasoning text (with the reasoning split)
+  std::string content;                    // new text (all of it, without the reasoning split or tool calls)
+  std::string reasoning;                  // new reasoning text (with the reasoning split)
+  std::vector<ToolCallDelta> tool_calls;  // with tool-call parsing
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> logprobs;  // of `tokens`, when the request asked for them
   bool finished = false;               // the choice ended with this output
@@ -41,7 +43,9 @@ struct OutputOptions {
   bool include_stop_str_in_output = false;   // a matched stop string ends the text (vLLM's option)
   std::optional<ReasoningParser> reasoning;  // split reasoning from content by these rules
   bool prompt_opens_think = false;
-  std::string echo;  // text that comes before the first token's (completions' echo)
+  std::string echo;                          // text that comes before the first token's (completions' echo)
+  std::optional<ToolCallFormat> tool_calls;  // find tool calls in the content, in this format
+  int32_t max_tool_calls = 1;
 };
 
 class OutputProcessor final {
@@ -61,6 +65,8 @@ class OutputProcessor final {
   const std::vector<int32_t>& token_ids() const { return ids_; }
   const std::string& text() const { return text_; }
   const std::string& reasoning() const { return reasoning_; }
+  // The complete tool calls found (with tool-call parsing).
+  const std::vector<ToolCall>& tool_calls() const;
   const std::vector<TokenLogprob>& logprobs() const { return logprobs_; }
   std::optional<Clock::time_point> first_token_at() const { return first_token_; }
   std::optional<Clock::time_point> last_token_at() const { return last_token_; }
@@ -77,6 +83,7 @@ class OutputProcessor final {
   std::string echo_;  // until the first apply()
   std::optional<IncrementalDetokenizer> detok_;
   std::optional<ReasoningSplitter> splitter_;
+  std::optional<ToolCallParser> tool_parser_;
   std::vector<int32_t> ids_;
   std::vector<TokenLogprob> logprobs_;
   std::string text_, reasoning_;

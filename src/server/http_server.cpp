@@ -487,6 +487,8 @@ struct HttpServer::Impl {
     output_options.include_stop_str_in_output = input.include_stop_str_in_output;
     if (split) output_options.reasoning = options.reasoning_parser;
     output_options.prompt_opens_think = input.prompt_opens_think;
+    output_options.tool_calls = input.tool_calls;
+    output_options.max_tool_calls = input.max_tool_calls;
     std::vector<OutputProcessor> choices;
     for (size_t p = 0; p < input.requests.size(); ++p) {
       output_options.echo = p < input.echo.size() ? input.echo[p] : std::string();
@@ -744,8 +746,10 @@ uint16_t HttpServer::port() const {
 void HttpServer::set_ready(const ServingContext& context) {
   net::post(impl_->io, [impl = impl_.get(), context] {
     impl->ctx = context;
-    impl->inputs.emplace(context.tokenizer, context.chat_template,
-                         InputLimits{context.max_model_len, context.vocab_size, impl->options.max_prompts});
+    InputLimits limits{context.max_model_len, context.vocab_size, impl->options.max_prompts};
+    limits.tool_call_parser = impl->options.tool_call_parser;
+    limits.enable_auto_tool_choice = impl->options.enable_auto_tool_choice;
+    impl->inputs.emplace(context.tokenizer, context.chat_template, limits);
     impl->metrics = std::make_unique<ServerMetrics>(impl->options.metrics_prefix,
                                                     impl->options.served_model_name, context.max_model_len);
     impl->ready = true;

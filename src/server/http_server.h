@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "engine/async_engine.h"
 #include "engine/reasoning_splitter.h"
+#include "engine/tool_call_parser.h"
 #include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,6 +28,8 @@ struct ServerOptions {
   std::string served_model_name;
   std::string metrics_prefix = "inferd";
   std::optional<ReasoningParser> reasoning_parser;  // chat: the reasoning -> reasoning_content
+  std::optional<ToolCallFormat> tool_call_parser;   // chat: the output's tool calls -> tool_calls
+  bool enable_auto_tool_choice = false;             // tool_choice "auto" allowed
   int64_t max_body_bytes = 8 << 20;
   int64_t max_header_bytes = 16 << 10;
   double header_timeout_seconds = 10;  // to receive a whole request once its first byte arrived

@@ -223,8 +223,9 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "include_stop_str_in_output",
                                               "metadata",
                                               "store"};
-constexpr std::string_view kChatFields[] = {"messages", "max_completion_tokens", "top_logprobs",
-                                            "chat_template_kwargs"};
+constexpr std::string_view kChatFields[] = {
+    "messages", "max_completion_tokens", "top_logprobs",       "chat_template_kwargs",
+    "tools",    "tool_choice",           "parallel_tool_calls"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
 constexpr std::string_view kUnimplementedFields[] = {"tools",
@@ -282,6 +283,37 @@ void check_field_names(Reader& r, ApiEndpoint endpoint, const json& body) {
     return r.fail(key, "unknown field '" + key + "'" +
                            (endpoint == ApiEndpoint::kChat ? " for chat completions" : " for completions"));
   }
+}
+
+// tools (their shape is InputProcessor's), tool_choice and parallel_tool_calls.
+void parse_tools(Reader& r, GenerationRequest* g) {
+  if (const json* t = r.find("tools"); t != nullptr && !r.failed()) g->tools = *t;
+  r.boolean("parallel_tool_calls", &g->parallel_tool_calls);
+  const json* c = r.find("tool_choice");
+  if (c == nullptr || r.failed()) return;
+  ToolChoice choice;
+  if (c->is_string()) {
+    const std::string k = c->get<std::string>();
+    if (k == "auto") {
+      choice.kind = ToolChoice::Kind::kAuto;
+    } else if (k == "none") {
+      choice.kind = ToolChoice::Kind::kNone;
+    } else if (k == "required") {
+      choice.kind = ToolChoice::Kind::kRequired;
+    } else {
+      return r.fail("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function");
+    }
+  } else {
+    auto f = c->is_object() ? c->find("function") : c->end();
+    if (!c->is_object() || c->value("type", "") != "function" || f == c->end() || !f->is_object() ||
+        !f->contains("name") || !(*f)["name"].is_string())
+      return r.fail("tool_choice",
+                    "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}");
+    choice.kind = ToolChoice::Kind::kNamed;
+    choice.name = (*f)["name"].get<std::string>();
+  }
+  g->tool_choice = choice;
 }
 
 void parse_logit_bias(Reader& r, SamplingParams* s) {
@@ -396,6 +428,7 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   r.string("user", &req.user);
   r.string("session_id", &g.session_id);
   parse_logit_bias(r, &g.sampling);
+  if (endpoint == ApiEndpoint::kChat) parse_tools(r, &g);
   r.boolean("include_stop_str_in_output", &g.include_stop_str_in_output);
   if (endpoint == ApiEndpoint::kCompletion) r.boolean("echo", &g.echo);
   if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {
@@ -514,6 +547,13 @@ nlohmann::json OpenAiAnswer::chunk(size_t index, nlohmann::json delta_or_text, c
           {"choices", nlohmann::json::array({c})}};
 }
 
+// OpenAI's finish_reason: "tool_calls" when the model stopped after calling tools.
+const char* OpenAiAnswer::finish_name(const OutputProcessor& choice) {
+  const FinishReason reason = choice.finish_reason().value_or(FinishReason::kAborted);
+  if (reason == FinishReason::kStop && !choice.tool_calls().empty()) return "tool_calls";
+  return finish_reason_name(reason);
+}
+
 std::string OpenAiAnswer::stream_events(size_t index, const ChoiceDelta& d, const OutputProcessor& choice,
                                         bool first_output) const {
   const bool chat = endpoint_ == ApiEndpoint::kChat;
@@ -525,15 +565,28 @@ std::string OpenAiAnswer::stream_events(size_t index, const ChoiceDelta& d, cons
     if (chat) {
       delta = nlohmann::json::object();
       if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
-      if (!d.content.empty() || d.reasoning.empty()) delta["content"] = d.content;
+      if (!d.content.empty() || (d.reasoning.empty() && d.tool_calls.empty())) delta["content"] = d.content;
     } else {
       delta = d.content;
     }
     events += sse(chunk(index, delta, logprobs_json(d.logprobs), nullptr));
   }
+  // Each tool call: a first delta with its id, type and name, then fragments of its arguments.
+  for (const ToolCallDelta& call : d.tool_calls) {
+    nlohmann::json entry = {{"index", call.index}};
+    nlohmann::json function = nlohmann::json::object();
+    if (call.id) {
+      entry["id"] = *call.id;
+      entry["type"] = "function";
+      function["name"] = *call.name;
+    }
+    function["arguments"] = call.arguments;
+    entry["function"] = function;
+    events += sse(chunk(index, {{"tool_calls", nlohmann::json::array({entry})}}, nullptr, nullptr));
+  }
   if (d.finished && choice.error().empty())
-    events += sse(chunk(index, chat ? nlohmann::json::object() : nlohmann::json(""), nullptr,
-                        finish_reason_name(*choice.finish_reason())));
+    events +=
+        sse(chunk(index, chat ? nlohmann::json::object() : nlohmann::json(""), nullptr, finish_name(choice)));
   return events;
 }
 
@@ -559,10 +612,18 @@ std::string OpenAiAnswer::body(const std::vector<OutputProcessor>& choices, cons
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const OutputProcessor& c = choices[i];
-    const char* finish = finish_reason_name(c.finish_reason().value_or(FinishReason::kAborted));
     nlohmann::json choice = {{"index", i}};
     if (chat) {
       nlohmann::json message = {{"role", "assistant"}, {"content", c.text()}};
+      if (!c.tool_calls().empty()) {
+        if (c.text().empty()) message["content"] = nullptr;
+        nlohmann::json calls = nlohmann::json::array();
+        for (const ToolCall& t : c.tool_calls())
+          calls.push_back({{"id", t.id},
+                           {"type", "function"},
+                           {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        message["tool_calls"] = calls;
+      }
       if (split_reasoning_)
         message["reasoning_content"] =
             c.reasoning().empty() ? nlohmann::json(nullptr) : nlohmann::json(c.reasoning());
@@ -571,7 +632,7 @@ std::string OpenAiAnswer::body(const std::vector<OutputProcessor>& choices, cons
       choice["text"] = c.text();
     }
     choice["logprobs"] = logprobs_json(c.logprobs());
-    choice["finish_reason"] = finish;
+    choice["finish_reason"] = finish_name(c);
     out.push_back(choice);
   }
   return dump({{"id", id_},

@@ -99,6 +99,7 @@ class OpenAiAnswer final {
                        const nlohmann::json& finish) const;
   nlohmann::json logprobs_json(const std::vector<TokenLogprob>& entries) const;
   nlohmann::json token_entry(int32_t id, float logprob) const;
+  static const char* finish_name(const OutputProcessor& choice);
 
   ApiEndpoint endpoint_;
   std::string id_;

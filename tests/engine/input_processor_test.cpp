@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 namespace inferd {
 namespace {
 
@@ -149,6 +151,75 @@ TEST(InputProcessorTest, EveryPromptBecomesOneEngineRequestWithTheSharedFields) 
     EXPECT_EQ(s.sampling.logit_bias.size(), 1u);
   }
   EXPECT_EQ(p.input->requests[1].prompt, (std::vector<int32_t>{6, 7, 8}));
+}
+
+// Tools: their shape, tool_choice against them, and what the server's flags allow.
+TEST(InputProcessorTest, ToolsAreCheckedAndPlanned) {
+  auto tok = test::tiny_qwen_style_tokenizer();
+  auto tmpl = ChatTemplate::compile(
+      "{% if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif %}"
+      "{% for m in messages %}{{ m.role }}:{{ m.content }}"
+      "{% for c in m.tool_calls or [] %}<{{ c.function.name }} {{ c.function.arguments | tojson }}>{% endfor "
+      "%}"
+      "{% endfor %}");
+  ASSERT_TRUE(tmpl.has_value()) << tmpl.status().message();
+  InputLimits limits{4096, tok->vocab_size(), 4};
+  auto chat = [](const char* tools, std::optional<ToolChoice> choice = std::nullopt) {
+    GenerationRequest r;
+    r.messages = nlohmann::ordered_json::parse(
+        R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": null, "tool_calls":
+           [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+           {"role": "tool", "tool_call_id": "c1", "content": "2"}])");
+    r.tools = nlohmann::ordered_json::parse(tools);
+    r.tool_choice = choice;
+    return r;
+  };
+  const char* good = R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+  // No parser: tools the model may call are refused; "none" is served without them.
+  const InputProcessor plain(tok.get(), &*tmpl, limits);
+  EXPECT_EQ(plain.process(chat(good)).error.field, "tools");
+  auto none = plain.process(chat(good, ToolChoice{ToolChoice::Kind::kNone, ""}));
+  ASSERT_TRUE(none.input.has_value()) << none.error.message;
+  EXPECT_FALSE(none.input->tool_calls.has_value());
+  limits.tool_call_parser = ToolCallFormat::kHermes;
+  const InputProcessor no_auto(tok.get(), &*tmpl, limits);
+  EXPECT_EQ(no_auto.process(chat(good)).error.field, "tool_choice");
+  limits.enable_auto_tool_choice = true;
+  const InputProcessor tools(tok.get(), &*tmpl, limits);
+  auto planned = tools.process(chat(good));
+  ASSERT_TRUE(planned.input.has_value()) << planned.error.message;
+  EXPECT_EQ(planned.input->tool_calls, ToolCallFormat::kHermes);
+  EXPECT_GT(planned.input->max_tool_calls, 1);
+  // The template saw the tools and the history's arguments as an object.
+  EXPECT_EQ(tok->decode(planned.input->requests[0].prompt), "[f]user:hiassistant:<f {\"a\": 1}>tool:2");
+  auto single = chat(good);
+  single.parallel_tool_calls = false;
+  EXPECT_EQ(tools.process(single).input->max_tool_calls, 1);
+  struct Case {
+    const char* tools;
+    std::optional<ToolChoice> choice;
+    const char* field;
+  };
+  const Case bad[] = {
+      {R"({"type": "function"})", std::nullopt, "tools"},
+      {R"([{"type": "code"}])", std::nullopt, "tools[0]"},
+      {R"([{"type": "function", "function": {"name": "has space"}}])", std::nullopt,
+       "tools[0].function.name"},
+      {R"([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])",
+       std::nullopt, "tools[1].function.name"},
+      {R"([{"type": "function", "function": {"name": "f", "parameters": "x"}}])", std::nullopt,
+       "tools[0].function.parameters"},
+      {good, ToolChoice{ToolChoice::Kind::kNamed, "g"}, "tool_choice"},
+      {"null", ToolChoice{ToolChoice::Kind::kRequired, ""}, "tool_choice"},
+  };
+  for (const Case& c : bad) {
+    auto p = tools.process(chat(c.tools, c.choice));
+    EXPECT_FALSE(p.input.has_value()) << c.tools;
+    EXPECT_EQ(p.error.field, c.field) << c.tools << " -> " << p.error.message;
+  }
+  GenerationRequest broken = chat(good);
+  broken.messages[1]["tool_calls"][0]["function"]["arguments"] = "not json";
+  EXPECT_EQ(tools.process(broken).error.field, "messages");
 }
 
 }  // namespace

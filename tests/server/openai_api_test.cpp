@@ -6,6 +6,8 @@
 
 #include <random>
 
+#include "test_support.h"
+
 namespace inferd {
 namespace {
 
@@ -100,7 +102,14 @@ TEST(OpenAiApiTest, ErrorsNameTheField) {
       // Fields that would change the answer are read or refused, never ignored.
       {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "unknown_field": 1})",
        "unknown_field"},
-      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "tools": []})", "tools"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"})",
+       "tool_choice"},
+      {ApiEndpoint::kChat,
+       R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"}})",
+       "tool_choice"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": 1})",
+       "parallel_tool_calls"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "tools": []})", "tools"},
       {ApiEndpoint::kChat,
        R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
        "response_format"},
@@ -177,6 +186,77 @@ TEST(ReasoningSplitterTest, SplitsThinkBlocksAcrossAnyChunking) {
   expect_split("<think>\nplan</think>\n\nanswer", true, "\nplan", "answer");
   expect_split("plan, never closed", true, "plan, never closed", "");
   expect_split("<thin", true, "<thin", "");
+}
+
+TEST(OpenAiApiTest, ReadsTools) {
+  auto r = parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": false})");
+  EXPECT_EQ(r.generation.tools.size(), 1u);
+  ASSERT_TRUE(r.generation.tool_choice.has_value());
+  EXPECT_EQ(r.generation.tool_choice->kind, ToolChoice::Kind::kNamed);
+  EXPECT_EQ(r.generation.tool_choice->name, "f");
+  EXPECT_FALSE(r.generation.parallel_tool_calls);
+  for (auto [text, kind] :
+       {std::pair{"auto", ToolChoice::Kind::kAuto}, std::pair{"none", ToolChoice::Kind::kNone},
+        std::pair{"required", ToolChoice::Kind::kRequired}}) {
+    auto c = parse_ok(ApiEndpoint::kChat, std::string(R"({"messages": [{"role": "user", "content": "x"}],
+      "tool_choice": ")") + text + "\"}");
+    EXPECT_EQ(c.generation.tool_choice->kind, kind);
+  }
+}
+
+// An answer with tool calls, in OpenAI's shapes: the body's message.tool_calls with
+// finish_reason "tool_calls", and the stream's id-and-name delta, then argument fragments.
+TEST(OpenAiApiTest, ToolCallsInTheBodyAndTheStream) {
+  auto tok = test::tiny_qwen_style_tokenizer();
+  OutputOptions o;
+  o.tool_calls = ToolCallFormat::kHermes;
+  o.max_tool_calls = 8;
+  const auto ids = tok->encode(
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", false);
+  std::vector<OutputProcessor> choices{OutputProcessor(tok.get(), o)};
+  const OpenAiAnswer answer(ApiEndpoint::kChat, "chatcmpl-1", 0, "m", tok.get(), false, false);
+  std::string events;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    StepOutput out;
+    out.new_tokens = {ids[i]};
+    out.finished = i + 1 == ids.size();
+    if (out.finished) out.finish_reason = FinishReason::kStop;
+    const ChoiceDelta d = choices[0].apply(out, OutputProcessor::Clock::now());
+    events += answer.stream_events(0, d, choices[0], i == 0);
+  }
+  std::string arguments, name, id, finish;
+  for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
+    const size_t end = events.find("\n\n", at);
+    const auto chunk = nlohmann::json::parse(events.substr(at + 6, end - at - 6));
+    at = end;
+    const auto& choice = chunk["choices"][0];
+    if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+    const auto& delta = choice["delta"];
+    if (!delta.contains("tool_calls")) continue;
+    const auto& call = delta["tool_calls"][0];
+    EXPECT_EQ(call["index"], 0);
+    if (call.contains("id")) {
+      EXPECT_TRUE(id.empty()) << "one header per call";
+      id = call["id"];
+      name = call["function"]["name"];
+      EXPECT_EQ(call["type"], "function");
+    } else {
+      EXPECT_FALSE(id.empty()) << "the header comes first";
+    }
+    arguments += call["function"]["arguments"].get<std::string>();
+  }
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(finish, "tool_calls");
+  const auto body = nlohmann::json::parse(answer.body(choices, Usage{1, 1}));
+  const auto& message = body["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_EQ(message["tool_calls"][0]["id"], id);
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], arguments);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
 }
 
 TEST(OpenAiApiTest, RandomBodiesNeverCrashTheParser) {
