@@ -108,8 +108,8 @@ class CpuBackend final : public Backend {
   }
 
   void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
-               const float* inv_freq, RopePairing pairing) override {
-    inferd::rope_qk(q, num_q_heads, k, num_kv_heads, head_dim, pos, inv_freq, pairing);
+               const float* inv_freq, RopePairing pairing, float scale) override {
+    inferd::rope_qk(q, num_q_heads, k, num_kv_heads, head_dim, pos, inv_freq, pairing, scale);
   }
 
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {

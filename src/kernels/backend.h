@@ -72,9 +72,9 @@ class Backend {
   // y[r] = x[r] / rms(x[r]) * weight for each of `rows` rows of n values (y may be x).
   virtual void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n,
                         float eps) = 0;
-  // RoPE of every query and key head of one token at `pos`.
+  // RoPE of every query and key head of one token at `pos`, cos and sin multiplied by `scale`.
   virtual void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim,
-                       int64_t pos, const float* inv_freq, RopePairing pairing) = 0;
+                       int64_t pos, const float* inv_freq, RopePairing pairing, float scale) = 0;
   // out = silu(gate) * up, n values.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   // out[t] = table[ids[t]] as f32 rows.

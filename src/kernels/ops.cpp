@@ -22,12 +22,12 @@ std::vector<float> rope_inverse_frequencies(int64_t head_dim, double theta) {
 }
 
 void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, const float* inv_freq,
-          RopePairing pairing) {
+          RopePairing pairing, float scale) {
   const int64_t half = head_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     const float angle = static_cast<float>(pos) * inv_freq[i];
-    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    const float c = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+    const float s = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
     for (int64_t h = 0; h < num_heads; ++h) {
       float* v = x + h * head_dim;
       const int64_t i0 = pairing == RopePairing::kNeox ? i : 2 * i;
@@ -40,12 +40,12 @@ void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, const floa
 }
 
 void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
-             const float* inv_freq, RopePairing pairing) {
+             const float* inv_freq, RopePairing pairing, float scale) {
   const int64_t half = head_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     const float angle = static_cast<float>(pos) * inv_freq[i];
-    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    const float c = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+    const float s = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
     const int64_t i0 = pairing == RopePairing::kNeox ? i : 2 * i;
     const int64_t i1 = pairing == RopePairing::kNeox ? i + half : 2 * i + 1;
     for (float* x : {q, k}) {

@@ -16,14 +16,15 @@ std::vector<float> rope_inverse_frequencies(int64_t head_dim, double theta);
 enum class RopePairing { kNeox, kInterleaved };
 
 // Rotates each of `num_heads` heads of `x` ([num_heads, head_dim], in place) by position `pos`.
-// kNeox pairs dimension i with i + head_dim/2; kInterleaved pairs 2i with 2i + 1.
+// kNeox pairs dimension i with i + head_dim/2; kInterleaved pairs 2i with 2i + 1. cos and sin
+// are multiplied by `scale` (YaRN's attention factor), as transformers does.
 void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, const float* inv_freq,
-          RopePairing pairing);
+          RopePairing pairing, float scale = 1.0f);
 
 // rope() of a token's query heads and key heads at one position, the angles computed once for
 // both (bit-identical to two rope() calls).
 void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
-             const float* inv_freq, RopePairing pairing);
+             const float* inv_freq, RopePairing pairing, float scale = 1.0f);
 
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);

@@ -1,5 +1,7 @@
 #include "model/model_config.h"
 
+#include <cmath>
+
 namespace inferd {
 
 Expected<Architecture> architecture_from_name(const std::string& name) {
@@ -8,6 +10,46 @@ Expected<Architecture> architecture_from_name(const std::string& name) {
   if (name == "qwen3") return Architecture::kQwen3;
   return unsupported("unsupported architecture '" + name + "' (supported: llama, qwen2, qwen3)");
 }
+
+namespace {
+
+Status validate_rope_scaling(const RopeScaling& s, int64_t head_dim) {
+  const std::string type(rope_scaling_name(s.type));
+  auto finite_positive = [&](double v, const char* field) -> Status {
+    if (!(std::isfinite(v) && v > 0))
+      return invalid_argument("rope scaling '" + type + "': " + field + " = " + std::to_string(v) +
+                              " must be a positive number");
+    return Status::ok();
+  };
+  if (s.type == RopeScalingType::kNone) {
+    if (!s.freq_factors.empty() && static_cast<int64_t>(s.freq_factors.size()) != head_dim / 2)
+      return invalid_argument("rope frequency factors: " + std::to_string(s.freq_factors.size()) +
+                              " values, expected head_dim / 2 = " + std::to_string(head_dim / 2));
+    for (float f : s.freq_factors) INFERD_RETURN_IF_ERROR(finite_positive(f, "a frequency factor"));
+    return Status::ok();
+  }
+  if (!s.freq_factors.empty())
+    return unsupported("rope frequency factors (rope_freqs) together with rope scaling '" + type + "'");
+  INFERD_RETURN_IF_ERROR(finite_positive(s.factor, "factor"));
+  if (s.type != RopeScalingType::kLinear &&
+      (s.original_context <= 0 || s.original_context > (int64_t{1} << 24)))
+    return invalid_argument("rope scaling '" + type + "': original context " +
+                            std::to_string(s.original_context) + " is out of range");
+  if (s.type == RopeScalingType::kDynamic && head_dim <= 2)
+    return invalid_argument("dynamic rope scaling needs head_dim > 2");
+  if (s.type == RopeScalingType::kYarn) {
+    INFERD_RETURN_IF_ERROR(finite_positive(s.beta_fast, "beta_fast"));
+    INFERD_RETURN_IF_ERROR(finite_positive(s.beta_slow, "beta_slow"));
+    INFERD_RETURN_IF_ERROR(finite_positive(s.attention_factor, "attention_factor"));
+  }
+  if (s.type == RopeScalingType::kLlama3) {
+    INFERD_RETURN_IF_ERROR(finite_positive(s.low_freq_factor, "low_freq_factor"));
+    INFERD_RETURN_IF_ERROR(finite_positive(s.high_freq_factor, "high_freq_factor"));
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 Status ModelConfig::validate() const {
   auto positive = [](int64_t v, const char* field) -> Status {
@@ -31,7 +73,7 @@ Status ModelConfig::validate() const {
   if (head_dim % 2 != 0) return invalid_argument("head_dim " + std::to_string(head_dim) + " is odd");
   if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) return invalid_argument("rms_norm_eps out of range");
   if (!(rope_theta > 1)) return invalid_argument("rope_theta must be > 1");
-  return Status::ok();
+  return validate_rope_scaling(rope_scaling, head_dim);
 }
 
 }  // namespace inferd

@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "kernels/ops.h"
+#include "kernels/rope_scaling.h"
 
 namespace inferd {
 
@@ -25,6 +26,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;  // linear / dynamic / yarn / llama3 frequencies; kNone: plain RoPE
   // kNeox: Hugging Face rotate_half, GGUF qwen2/qwen3. kInterleaved: GGUF llama, whose
   // converter permutes the Q and K rows.
   RopePairing rope_pairing = RopePairing::kNeox;

@@ -64,6 +64,18 @@ ModelFingerprint model_fingerprint(const ModelWeights& w) {
   h.value(c.rms_norm_eps);
   h.value(c.rope_theta);
   h.value(static_cast<int>(c.rope_pairing));
+  // Rope scaling changes every cached key; hashed only when present, so unscaled models keep
+  // the fingerprints (and offloaded KV blocks) they had.
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type != RopeScalingType::kNone || !r.freq_factors.empty()) {
+    h.value(static_cast<int>(r.type));
+    h.value(r.original_context);
+    for (double v :
+         {r.factor, r.low_freq_factor, r.high_freq_factor, r.beta_fast, r.beta_slow, r.attention_factor})
+      h.value(v);
+    h.value(r.truncate);
+    h.floats(r.freq_factors);
+  }
   h.value(c.tie_word_embeddings);
   h.value(c.attention_bias);
   h.value(c.qk_norm);

@@ -22,7 +22,7 @@ Transformer::Transformer(const ModelWeights& weights, ThreadPool& pool, Transfor
 Transformer::Transformer(const ModelWeights& weights, std::unique_ptr<Backend> backend)
     : weights_(weights),
       backend_(std::move(backend)),
-      inv_freq_(rope_inverse_frequencies(weights.config.head_dim, weights.config.rope_theta)) {
+      rope_(weights.config.head_dim, weights.config.rope_theta, weights.config.rope_scaling) {
   auto prepare = [&](std::initializer_list<const TensorView*> parts, bool swiglu) {
     return backend_->prepare_linear(std::span<const TensorView* const>(parts.begin(), parts.size()), swiglu);
   };
@@ -67,7 +67,21 @@ void Transformer::reserve(int64_t n) {
   grow(attn_, c.q_dim());
   grow(gate_, c.intermediate_size);
   grow(proj_, c.hidden_size);
+  if (c.rope_scaling.type == RopeScalingType::kDynamic) grow(own_inv_freq_, rope_.size());
+  token_inv_freq_.resize(static_cast<size_t>(n));
   capacity_ = n;
+}
+
+void Transformer::prepare_rope(std::span<const int32_t> positions) {
+  for (size_t t = 0; t < positions.size(); ++t) {
+    if (!rope_.position_dependent(positions[t])) {
+      token_inv_freq_[t] = rope_.shared();
+      continue;
+    }
+    float* row = &own_inv_freq_[t * static_cast<size_t>(rope_.size())];
+    rope_.compute(positions[t], row);
+    token_inv_freq_[t] = row;
+  }
 }
 
 Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t logits_size) const {
@@ -140,7 +154,8 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
       backend_->rms_norm(k, l.k_norm.data(), k, c.num_kv_heads, hd, eps);
     }
     const int64_t pos = b.positions[static_cast<size_t>(t)];
-    backend_->rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, inv_freq_.data(), c.rope_pairing);
+    backend_->rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, token_inv_freq_[static_cast<size_t>(t)],
+                      c.rope_pairing, rope_.attention_factor());
     cache.write(layer_index, b.slot_mapping[static_cast<size_t>(t)], k, &v_[t * c.kv_dim()]);
   }
   const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
@@ -170,6 +185,7 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
   const auto n = static_cast<int64_t>(b.token_ids.size());
   if (n == 0) return Status::ok();
   reserve(n);
+  prepare_rope(b.positions);
   backend_->embed(weights_.token_embedding, b.token_ids, hidden_.data());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];

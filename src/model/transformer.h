@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "kernels/backend.h"
+#include "kernels/rope_scaling.h"
 #include "kv/kv_cache.h"
 #include "model/model_weights.h"
 
@@ -86,6 +87,8 @@ class Transformer final {
   void linear(const float* x, int64_t k, int64_t layer, LinearInput input, const LinearWeights& w,
               const LinearOutput& out, int64_t num_tokens);
   void reserve(int64_t num_tokens);
+  // Points token_inv_freq_ at each token's RoPE frequencies.
+  void prepare_rope(std::span<const int32_t> positions);
 
   struct LayerLinears {
     std::unique_ptr<LinearWeights> qkv;  // Q, K and V as one matmul
@@ -96,7 +99,9 @@ class Transformer final {
 
   const ModelWeights& weights_;
   std::unique_ptr<Backend> backend_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  RopeFrequencies rope_;
+  std::vector<const float*> token_inv_freq_;  // [T] each token's frequencies: rope_'s or a row below
+  std::vector<float> own_inv_freq_;           // [T, head_dim / 2] tokens with their own (dynamic NTK)
   std::vector<LayerLinears> layers_;
   std::unique_ptr<LinearWeights> lm_head_;
   LinearObserver* observer_ = nullptr;

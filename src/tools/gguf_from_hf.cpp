@@ -44,8 +44,9 @@ GgufValue strings(std::vector<std::string> s) {
 
 }  // namespace
 
-void set_gguf_model_metadata(const ModelConfig& c, const std::string& name, GgufFileWriter& out) {
+Status set_gguf_model_metadata(const ModelConfig& c, const std::string& name, GgufFileWriter& out) {
   const std::string& a = c.arch_name;
+  const RopeScaling& r = c.rope_scaling;
   out.set("general.architecture", string(a));
   out.set("general.type", string("model"));
   out.set("general.name", string(name));
@@ -55,12 +56,35 @@ void set_gguf_model_metadata(const ModelConfig& c, const std::string& name, Gguf
   out.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
   out.set_u32(a + ".attention.head_count", static_cast<uint32_t>(c.num_heads));
   out.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(c.num_kv_heads));
+  if (r.type == RopeScalingType::kDynamic) {
+    return unsupported("dynamic NTK rope scaling has no GGUF form (llama.cpp's converter drops it)");
+  }
+  if (r.type == RopeScalingType::kLinear || r.type == RopeScalingType::kYarn) {
+    out.set(a + ".rope.scaling.type", string(std::string(rope_scaling_name(r.type))));
+    out.set(a + ".rope.scaling.factor", f32(r.factor));
+  }
+  if (r.type == RopeScalingType::kYarn) {
+    if (!r.truncate) return unsupported("yarn rope scaling with truncate = false has no GGUF form");
+    out.set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(r.original_context));
+    // Written only where they differ from the defaults, as the converter writes only what the
+    // config gives (the attention factor in transformers' meaning: the cos / sin multiplier).
+    if (r.attention_factor != yarn_attention_factor(r.factor, 0, 0))
+      out.set(a + ".rope.scaling.yarn_attn_factor", f32(r.attention_factor));
+    if (r.beta_fast != 32.0) out.set(a + ".rope.scaling.yarn_beta_fast", f32(r.beta_fast));
+    if (r.beta_slow != 1.0) out.set(a + ".rope.scaling.yarn_beta_slow", f32(r.beta_slow));
+  }
   out.set(a + ".rope.freq_base", f32(c.rope_theta));
   out.set(a + ".attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
   out.set_u32(a + ".attention.key_length", static_cast<uint32_t>(c.head_dim));
   out.set_u32(a + ".attention.value_length", static_cast<uint32_t>(c.head_dim));
   out.set_u32(a + ".vocab_size", static_cast<uint32_t>(c.vocab_size));
   out.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+  return Status::ok();
+}
+
+std::vector<float> gguf_rope_freqs(const ModelConfig& c) {
+  if (c.rope_scaling.type != RopeScalingType::kLlama3) return c.rope_scaling.freq_factors;
+  return llama3_rope_freq_factors(c.head_dim, c.rope_theta, c.rope_scaling);
 }
 
 Status set_gguf_tokenizer_metadata(const Vocab& v, int64_t vocab_size, GgufFileWriter& out) {

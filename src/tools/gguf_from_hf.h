@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "formats/gguf_writer.h"
@@ -15,8 +16,13 @@
 
 namespace inferd {
 
-// general.* and <arch>.* keys of `config`; `name` becomes general.name.
-void set_gguf_model_metadata(const ModelConfig& config, const std::string& name, GgufFileWriter& out);
+// general.* and <arch>.* keys of `config`; `name` becomes general.name. Rope scaling as the
+// converter writes it: linear and yarn as rope.scaling.* keys, llama3 as a tensor (below).
+// Errors: scaling GGUF cannot carry (dynamic NTK, which the converter drops; untruncated yarn).
+Status set_gguf_model_metadata(const ModelConfig& config, const std::string& name, GgufFileWriter& out);
+
+// The rope_freqs.weight values of a llama3-scaled config ([head_dim / 2]); empty otherwise.
+std::vector<float> gguf_rope_freqs(const ModelConfig& config);
 
 // tokenizer.ggml.* and tokenizer.chat_template from a vocab read from a Hugging Face directory:
 // tokens padded to `vocab_size` with unused "[PAD<id>]" entries, token types (control for

@@ -277,7 +277,12 @@ Expected<QuantizeReport> quantize_hf_dir_to_gguf(const fs::path& input, const st
   INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> model, load_model(input.string()));
   const ModelConfig& config = model->config;
   GgufFileWriter out;
-  set_gguf_model_metadata(config, input.filename().string(), out);
+  if (Status s = set_gguf_model_metadata(config, input.filename().string(), out); !s.is_ok())
+    return s.with_context(input.string());
+  // llama.cpp's converter writes this tensor first (generate_extra_tensors).
+  if (const std::vector<float> freqs = gguf_rope_freqs(config); !freqs.empty())
+    out.add_tensor("rope_freqs.weight", DType::kF32, {static_cast<int64_t>(freqs.size())},
+                   float_bytes(freqs));
   if (fs::exists(input / "tokenizer.json")) {
     INFERD_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_hf_dir(input.string()));
     Status s = set_gguf_tokenizer_metadata(vocab, config.vocab_size, out);

@@ -307,7 +307,8 @@ TEST(BackendOpsTest, NormRopeActivationAndEmbeddingMatchTheirReferences) {
       for (RopePairing pairing : {RopePairing::kNeox, RopePairing::kInterleaved}) {
         std::vector<float> q = q0, k = k0;
         const int64_t pos = 1234;
-        b->rope_qk(q.data(), heads, k.data(), kv_heads, hd, pos, inv_freq.data(), pairing);
+        const float scale = pairing == RopePairing::kNeox ? 1.0f : 1.125f;  // YaRN's attention factor
+        b->rope_qk(q.data(), heads, k.data(), kv_heads, hd, pos, inv_freq.data(), pairing, scale);
         for (auto [got, orig, nh] : {std::tuple{&q, &q0, heads}, std::tuple{&k, &k0, kv_heads}}) {
           std::vector<double> want(orig->size());
           for (int64_t h = 0; h < nh; ++h) {
@@ -316,8 +317,8 @@ TEST(BackendOpsTest, NormRopeActivationAndEmbeddingMatchTheirReferences) {
               const int64_t i1 = pairing == RopePairing::kNeox ? i + hd / 2 : 2 * i + 1;
               const double a = (*orig)[h * hd + i0], c = (*orig)[h * hd + i1];
               const double angle = static_cast<double>(static_cast<float>(pos) * inv_freq[i]);
-              want[h * hd + i0] = a * std::cos(angle) - c * std::sin(angle);
-              want[h * hd + i1] = a * std::sin(angle) + c * std::cos(angle);
+              want[h * hd + i0] = (a * std::cos(angle) - c * std::sin(angle)) * scale;
+              want[h * hd + i1] = (a * std::sin(angle) + c * std::cos(angle)) * scale;
             }
           }
           EXPECT_LE(relative_error(got->data(), want), 1e-5) << label(kind, isa);

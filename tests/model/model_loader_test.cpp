@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -15,9 +16,11 @@ using test::GgufWriter;
 
 struct Spec {
   std::string arch = "llama";
-  std::string skip_tensor;       // leave this tensor out
-  std::string bad_shape_tensor;  // give this tensor one row too many
-  std::string rope_scaling;      // rope.scaling.type when set
+  std::string skip_tensor;                              // leave this tensor out
+  std::string bad_shape_tensor;                         // give this tensor one row too many
+  std::string rope_scaling;                             // rope.scaling.type when set
+  std::vector<std::pair<std::string, float>> f32_keys;  // more metadata: "rope.scaling.factor" -> 4
+  std::vector<float> rope_freqs;                        // a rope_freqs.weight tensor when not empty
 };
 
 // A complete 1-layer model (hidden 8, 2 heads of 4, 1 kv head, ffn 16, vocab 10) as GGUF bytes.
@@ -33,6 +36,12 @@ std::vector<std::byte> tiny_gguf(const Spec& s) {
   w.add_u32(a + ".attention.head_count_kv", 1);
   w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
   if (!s.rope_scaling.empty()) w.add_string(a + ".rope.scaling.type", s.rope_scaling);
+  for (const auto& [key, value] : s.f32_keys) w.add_f32(a + "." + key, value);
+  if (!s.rope_freqs.empty()) {
+    std::vector<std::byte> data(s.rope_freqs.size() * sizeof(float));
+    std::memcpy(data.data(), s.rope_freqs.data(), data.size());
+    w.add_tensor("rope_freqs.weight", {static_cast<int64_t>(s.rope_freqs.size())}, 0, data);
+  }
   auto add = [&](const std::string& name, std::vector<int64_t> shape) {
     if (name == s.skip_tensor) return;
     if (name == s.bad_shape_tensor) shape[0] += 1;
@@ -96,9 +105,50 @@ TEST(ModelLoaderTest, ShapeMismatchNamed) {
 
 TEST(ModelLoaderTest, UnknownArchitectureAndFeatures) {
   expect_load_error({.arch = "mamba"}, "unsupported architecture 'mamba'");
-  expect_load_error({.rope_scaling = "yarn"}, "rope scaling type 'yarn'");
+  expect_load_error({.rope_scaling = "longrope"}, "rope scaling type 'longrope' is not supported");
+  expect_load_error({.rope_scaling = "yarn"}, "rope scaling 'yarn' without 'llama.rope.scaling.factor'");
+  expect_load_error({.rope_scaling = "yarn",
+                     .f32_keys = {{"rope.scaling.factor", 4}, {"rope.scaling.yarn_ext_factor", 0.5f}}},
+                    "yarn_ext_factor");
+  expect_load_error(
+      {.rope_scaling = "linear", .f32_keys = {{"rope.scaling.factor", 2}}, .rope_freqs = {1, 2}},
+      "rope frequency factors (rope_freqs) together with rope scaling 'linear'");
+  expect_load_error({.rope_freqs = {1, 2, 3}}, "rope frequency factors: 3 values, expected head_dim / 2 = 2");
   auto none = load_spec({.rope_scaling = "none"});
   EXPECT_TRUE(none.has_value());
+}
+
+// The keys llama.cpp's converter writes, read with transformers' meaning.
+TEST(ModelLoaderTest, GgufRopeScaling) {
+  auto linear = load_spec({.rope_scaling = "linear", .f32_keys = {{"rope.scaling.factor", 4}}});
+  ASSERT_TRUE(linear.has_value()) << linear.status().message();
+  EXPECT_EQ((*linear)->config.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_DOUBLE_EQ((*linear)->config.rope_scaling.factor, 4.0);
+  auto old_linear = load_spec({.f32_keys = {{"rope.scale_linear", 0.5f}}});  // the older spelling
+  ASSERT_TRUE(old_linear.has_value()) << old_linear.status().message();
+  EXPECT_EQ((*old_linear)->config.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_DOUBLE_EQ((*old_linear)->config.rope_scaling.factor, 2.0);
+
+  auto yarn = load_spec({.rope_scaling = "yarn", .f32_keys = {{"rope.scaling.factor", 4}}});
+  ASSERT_TRUE(yarn.has_value()) << yarn.status().message();
+  const RopeScaling& y = (*yarn)->config.rope_scaling;
+  EXPECT_EQ(y.type, RopeScalingType::kYarn);
+  EXPECT_EQ(y.original_context, 64);  // no original_context_length: the context length
+  EXPECT_DOUBLE_EQ(y.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(y.beta_slow, 1.0);
+  EXPECT_NEAR(y.attention_factor, 0.1 * std::log(4.0) + 1.0, 1e-12);
+  auto yarn_attn = load_spec({.rope_scaling = "yarn",
+                              .f32_keys = {{"rope.scaling.factor", 4},
+                                           {"rope.scaling.yarn_attn_factor", 1.5f},
+                                           {"rope.scaling.yarn_beta_fast", 16}}});
+  ASSERT_TRUE(yarn_attn.has_value()) << yarn_attn.status().message();
+  EXPECT_DOUBLE_EQ((*yarn_attn)->config.rope_scaling.attention_factor, 1.5);
+  EXPECT_DOUBLE_EQ((*yarn_attn)->config.rope_scaling.beta_fast, 16.0);
+
+  auto freqs = load_spec({.rope_freqs = {1.0f, 8.0f}});
+  ASSERT_TRUE(freqs.has_value()) << freqs.status().message();
+  EXPECT_EQ((*freqs)->config.rope_scaling.type, RopeScalingType::kNone);
+  EXPECT_EQ((*freqs)->config.rope_scaling.freq_factors, (std::vector<float>{1.0f, 8.0f}));
 }
 
 TEST(ModelLoaderTest, MissingPathAndNotGguf) {
@@ -147,8 +197,8 @@ TEST(ModelLoaderTest, HfConfigErrors) {
   expect(R"({"architectures": ["MistralForCausalLM"]})", "unsupported architecture 'MistralForCausalLM'");
   expect("{not json", "not a JSON object");
   std::string scaled = kQwen2Config;
-  scaled.insert(1, R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0}, )");
-  expect(scaled, "rope scaling type 'yarn'");
+  scaled.insert(1, R"("rope_scaling": {"rope_type": "longrope", "factor": 4.0}, )");
+  expect(scaled, "rope scaling type 'longrope' is not supported");
   std::string bad_heads = kQwen2Config;
   bad_heads.replace(bad_heads.find("\"num_key_value_heads\": 2"), 24, "\"num_key_value_heads\": 3");
   expect(bad_heads, "not a multiple of num_kv_heads");

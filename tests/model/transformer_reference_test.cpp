@@ -49,6 +49,14 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
   return os << c.variant << "/" << c.file;
 }
 
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string name = info.param.variant + "_" + (info.param.file.empty() ? "safetensors" : info.param.file);
+  for (auto& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
+}
+
 class ReferenceLogitsTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ReferenceLogitsTest, MatchesTransformers) {
@@ -107,14 +115,21 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3", "model-f16.gguf", 1e-2}, Case{"llama_tied", "model-q8_0.gguf", 5e-2},
                       Case{"llama_untied", "model-q8_0.gguf", 5e-2}, Case{"qwen2", "model-q8_0.gguf", 5e-2},
                       Case{"qwen3", "model-q8_0.gguf", 5e-2}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      std::string name =
-          info.param.variant + "_" + (info.param.file.empty() ? "safetensors" : info.param.file);
-      for (auto& ch : name) {
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-      }
-      return name;
-    });
+    case_name);
+
+// RoPE scaling (scripts/fixtures/make_tiny_models.py: every prompt in the scaled regime; the
+// dynamic-NTK variant's 29-token prompt past its 16-token context, its reference transformers
+// decoding token by token). GGUF: llama.cpp's keys (linear, yarn) and rope_freqs.weight (llama3);
+// llama.cpp writes no dynamic NTK.
+INSTANTIATE_TEST_SUITE_P(RopeScaling, ReferenceLogitsTest,
+                         ::testing::Values(Case{"llama_rope_llama3", "", 1e-4},
+                                           Case{"qwen2_rope_yarn", "", 1e-4},
+                                           Case{"llama_rope_linear", "", 1e-4},
+                                           Case{"qwen2_rope_dynamic", "", 1e-4},
+                                           Case{"llama_rope_llama3", "model-f32.gguf", 1e-4},
+                                           Case{"qwen2_rope_yarn", "model-f32.gguf", 1e-4},
+                                           Case{"llama_rope_linear", "model-f32.gguf", 1e-4}),
+                         case_name);
 
 class BatchInvarianceTest : public ::testing::TestWithParam<std::string> {};
 
@@ -154,7 +169,9 @@ void check_batch_invariance(const ModelWeights& weights, const Reference& ref) {
   EXPECT_EQ(test::all_logits(model, ref.prompts, 5, true, /*block_size=*/3), alone);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, BatchInvarianceTest, ::testing::Values("llama_untied", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Tiny, BatchInvarianceTest,
+                         ::testing::Values("llama_untied", "qwen2", "qwen3", "qwen2_rope_yarn",
+                                           "qwen2_rope_dynamic"));
 
 // K/V stored as f16 or bf16 (the engine's default is f16): logits stay close to f32 storage.
 TEST(TransformerTest, HalfPrecisionKvCacheStaysClose) {

@@ -358,11 +358,15 @@ TEST(QuantizeTest, HuggingFaceDirectoryBecomesAQuantizedDirectory) {
 
 // A Hugging Face directory written as GGUF is what llama.cpp's converter writes (the fixtures'
 // GGUF files were written by gguf-py the same way): every tensor byte for byte in F32 and Q8_0,
-// Llama's Q / K rows permuted, the same architecture keys; and it runs like the original.
+// Llama's Q / K rows permuted, the same architecture keys (rope scaling's too, and llama3's
+// rope_freqs.weight); and it runs like the original.
 TEST(QuantizeTest, HuggingFaceDirectoryToGgufMatchesTheConverter) {
   const std::string dir = test::temp_dir();
-  for (const char* model : {"llama_tied", "llama_untied", "qwen2", "qwen3"}) {
+  for (const char* model : {"llama_tied", "llama_untied", "qwen2", "qwen3", "llama_rope_llama3",
+                            "qwen2_rope_yarn", "llama_rope_linear"}) {
     for (DType dtype : {DType::kF32, DType::kQ8_0}) {
+      if (dtype != DType::kF32 && std::string(model).find("_rope_") != std::string::npos)
+        continue;  // f32 only
       SCOPED_TRACE(std::string(model) + " " + std::string(dtype_info(dtype).name));
       const std::string out = dir + "/" + model + "-" + std::string(dtype_info(dtype).name) + ".gguf";
       auto r = quantize_model(test::fixture_path(std::string("tiny/") + model), out, dtype);
@@ -399,6 +403,12 @@ TEST(QuantizeTest, HuggingFaceDirectoryToGgufMatchesTheConverter) {
   const auto la = test::all_logits(a, prompts, 0, false);
   const auto lb = test::all_logits(b, prompts, 0, false);
   EXPECT_LT(test::relative_max_error(lb.data(), la.data(), la.size()), 1e-4);
+  // Dynamic NTK has no GGUF form: refused, not dropped.
+  auto dynamic =
+      quantize_model(test::fixture_path("tiny/qwen2_rope_dynamic"), dir + "/dynamic.gguf", DType::kF32);
+  ASSERT_FALSE(dynamic.has_value());
+  EXPECT_NE(dynamic.status().message().find("dynamic NTK rope scaling has no GGUF form"), std::string::npos)
+      << dynamic.status().message();
 }
 
 // Files with row-scaled tensors are checked when they open: the scale tensor must exist, hold
