@@ -128,6 +128,9 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
   if (r.messages.is_null() && (!r.tools.is_null() || r.tool_choice))
     return invalid("tools", "'tools' are for chat (messages)");
   if (auto e = check_tools(r)) return e;
+  if (r.structured_output)
+    return InputError{InputError::Kind::kUnsupported, r.structured_output->field,
+                      "'" + r.structured_output->field + "': constrained decoding is not in this build yet"};
   if (static_cast<int64_t>(r.prompts.size()) > limits_.max_prompts)
     return invalid("prompt", "the request has " + std::to_string(r.prompts.size()) + " prompts; at most " +
                                  std::to_string(limits_.max_prompts) + " are accepted in one request");

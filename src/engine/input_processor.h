@@ -33,6 +33,17 @@ struct ToolChoice {
   std::string name;  // kNamed: the function
 };
 
+// A constraint on the output's shape (OpenAI's response_format, vLLM's structured_outputs and
+// guided_* fields), compiled by the grammar engine.
+struct StructuredOutput {
+  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kJsonObject;
+  nlohmann::ordered_json schema;     // kJsonSchema
+  std::string text;                  // kRegex, kGrammar (GBNF)
+  std::vector<std::string> choices;  // kChoice
+  std::string field;                 // the request field it came from (for errors)
+};
+
 // Everything a front end may ask of one generation, before validation. Either `messages` (a
 // chat, rendered with the model's template) or `prompts` (completions: one or more prompts).
 struct GenerationRequest {
@@ -52,6 +63,7 @@ struct GenerationRequest {
   nlohmann::ordered_json tools;                 // null, or OpenAI's [{"type": "function", "function": {...}}]
   std::optional<ToolChoice> tool_choice;        // absent: auto with tools, none without
   bool parallel_tool_calls = true;
+  std::optional<StructuredOutput> structured_output;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).

@@ -199,7 +199,14 @@ void parse_prompt(Reader& r, GenerationRequest* req) {
 // Every body field inferd reads, per endpoint; a field outside them is a 400 naming it, never
 // silently ignored. Only informational fields that change nothing a client gets are accepted
 // unread: user (logged), metadata, store (inferd stores nothing).
-constexpr std::string_view kCommonFields[] = {"model",
+constexpr std::string_view kCommonFields[] = {"response_format",
+                                              "structured_outputs",
+                                              "guided_json",
+                                              "guided_regex",
+                                              "guided_choice",
+                                              "guided_grammar",
+                                              "guided_decoding_backend",
+                                              "model",
                                               "max_tokens",
                                               "temperature",
                                               "top_p",
@@ -228,18 +235,9 @@ constexpr std::string_view kChatFields[] = {
     "tools",    "tool_choice",           "parallel_tool_calls"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
-constexpr std::string_view kUnimplementedFields[] = {"tools",
-                                                     "tool_choice",
-                                                     "parallel_tool_calls",
-                                                     "functions",
+constexpr std::string_view kUnimplementedFields[] = {"functions",
                                                      "function_call",
-                                                     "response_format",
-                                                     "structured_outputs",
-                                                     "guided_json",
-                                                     "guided_regex",
-                                                     "guided_choice",
-                                                     "guided_grammar",
-                                                     "guided_decoding_backend",
+                                                     "guided_whitespace_pattern",
                                                      "suffix",
                                                      "best_of",
                                                      "audio",
@@ -314,6 +312,96 @@ void parse_tools(Reader& r, GenerationRequest* g) {
     choice.name = (*f)["name"].get<std::string>();
   }
   g->tool_choice = choice;
+}
+
+// A JSON schema given as an object or as its JSON text (vLLM takes both).
+std::optional<json> schema_value(const json& v) {
+  if (v.is_object() || v.is_boolean()) return v;
+  if (!v.is_string()) return std::nullopt;
+  auto parsed = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean())) return std::nullopt;
+  return parsed;
+}
+
+bool string_list(const json& v, std::vector<std::string>* out) {
+  if (!v.is_array() || v.empty()) return false;
+  for (const auto& x : v) {
+    if (!x.is_string()) return false;
+    out->push_back(x.get<std::string>());
+  }
+  return true;
+}
+
+// One constraint from `value` of kind `kind` ("json", "regex", "choice", "grammar", "json_object").
+void read_constraint(Reader& r, const std::string& field, const std::string& kind, const json& value,
+                     std::optional<StructuredOutput>* out) {
+  if (out->has_value())
+    return r.fail(field, "'" + field + "': only one output constraint per request (there is already '" +
+                             (*out)->field + "')");
+  StructuredOutput so;
+  so.field = field;
+  if (kind == "json") {
+    auto schema = schema_value(value);
+    if (!schema) return r.fail(field, "'" + field + "' must be a JSON schema (an object or its JSON text)");
+    so.kind = StructuredOutput::Kind::kJsonSchema;
+    so.schema = *schema;
+  } else if (kind == "regex" || kind == "grammar") {
+    if (!value.is_string()) return r.fail(field, "'" + field + "' must be a string");
+    so.kind = kind == "regex" ? StructuredOutput::Kind::kRegex : StructuredOutput::Kind::kGrammar;
+    so.text = value.get<std::string>();
+  } else if (kind == "choice") {
+    if (!string_list(value, &so.choices))
+      return r.fail(field, "'" + field + "' must be a non-empty array of strings");
+    so.kind = StructuredOutput::Kind::kChoice;
+  } else {  // json_object
+    if (!value.is_boolean()) return r.fail(field, "'" + field + "' must be a boolean");
+    if (!value.get<bool>()) return;
+    so.kind = StructuredOutput::Kind::kJsonObject;
+  }
+  *out = std::move(so);
+}
+
+// response_format (OpenAI), structured_outputs (vLLM) and the older guided_* fields (vLLM).
+void parse_structured_output(Reader& r, GenerationRequest* g) {
+  auto& out = g->structured_output;
+  if (const json* rf = r.find("response_format"); rf != nullptr && !r.failed()) {
+    const std::string type = rf->is_object() ? rf->value("type", "") : "";
+    if (type == "json_object") {
+      read_constraint(r, "response_format", "json_object", true, &out);
+    } else if (type == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object() || !js->contains("schema"))
+        return r.fail("response_format",
+                      "'response_format' json_schema needs {\"json_schema\": {\"name\", \"schema\"}}");
+      for (const auto& [key, v] : js->items()) {
+        if (key != "name" && key != "schema" && key != "strict" && key != "description")
+          return r.fail("response_format", "unknown field 'response_format.json_schema." + key + "'");
+      }
+      read_constraint(r, "response_format", "json", (*js)["schema"], &out);
+    } else if (type != "text") {
+      return r.fail("response_format", "'response_format.type' must be text, json_object or json_schema");
+    }
+  }
+  if (const json* so = r.find("structured_outputs"); so != nullptr && !r.failed()) {
+    if (!so->is_object()) return r.fail("structured_outputs", "'structured_outputs' must be an object");
+    for (const auto& [key, v] : so->items()) {
+      if (v.is_null()) continue;
+      const std::string field = "structured_outputs." + key;
+      if (key == "json" || key == "regex" || key == "choice" || key == "grammar" || key == "json_object") {
+        read_constraint(r, field, key, v, &out);
+      } else {
+        return r.fail(field, "'" + field + "' is not supported by this server");
+      }
+      if (r.failed()) return;
+    }
+  }
+  for (const char* kind : {"json", "regex", "choice", "grammar"}) {
+    const std::string field = std::string("guided_") + kind;
+    if (const json* v = r.find(field.c_str()); v != nullptr && !r.failed())
+      read_constraint(r, field, kind, *v, &out);
+  }
+  std::string backend;
+  r.string("guided_decoding_backend", &backend);  // one engine here: any name selects it
 }
 
 void parse_logit_bias(Reader& r, SamplingParams* s) {
@@ -429,6 +517,7 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   r.string("session_id", &g.session_id);
   parse_logit_bias(r, &g.sampling);
   if (endpoint == ApiEndpoint::kChat) parse_tools(r, &g);
+  parse_structured_output(r, &g);
   r.boolean("include_stop_str_in_output", &g.include_stop_str_in_output);
   if (endpoint == ApiEndpoint::kCompletion) r.boolean("echo", &g.echo);
   if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {

@@ -111,8 +111,16 @@ TEST(OpenAiApiTest, ErrorsNameTheField) {
        "parallel_tool_calls"},
       {ApiEndpoint::kCompletion, R"({"prompt": "x", "tools": []})", "tools"},
       {ApiEndpoint::kChat,
-       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
        "response_format"},
+      {ApiEndpoint::kChat,
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"},
+           "guided_regex": "a+"})",
+       "guided_regex"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "structured_outputs": {"whitespace_pattern": " "}})",
+       "structured_outputs.whitespace_pattern"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "guided_choice": []})", "guided_choice"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "guided_json": "{not json"})", "guided_json"},
       {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", "echo"},
       {ApiEndpoint::kCompletion, R"({"prompt": "x", "messages": []})", "messages"},
       {ApiEndpoint::kCompletion, R"({"prompt": "x", "max_completion_tokens": 3})", "max_completion_tokens"},
@@ -186,6 +194,41 @@ TEST(ReasoningSplitterTest, SplitsThinkBlocksAcrossAnyChunking) {
   expect_split("<think>\nplan</think>\n\nanswer", true, "\nplan", "answer");
   expect_split("plan, never closed", true, "plan, never closed", "");
   expect_split("<thin", true, "<thin", "");
+}
+
+TEST(OpenAiApiTest, ReadsEveryOutputConstraint) {
+  using Kind = StructuredOutput::Kind;
+  struct Case {
+    const char* fields;
+    Kind kind;
+    const char* field;
+  };
+  const Case cases[] = {
+      {R"("response_format": {"type": "json_object"})", Kind::kJsonObject, "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+          "schema": {"type": "object"}}})",
+       Kind::kJsonSchema, "response_format"},
+      {R"("structured_outputs": {"regex": "[0-9]+"})", Kind::kRegex, "structured_outputs.regex"},
+      {R"("structured_outputs": {"choice": ["a", "b"]})", Kind::kChoice, "structured_outputs.choice"},
+      {R"("structured_outputs": {"grammar": "root ::= \"x\""})", Kind::kGrammar,
+       "structured_outputs.grammar"},
+      {R"("structured_outputs": {"json": "{\"type\": \"integer\"}"})", Kind::kJsonSchema,
+       "structured_outputs.json"},
+      {R"("guided_json": {"type": "string"}, "guided_decoding_backend": "xgrammar")", Kind::kJsonSchema,
+       "guided_json"},
+      {R"("guided_choice": ["yes", "no"])", Kind::kChoice, "guided_choice"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_ok(ApiEndpoint::kCompletion, std::string(R"({"prompt": "x", )") + c.fields + "}");
+    ASSERT_TRUE(r.generation.structured_output.has_value()) << c.fields;
+    EXPECT_EQ(r.generation.structured_output->kind, c.kind) << c.fields;
+    EXPECT_EQ(r.generation.structured_output->field, c.field);
+  }
+  auto text = parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                                               "response_format": {"type": "text"}})");
+  EXPECT_FALSE(text.generation.structured_output.has_value());
+  auto choice = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "guided_choice": ["yes", "no"]})");
+  EXPECT_EQ(choice.generation.structured_output->choices, (std::vector<std::string>{"yes", "no"}));
 }
 
 TEST(OpenAiApiTest, ReadsTools) {
