@@ -1,0 +1,121 @@
+// Grammar: a compiled context-free grammar over bytes, the constraint of one structured-output
+// request (GBNF, JSON schema, regex or a choice list). The front end compiles it once (or takes it
+// from GrammarCache); each sequence's GrammarMatcher walks it while the sampler masks logits.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace inferd {
+
+class GrammarVocab;
+class TokenMaskCache;
+
+// A set of bytes (256 bits): one terminal of the grammar.
+struct ByteSet {
+  std::array<uint64_t, 4> words{};
+  void set(uint8_t b) { words[b >> 6] |= uint64_t{1} << (b & 63); }
+  void set_range(uint8_t lo, uint8_t hi) {
+    for (int b = lo; b <= hi; ++b) set(static_cast<uint8_t>(b));
+  }
+  bool test(uint8_t b) const { return (words[b >> 6] >> (b & 63)) & 1; }
+  bool operator==(const ByteSet&) const = default;
+};
+
+enum class GrammarElementKind : uint8_t {
+  kBytes,  // match one byte of byte_sets()[value]
+  kRule,   // expand rule `value`
+  kEnd,    // end of an alternative
+};
+
+struct GrammarElement {
+  GrammarElementKind kind = GrammarElementKind::kEnd;
+  uint32_t value = 0;
+};
+
+// Rules as flat element sequences, each alternative ending with kEnd:
+//
+//   elements: [Rule root][End] | [Bytes 0][Rule 2][End] | [End] | ...
+//              position 0: the start (root, then the end of input)
+//   rule(r).alternatives = positions of the first element of each alternative
+//
+// Immutable once built, except for the per-vocabulary token-mask caches it owns, which are
+// guarded by a mutex: a Grammar is thread-safe to share (std::shared_ptr<const Grammar>).
+class Grammar final {
+ public:
+  struct Rule {
+    std::string name;
+    std::vector<uint32_t> alternatives;
+  };
+
+  Grammar(std::vector<GrammarElement> elements, std::vector<ByteSet> byte_sets, std::vector<Rule> rules);
+  ~Grammar();
+  Grammar(const Grammar&) = delete;
+  Grammar& operator=(const Grammar&) = delete;
+
+  static constexpr uint32_t kStartPosition = 0;  // [Rule root][End]
+
+  const std::vector<GrammarElement>& elements() const { return elements_; }
+  const GrammarElement& element(uint32_t position) const { return elements_[position]; }
+  const ByteSet& byte_set(uint32_t index) const { return byte_sets_[index]; }
+  const std::vector<Rule>& rules() const { return rules_; }
+  size_t num_byte_sets() const { return byte_sets_.size(); }
+
+  // The rules in GBNF-like text (byte sets as [\xHH-\xHH]); for tests and debugging.
+  std::string to_string() const;
+
+  // The context-independent token masks of this grammar for `vocab`, made on first use and kept
+  // for the grammar's lifetime (one per vocabulary). Thread-safe.
+  std::shared_ptr<TokenMaskCache> token_mask_cache(const std::shared_ptr<const GrammarVocab>& vocab) const;
+
+ private:
+  std::vector<GrammarElement> elements_;
+  std::vector<ByteSet> byte_sets_;
+  std::vector<Rule> rules_;
+
+  struct VocabCache {
+    std::weak_ptr<const GrammarVocab> vocab;
+    std::shared_ptr<TokenMaskCache> cache;
+  };
+  mutable std::mutex mutex_;
+  mutable std::vector<VocabCache> vocab_caches_;
+};
+
+// llama.cpp's GBNF (grammars/README.md): `name ::= alternatives`, "literals" with escapes,
+// [classes], [^negated], `.`, ( groups ), * + ? {m} {m,} {m,n}, # comments; the start rule is
+// `root`. Characters are code points, matched as their UTF-8 bytes. Errors name line and column.
+Expected<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view text);
+
+// The GBNF a JSON schema compiles to (docs/grammar.md lists the keywords); an unsupported keyword
+// is an error naming it and its JSON pointer, never a silently looser grammar.
+Expected<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const nlohmann::ordered_json& schema);
+
+// Any JSON object (OpenAI response_format json_object); compiled once, shared.
+std::shared_ptr<const Grammar> any_json_grammar();
+
+// The GBNF expression of a regex (vLLM guided_regex: the whole output matches). Supported: literals,
+// escapes (\d \w \s \D \W \S \n \t \r \f \v \xHH \uHHHH, escaped punctuation), classes, `.`,
+// groups ( ) (?: ) (?P<n> ) (?<n> ), |, * + ? {m} {m,} {m,n} (lazy forms too), ^ at the start and $
+// at the end. Anything else (backreferences, lookaround, \b ...) is an error naming it.
+// `in_json_string`: the expression matches a JSON string's content, escaping `"` `\` and control
+// characters the pattern writes literally and leaving them out of classes and `.`.
+Expected<std::string> regex_to_gbnf(std::string_view regex, bool in_json_string);
+Expected<std::shared_ptr<const Grammar>> grammar_from_regex(std::string_view regex);
+
+// Exactly one of `choices` (vLLM guided_choice); error when empty.
+Expected<std::shared_ptr<const Grammar>> grammar_from_choices(const std::vector<std::string>& choices);
+
+// `text` as a GBNF string literal ("..." with escapes), e.g. for generated grammars.
+std::string gbnf_literal(std::string_view utf8);
+
+}  // namespace inferd

@@ -1,0 +1,122 @@
+#include "grammar/grammar_matcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace inferd {
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar,
+                               std::shared_ptr<const GrammarVocab> vocab)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+  context_masks_ = grammar_->token_mask_cache(vocab_);
+  reset();
+}
+
+void GrammarMatcher::reset() {
+  store_ = std::make_unique<StackStore>(*grammar_);
+  state_masks_.clear();
+  history_.assign(1, State{store_->initial_set(), false});
+}
+
+bool GrammarMatcher::can_end() const {
+  const State& s = history_.back();
+  return !s.ended && store_->can_end(s.set);
+}
+
+bool GrammarMatcher::is_terminated() const {
+  const State& s = history_.back();
+  if (s.ended) return true;
+  const auto stacks = store_->stacks(s.set);
+  return stacks.size() == 1 && stacks[0] == StackStore::kEmptyStack;
+}
+
+bool GrammarMatcher::accept_token(int32_t id) {
+  if (id < 0 || id >= vocab_->size() || history_.back().ended) return false;
+  if (vocab_->is_end(id)) {
+    if (!can_end()) return false;
+    history_.push_back({history_.back().set, true});
+    return true;
+  }
+  if (vocab_->is_excluded(id)) return false;
+  const uint32_t next = store_->step_bytes(history_.back().set, vocab_->token_bytes(id));
+  if (next == StackStore::kDeadSet) return false;
+  history_.push_back({next, false});
+  return true;
+}
+
+bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+  if (history_.back().ended) return false;
+  const uint32_t next = store_->step_bytes(history_.back().set, bytes);
+  if (next == StackStore::kDeadSet) return false;
+  // Forced bytes are not a token: they replace the current state rather than add one.
+  history_.back().set = next;
+  return true;
+}
+
+Status GrammarMatcher::rollback(size_t num_tokens) {
+  if (num_tokens >= history_.size()) {
+    return invalid_argument("grammar matcher: rollback of " + std::to_string(num_tokens) +
+                            " tokens past the " + std::to_string(history_.size() - 1) + " accepted");
+  }
+  history_.resize(history_.size() - num_tokens);
+  return Status::ok();
+}
+
+void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> bitmask) {
+  std::fill(bitmask.begin(), bitmask.end(), 0u);
+  const State& s = history_.back();
+  if (s.ended) return;
+  auto it = state_masks_.find(s.set);
+  if (it == state_masks_.end()) {
+    if (state_masks_.size() >= kMaxCachedStates) state_masks_.clear();
+    std::vector<uint32_t> mask(vocab_->num_mask_words(), 0);
+    compute_mask(&mask);
+    it = state_masks_.emplace(s.set, std::move(mask)).first;
+  }
+  const size_t n = std::min(bitmask.size(), it->second.size());
+  std::memcpy(bitmask.data(), it->second.data(), n * sizeof(uint32_t));
+}
+
+// The union over the state's stacks of each one's mask: the cached context-independent part, then
+// the uncertain tokens checked against the whole stack; end ids where the grammar can end.
+void GrammarMatcher::compute_mask(std::vector<uint32_t>* mask) {
+  const uint32_t set = history_.back().set;
+  const std::vector<uint32_t> stacks(store_->stacks(set).begin(), store_->stacks(set).end());
+  for (uint32_t stack : stacks) {
+    if (stack == StackStore::kEmptyStack) continue;
+    const std::shared_ptr<const ContextMask> cm = context_masks_->get(*store_, stack);
+    uint32_t* out = mask->data();
+    const uint32_t* in = cm->accepted.data();
+    for (size_t w = 0; w < mask->size(); ++w) out[w] |= in[w];
+    if (!cm->uncertain.empty()) add_uncertain(stack, *cm, mask);
+  }
+  if (store_->can_end(set)) {
+    for (int32_t id : vocab_->end_ids()) (*mask)[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  }
+}
+
+// Walks the uncertain tokens in byte order from the full stack, reusing the states of the prefix
+// each shares with the previous one.
+void GrammarMatcher::add_uncertain(uint32_t stack, const ContextMask& cm, std::vector<uint32_t>* mask) {
+  walk_states_.resize(static_cast<size_t>(vocab_->trie().max_depth) + 1);
+  walk_states_[0] = store_->make_set({stack});
+  size_t valid = 0;  // walk_states_[0..valid] hold the previous token's prefix states
+  for (size_t j = 0; j < cm.uncertain.size(); ++j) {
+    const int32_t id = cm.uncertain[j];
+    valid = std::min<size_t>(valid, cm.uncertain_lcp[j]);
+    uint32_t& word = (*mask)[static_cast<size_t>(id) >> 5];
+    const uint32_t bit = 1u << (id & 31);
+    if (word & bit) continue;
+    const std::string& bytes = vocab_->token_bytes(id);
+    size_t d = valid;
+    while (d < bytes.size()) {
+      const uint32_t next = store_->step(walk_states_[d], static_cast<uint8_t>(bytes[d]));
+      if (next == StackStore::kDeadSet) break;
+      walk_states_[++d] = next;
+    }
+    valid = d;
+    if (d == bytes.size()) word |= bit;
+  }
+}
+
+}  // namespace inferd

@@ -1,0 +1,60 @@
+// JsonSchemaCompiler: a JSON schema to GBNF text (json_schema_to_gbnf in grammar.h). Each schema
+// node becomes a GBNF expression, objects / arrays / $ref targets named rules; the JSON primitives
+// (json-string, json-number, ...) are added once when used. Internal to the grammar module;
+// docs/grammar.md lists the keywords and the whitespace policy.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace inferd {
+
+class JsonSchemaCompiler final {
+ public:
+  explicit JsonSchemaCompiler(const nlohmann::ordered_json& root) : root_(root) {}
+
+  // The whole grammar, start rule `root`. One use per compiler.
+  Expected<std::string> compile();
+  // `root ::= json-object` and the primitives: any JSON object.
+  static std::string any_object_gbnf();
+
+ private:
+  using Json = nlohmann::ordered_json;
+  Expected<std::string> visit(const Json& schema, const std::string& path, const std::string& name);
+  Expected<std::string> visit_object_schema(const Json& schema, const std::string& path,
+                                            const std::string& name);
+  Expected<std::string> visit_type(const Json& schema, const std::string& type, const std::string& path,
+                                   const std::string& name);
+  Expected<std::string> object_expr(const Json& schema, const std::string& path, const std::string& name);
+  Expected<std::string> array_expr(const Json& schema, const std::string& path, const std::string& name);
+  Expected<std::string> ref_expr(const std::string& ref, const std::string& path);
+  // json_schema_scalars.cpp
+  Expected<std::string> string_expr(const Json& schema, const std::string& path);
+  Expected<std::string> number_expr(const Json& schema, const std::string& path, bool integer);
+  std::string key_not_in(const std::vector<std::string>& names, const std::string& name);
+  std::string primitive(const std::string& name);
+
+  // Adds `name ::= body` under a unique name derived from `hint`; returns the name.
+  std::string add_rule(const std::string& hint, const std::string& body);
+  std::string unique_name(const std::string& hint);
+  Status keyword_error(const std::string& keyword, const std::string& path, const std::string& what) const;
+
+  const Json& root_;
+  std::vector<std::pair<std::string, std::string>> rules_;  // in order of definition
+  std::set<std::string> names_;
+  std::map<std::string, std::string> ref_rules_;  // $ref -> rule name
+};
+
+// Path for messages: "/" for the root.
+inline std::string schema_path(const std::string& path) {
+  return path.empty() ? "/" : path;
+}
+
+}  // namespace inferd

@@ -1,0 +1,164 @@
+#include "grammar/stack_store.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace inferd {
+
+void U64Map::resize(size_t capacity) {
+  std::vector<uint64_t> old_keys = std::move(keys_);
+  std::vector<uint32_t> old_values = std::move(values_);
+  keys_.assign(capacity, kEmpty);
+  values_.assign(capacity, 0);
+  mask_ = capacity - 1;
+  size_ = 0;
+  for (size_t i = 0; i < old_keys.size(); ++i) {
+    if (old_keys[i] != kEmpty) insert(old_keys[i], old_values[i]);
+  }
+}
+
+void U64Map::insert(uint64_t key, uint32_t value) {
+  if ((size_ + 1) * 2 > keys_.size()) resize(keys_.size() * 2);
+  for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+    if (keys_[i] == key) {
+      values_[i] = value;
+      return;
+    }
+    if (keys_[i] == kEmpty) {
+      keys_[i] = key;
+      values_[i] = value;
+      ++size_;
+      return;
+    }
+  }
+}
+
+namespace {
+
+constexpr size_t kSetBuckets = 1 << 12;
+
+uint64_t hash_stacks(const std::vector<uint32_t>& stacks) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL;
+  for (uint32_t s : stacks) {
+    h ^= s + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+StackStore::StackStore(const Grammar& grammar) : grammar_(grammar), set_buckets_(kSetBuckets) {
+  frames_.push_back({0, 0});  // the empty stack
+  after_.push_back(-1);
+  make_set({});  // kDeadSet
+}
+
+uint32_t StackStore::push(uint32_t position, uint32_t parent) {
+  const uint64_t key = (static_cast<uint64_t>(position) << 32) | parent;
+  if (const uint32_t* id = frame_ids_.find(key)) return *id;
+  const auto id = static_cast<uint32_t>(frames_.size());
+  frames_.push_back({position, parent});
+  after_.push_back(-1);
+  frame_ids_.insert(key, id);
+  return id;
+}
+
+uint32_t StackStore::make_set(std::vector<uint32_t> stacks) {
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  const uint64_t h = hash_stacks(stacks);
+  auto& bucket = set_buckets_[h & (kSetBuckets - 1)];
+  for (const auto& [hash, id] : bucket) {
+    if (hash == h && sets_[id] == stacks) return id;
+  }
+  const auto id = static_cast<uint32_t>(sets_.size());
+  sets_.push_back(std::move(stacks));
+  bucket.emplace_back(h, id);
+  return id;
+}
+
+uint32_t StackStore::make_stack(std::span<const uint32_t> positions_top_first) {
+  uint32_t stack = kEmptyStack;
+  for (size_t i = positions_top_first.size(); i-- > 0;) stack = push(positions_top_first[i], stack);
+  return stack;
+}
+
+void StackStore::expand(uint32_t stack, std::vector<uint32_t>* out) {
+  if (stack == kEmptyStack) {
+    out->push_back(stack);
+    return;
+  }
+  const Frame f = frames_[stack];
+  const GrammarElement& e = grammar_.element(f.position);
+  switch (e.kind) {
+    case GrammarElementKind::kBytes: out->push_back(stack); return;
+    case GrammarElementKind::kEnd: expand(f.parent, out); return;
+    case GrammarElementKind::kRule: {
+      // Tail call: a reference that ends its alternative leaves no frame to return to.
+      const uint32_t base = grammar_.element(f.position + 1).kind == GrammarElementKind::kEnd
+                                ? f.parent
+                                : push(f.position + 1, f.parent);
+      for (uint32_t alt : grammar_.rules()[e.value].alternatives) {
+        if (grammar_.element(alt).kind == GrammarElementKind::kEnd) {
+          expand(base, out);
+        } else {
+          expand(push(alt, base), out);
+        }
+      }
+      return;
+    }
+  }
+}
+
+uint32_t StackStore::initial_set() {
+  scratch_.clear();
+  expand(push(Grammar::kStartPosition, kEmptyStack), &scratch_);
+  return make_set(scratch_);
+}
+
+std::span<const uint32_t> StackStore::after_terminal(uint32_t stack) {
+  if (after_[stack] < 0) {
+    const Frame f = frames_[stack];
+    std::vector<uint32_t> out;
+    if (grammar_.element(f.position + 1).kind == GrammarElementKind::kEnd) {
+      expand(f.parent, &out);
+    } else {
+      expand(push(f.position + 1, f.parent), &out);
+    }
+    after_[stack] = static_cast<int32_t>(afters_.size());  // after push(): after_ may have grown
+    afters_.push_back(std::move(out));
+  }
+  return afters_[static_cast<size_t>(after_[stack])];
+}
+
+uint32_t StackStore::step(uint32_t set, uint8_t byte) {
+  const uint64_t key = (static_cast<uint64_t>(set) << 8) | byte;
+  if (const uint32_t* next = steps_.find(key)) return *next;
+  std::vector<uint32_t> next_stacks;
+  // Index loop: after_terminal() may grow sets_? No (it grows frames_ / afters_), but copy the
+  // stacks anyway, as sets_ may reallocate in make_set below.
+  const std::vector<uint32_t> stacks = sets_[set];
+  for (uint32_t s : stacks) {
+    if (s == kEmptyStack) continue;
+    const GrammarElement& e = grammar_.element(frames_[s].position);
+    INFERD_CHECK(e.kind == GrammarElementKind::kBytes);
+    if (!grammar_.byte_set(e.value).test(byte)) continue;
+    const auto after = after_terminal(s);
+    next_stacks.insert(next_stacks.end(), after.begin(), after.end());
+  }
+  const uint32_t next = next_stacks.empty() ? kDeadSet : make_set(std::move(next_stacks));
+  steps_.insert(key, next);
+  return next;
+}
+
+uint32_t StackStore::step_bytes(uint32_t set, std::string_view bytes) {
+  for (char c : bytes) {
+    if (set == kDeadSet) return set;
+    set = step(set, static_cast<uint8_t>(c));
+  }
+  return set;
+}
+
+}  // namespace inferd

@@ -1,0 +1,98 @@
+// StackStore: the pushdown recognizer's states, interned. A parse position is a stack of grammar
+// positions; the matcher's state is the set of stacks still alive (the grammar may be ambiguous).
+// Both are hash-consed to small ids, so equal states have equal ids, and a byte step of a state
+// is memoized: after warm-up, stepping is one table lookup. Owned by one thread (a matcher, or a
+// TokenMaskCache under its mutex).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace inferd {
+
+// uint64 -> uint32 open-addressing hash map (keys never ~0); the store's memo tables.
+class U64Map final {
+ public:
+  U64Map() { resize(1024); }
+  const uint32_t* find(uint64_t key) const {
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+      if (keys_[i] == key) return &values_[i];
+      if (keys_[i] == kEmpty) return nullptr;
+    }
+  }
+  void insert(uint64_t key, uint32_t value);
+  size_t size() const { return size_; }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  static size_t hash(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return static_cast<size_t>(k);
+  }
+  void resize(size_t capacity);
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> values_;
+  size_t mask_ = 0, size_ = 0;
+};
+
+//   stack id: a frame (grammar position, parent stack id); id 0 is the empty stack (the start
+//             rule is complete). The top frame of a live stack is always at a kBytes element; the
+//             frames below hold the position to continue at when the rule above completes.
+//   set id:   a sorted set of stack ids; id 0 is the empty set (the input is rejected).
+class StackStore final {
+ public:
+  static constexpr uint32_t kEmptyStack = 0;
+  static constexpr uint32_t kDeadSet = 0;
+
+  explicit StackStore(const Grammar& grammar);  // grammar: not owned, outlives the store
+
+  // The state before any input.
+  uint32_t initial_set();
+  // The state after `byte` from `set` (kDeadSet: rejected). Memoized.
+  uint32_t step(uint32_t set, uint8_t byte);
+  // The state after `bytes`; kDeadSet as soon as one is rejected.
+  uint32_t step_bytes(uint32_t set, std::string_view bytes);
+  std::span<const uint32_t> stacks(uint32_t set) const { return sets_[set]; }
+  // Whether the input so far is a complete sentence (the empty stack is in the set).
+  bool can_end(uint32_t set) const { return !sets_[set].empty() && sets_[set][0] == kEmptyStack; }
+
+  // Stack frames, for TokenMaskCache's context-independent keys.
+  uint32_t position(uint32_t stack) const { return frames_[stack].position; }
+  uint32_t parent(uint32_t stack) const { return frames_[stack].parent; }
+  // The stack (position, parent...) as given, top first, over the empty stack; its top must be a
+  // kBytes element (interior frames: positions to continue at).
+  uint32_t make_stack(std::span<const uint32_t> positions_top_first);
+  // The set holding exactly these stacks (any order, duplicates allowed).
+  uint32_t make_set(std::vector<uint32_t> stacks);
+
+  size_t num_stacks() const { return frames_.size(); }
+  size_t num_sets() const { return sets_.size(); }
+
+ private:
+  struct Frame {
+    uint32_t position;
+    uint32_t parent;
+  };
+  uint32_t push(uint32_t position, uint32_t parent);
+  // Expands `stack` until every stack's top is a terminal (or the stack is empty).
+  void expand(uint32_t stack, std::vector<uint32_t>* out);
+  // The stacks after the top terminal of `stack` has matched a byte (memoized per stack).
+  std::span<const uint32_t> after_terminal(uint32_t stack);
+
+  const Grammar& grammar_;
+  std::vector<Frame> frames_;
+  U64Map frame_ids_;  // (position << 32 | parent) -> stack id
+  std::vector<std::vector<uint32_t>> sets_;
+  std::vector<std::vector<std::pair<uint64_t, uint32_t>>> set_buckets_;  // hash -> (hash, set id)
+  U64Map steps_;                                                         // (set << 8 | byte) -> set
+  std::vector<int32_t> after_;                                           // stack -> index in afters_
+  std::vector<std::vector<uint32_t>> afters_;
+  std::vector<uint32_t> scratch_;
+};
+
+}  // namespace inferd

@@ -1,0 +1,57 @@
+// TokenMaskCache: the context-independent part of token masks (xgrammar's "adaptive token mask
+// cache"), one per (grammar, vocabulary), shared by every matcher of that grammar. GrammarMatcher
+// asks it for each live stack of its state and checks only the "uncertain" tokens itself.
+//
+// The key of a stack is its top kKeyFrames frames. Walking the token trie from those frames alone
+// (over an empty stack below them), a token is
+//   accepted  when some path consumes all its bytes inside them (true whatever lies below),
+//   uncertain when no path does but some path completes the frames with bytes left over (the
+//             stack below decides: the matcher checks these against the full stack),
+//   rejected  otherwise.
+// A stack no deeper than the key has nothing below: its leftover-bytes tokens are rejected.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/grammar_vocab.h"
+#include "grammar/stack_store.h"
+
+namespace inferd {
+
+struct ContextMask {
+  std::vector<uint32_t> accepted;       // bitmask [vocab.num_mask_words()], bit id = accepted
+  std::vector<int32_t> uncertain;       // ids, in trie (byte) order
+  std::vector<uint16_t> uncertain_lcp;  // bytes each shares with the previous uncertain id
+  size_t num_accepted = 0;
+};
+
+class TokenMaskCache final {
+ public:
+  static constexpr int kKeyFrames = 3;
+
+  // grammar: not owned (the Grammar owns this cache); vocab: shared.
+  TokenMaskCache(const Grammar& grammar, std::shared_ptr<const GrammarVocab> vocab);
+
+  // The mask of `stack` of `store` (a matcher's) without the frames below its key. Computed on
+  // first use of the key (a trie walk), then shared. Thread-safe.
+  std::shared_ptr<const ContextMask> get(const StackStore& store, uint32_t stack);
+
+  size_t num_entries() const;
+
+ private:
+  std::shared_ptr<const ContextMask> compute(const std::vector<uint32_t>& positions, bool whole_stack);
+
+  static constexpr size_t kMaxEntries = 1 << 14;
+  std::shared_ptr<const GrammarVocab> vocab_;
+  mutable std::mutex mutex_;  // guards everything below
+  StackStore store_;
+  std::map<std::vector<uint32_t>, std::shared_ptr<const ContextMask>>
+      entries_;  // key: positions + whole flag
+};
+
+}  // namespace inferd

@@ -1,0 +1,196 @@
+// JSON schema -> grammar: a corpus of schemas whose random walks through the token mask always
+// give a document that parses and validates; unsupported keywords are errors naming them.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "grammar_test_util.h"
+#include "json_schema_validator.h"
+
+namespace inferd {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const std::vector<std::string>& schema_corpus() {
+  static const std::vector<std::string> c = {
+      R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]})",
+      R"({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "number"}, "c": {"type": "boolean"}}})",
+      R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false})",
+      R"({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true})",
+      R"({"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": {"type": "string", "maxLength": 3}})",
+      R"({"type": "object"})",
+      R"({"type": "array", "items": {"type": "integer"}})",
+      R"({"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4})",
+      R"({"type": "array", "items": {"type": "boolean"}, "maxItems": 1})",
+      R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false})",
+      R"({"type": "array", "prefixItems": [{"const": "x"}], "items": {"type": "null"}, "minItems": 2})",
+      R"({"enum": ["red", "green", "blue", 42, null, {"k": [1]}]})",
+      R"({"const": {"fixed": "yes", "n": [1, 2]}})",
+      R"({"type": "string", "minLength": 2, "maxLength": 5})",
+      R"({"type": "string", "minLength": 3})",
+      R"({"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3,4}$"})",
+      R"({"type": "string", "pattern": "^(foo|bar)+\\.txt$"})",
+      R"({"type": "string", "pattern": "^a\"b\\\\c$"})",
+      R"({"type": "string", "format": "date"})",
+      R"({"type": "string", "format": "date-time"})",
+      R"({"type": "string", "format": "time"})",
+      R"({"type": "string", "format": "uuid"})",
+      R"({"type": "string", "format": "email"})",
+      R"({"type": "integer", "minimum": 0, "maximum": 100})",
+      R"({"type": "integer", "minimum": -50, "maximum": 7})",
+      R"({"type": "integer", "exclusiveMinimum": 10})",
+      R"({"type": "integer", "maximum": -3})",
+      R"({"type": "integer", "minimum": 1234, "maximum": 98765})",
+      R"({"type": "number", "minimum": 0, "maximum": 1})",
+      R"({"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 3})",
+      R"({"type": "number"})",
+      R"({"anyOf": [{"type": "string"}, {"type": "integer"}]})",
+      R"({"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]}, {"type": "array", "items": {"type": "integer"}}]})",
+      R"({"allOf": [{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}]})",
+      R"({"type": ["string", "null"]})",
+      R"({"type": "integer", "nullable": true})",
+      R"({})",
+      R"({"type": "boolean"})",
+      R"({"type": "null"})",
+      R"({"$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"]}},
+          "type": "object", "properties": {"from": {"$ref": "#/$defs/point"}, "to": {"$ref": "#/$defs/point"}}, "required": ["from", "to"]})",
+      R"({"definitions": {"node": {"type": "object", "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/definitions/node"}, "maxItems": 2}}, "required": ["value"]}},
+          "$ref": "#/definitions/node"})",
+      R"({"type": "object", "properties": {"user": {"type": "object", "properties": {"name": {"type": "string"}, "emails": {"type": "array", "items": {"type": "string", "format": "email"}}, "address": {"type": "object", "properties": {"street": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["zip"]}}, "required": ["name", "address"]}, "tags": {"type": "array", "items": {"enum": ["a", "b"]}}, "score": {"type": "number", "minimum": 0}}, "required": ["user"]})",
+      R"({"title": "annotated", "description": "ignored", "type": "object", "properties": {"q": {"type": "string", "description": "x", "default": "d", "examples": ["e"]}}, "required": ["q"]})",
+      R"({"type": "object", "properties": {"é-ключ": {"type": "string", "maxLength": 2}, "with \"quote\"": {"type": "integer"}}, "required": ["é-ключ", "with \"quote\""]})",
+  };
+  return c;
+}
+
+std::shared_ptr<const Grammar> compile(const std::string& schema_text) {
+  auto g = grammar_from_json_schema(Json::parse(schema_text));
+  EXPECT_TRUE(g.has_value()) << g.status().message() << "\n" << schema_text;
+  return g.has_value() ? *g : nullptr;
+}
+
+void walk_and_validate(const std::string& schema_text, const std::shared_ptr<const GrammarVocab>& vocab,
+                       std::mt19937& rng, int walks, int max_steps) {
+  const Json schema = Json::parse(schema_text);
+  auto g = compile(schema_text);
+  ASSERT_NE(g, nullptr);
+  test::JsonSchemaValidator validator(schema);
+  for (int w = 0; w < walks; ++w) {
+    const test::WalkResult r = test::random_walk(g, vocab, rng, max_steps);
+    ASSERT_TRUE(r.finished) << schema_text << "\nunfinished: " << r.text;
+    Json doc;
+    try {
+      doc = Json::parse(r.text);
+    } catch (const std::exception& e) {
+      FAIL() << schema_text << "\ndoes not parse (" << e.what() << "): " << r.text;
+    }
+    const std::string why = validator.check(doc);
+    ASSERT_TRUE(why.empty()) << schema_text << "\ninvalid (" << why << "): " << r.text;
+  }
+}
+
+TEST(GrammarJsonSchemaTest, CorpusHasEnoughSchemas) {
+  EXPECT_GE(schema_corpus().size(), 30u);
+}
+
+TEST(GrammarJsonSchemaTest, RandomWalksWithMultiByteTokensValidate) {
+  std::mt19937 rng(7);
+  auto vocab = test::byte_vocab(test::random_tokens(rng, 400, "{}[]\",:  abcAZ019.-+eE@Tnulltruefalse\\", 6));
+  for (const std::string& s : schema_corpus()) walk_and_validate(s, vocab, rng, 6, 150);
+}
+
+TEST(GrammarJsonSchemaTest, RandomWalksWithSingleByteTokensValidate) {
+  std::mt19937 rng(8);
+  auto vocab = test::byte_vocab();
+  for (const std::string& s : schema_corpus()) walk_and_validate(s, vocab, rng, 6, 300);
+}
+
+TEST(GrammarJsonSchemaTest, AnyJsonGrammarIsAnyObject) {
+  std::mt19937 rng(9);
+  auto vocab = test::byte_vocab(test::random_tokens(rng, 200, "{}[]\",: ab1.-", 4));
+  for (int w = 0; w < 20; ++w) {
+    const test::WalkResult r = test::random_walk(any_json_grammar(), vocab, rng, 200);
+    ASSERT_TRUE(r.finished);
+    Json doc;
+    ASSERT_NO_THROW(doc = Json::parse(r.text)) << r.text;
+    EXPECT_TRUE(doc.is_object()) << r.text;
+  }
+  EXPECT_TRUE(test::accepts(any_json_grammar(), R"({"a": [1, {"b": null}], "c": "\u00e9\ud83d\ude00"})"));
+  EXPECT_FALSE(test::accepts(any_json_grammar(), R"([1])"));
+  EXPECT_FALSE(test::accepts(any_json_grammar(), R"({"a": "\ud83d"})"));  // a lone surrogate
+  EXPECT_FALSE(test::accepts(any_json_grammar(), R"({"a":  1})"));        // one space at most
+}
+
+TEST(GrammarJsonSchemaTest, PropertiesInSchemaOrderAndRequiredOnes) {
+  auto g = compile(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}, "required": ["b"]})");
+  EXPECT_TRUE(test::accepts(g, R"({"b":1})"));
+  EXPECT_TRUE(test::accepts(g, R"({"a":1, "b":2,"c":3})"));
+  EXPECT_TRUE(test::accepts(g, R"({"b":2,"c":3})"));
+  EXPECT_FALSE(test::accepts(g, R"({"a":1})"));
+  EXPECT_FALSE(test::accepts(g, R"({"b":2,"a":1})"));
+  EXPECT_FALSE(test::accepts(g, R"({"b":1,"d":2})"));  // additionalProperties absent: none
+  auto open = compile(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true})");
+  EXPECT_TRUE(test::accepts(open, R"({"a":1,"zz":[true]})"));
+  EXPECT_TRUE(test::accepts(open, R"({"ab":1})"));
+  EXPECT_FALSE(test::accepts(open, R"({"a":1,"a":2})"));  // a declared key is not an extra one
+}
+
+TEST(GrammarJsonSchemaTest, IntegerBoundsAreExact) {
+  auto g = compile(R"({"type": "integer", "minimum": -12, "maximum": 305})");
+  for (int v = -200; v <= 1000; ++v)
+    EXPECT_EQ(test::accepts(g, std::to_string(v)), v >= -12 && v <= 305) << v;
+  EXPECT_FALSE(test::accepts(g, "007"));
+  EXPECT_FALSE(test::accepts(g, "-0"));
+  auto ex = compile(R"({"type": "integer", "exclusiveMinimum": 5, "exclusiveMaximum": 9})");
+  for (int v = 0; v <= 20; ++v) EXPECT_EQ(test::accepts(ex, std::to_string(v)), v > 5 && v < 9) << v;
+}
+
+TEST(GrammarJsonSchemaTest, UnsupportedKeywordsAreErrorsNamingThem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type": "object", "properties": {"a": {"type": "object", "patternProperties": {"x": {}}}}})",
+       "json_schema: keyword 'patternProperties' at /properties/a is not supported"},
+      {R"({"type": "object", "minProperties": 1})",
+       "json_schema: keyword 'minProperties' at / is not supported"},
+      {R"({"type": "array", "items": {"type": "integer", "multipleOf": 3}})",
+       "json_schema: keyword 'multipleOf' at /items is not supported"},
+      {R"({"type": "array", "uniqueItems": true})",
+       "json_schema: keyword 'uniqueItems' at / is not supported"},
+      {R"({"not": {"type": "string"}})", "json_schema: keyword 'not' at / is not supported"},
+      {R"({"if": {}, "then": {}})", "json_schema: keyword 'if' at / is not supported"},
+      {R"({"type": "array", "contains": {}})", "json_schema: keyword 'contains' at / is not supported"},
+      {R"({"type": "object", "propertyNames": {"maxLength": 3}})",
+       "json_schema: keyword 'propertyNames' at / is not supported"},
+      {R"({"type": "object", "dependentRequired": {}})",
+       "json_schema: keyword 'dependentRequired' at / is not supported"},
+      {R"({"allOf": [{"type": "object"}, {"required": ["a"]}]})",
+       "json_schema: keyword 'allOf' at / with 2 schemas is not supported (one only)"},
+      {R"({"type": "string", "format": "hostname"})", "json_schema: format 'hostname' at / is not supported"},
+      {R"({"$ref": "https://example.com/s.json"})",
+       "json_schema: keyword '$ref' at / 'https://example.com/s.json' is not supported (only references "
+       "inside the schema, '#...')"},
+      {R"({"anyOf": [{"type": "string"}], "minLength": 2})",
+       "json_schema: keyword 'minLength' at / alongside 'anyOf' is not supported"},
+      {R"({"type": "string", "pattern": "(?=a)b"})",
+       "json_schema: pattern at /: regex: lookaround is not supported at offset 0 of '(?=a)b'"},
+  };
+  for (const auto& [schema, message] : cases) {
+    auto g = grammar_from_json_schema(Json::parse(schema));
+    ASSERT_FALSE(g.has_value()) << schema;
+    EXPECT_EQ(g.status().message(), message);
+  }
+}
+
+TEST(GrammarJsonSchemaTest, GbnfTextIsReadable) {
+  auto text = json_schema_to_gbnf(
+      Json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})"));
+  ASSERT_TRUE(text.has_value());
+  EXPECT_NE(text->find("root ::= "), std::string::npos);
+  EXPECT_NE(text->find("json-integer ::= "), std::string::npos);
+  EXPECT_TRUE(parse_gbnf(*text).has_value());
+}
+
+}  // namespace
+}  // namespace inferd

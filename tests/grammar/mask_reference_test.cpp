@@ -1,0 +1,167 @@
+// The token mask (trie walk + context-independent cache + uncertain tokens) against brute force:
+// on random small grammars and a random small vocabulary, token by token, a bit is set exactly
+// when accept_token of that token succeeds from the same state.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "grammar_test_util.h"
+
+namespace inferd {
+namespace {
+
+using test::mask_has;
+
+std::string random_item(std::mt19937& rng, int rule, int num_rules, int depth) {
+  static const std::vector<std::string> literals = {"\"a\"",  "\"b\"", "\"ab\"", "\"é\"",
+                                                    "\"ba\"", "\"c\"", "\"aé\""};
+  static const std::vector<std::string> classes = {"[a-b]", "[^a]", ".", "[bé]", "[a-c]"};
+  static const std::vector<std::string> reps = {"*", "+", "?", "{0,2}", "{2}", "{1,3}"};
+  switch (rng() % 6) {
+    case 0:
+    case 1: return literals[rng() % literals.size()];
+    case 2: return classes[rng() % classes.size()];
+    case 3: {
+      // Only rules defined later: no recursion, whose ambiguity could make stack sets explode
+      // (a limit of the stack-set matcher, docs/grammar.md); recursion is covered by the JSON test.
+      if (rule + 1 >= num_rules) return literals[rng() % literals.size()];
+      std::string ref = "r";
+      ref += std::to_string(rule + 1 + static_cast<int>(rng() % static_cast<unsigned>(num_rules - rule - 1)));
+      return ref;
+    }
+    default: {
+      if (depth > 1) return literals[rng() % literals.size()];
+      std::string g = "(";
+      g += random_item(rng, rule, num_rules, depth + 1);
+      g += ' ';
+      g += random_item(rng, rule, num_rules, depth + 1);
+      if (rng() % 2) {
+        g += " | ";
+        g += random_item(rng, rule, num_rules, depth + 1);
+      }
+      g += ')';
+      g += reps[rng() % reps.size()];
+      return g;
+    }
+  }
+}
+
+std::string random_grammar(std::mt19937& rng) {
+  const int num_rules = 1 + static_cast<int>(rng() % 3);
+  std::string text;
+  for (int r = 0; r < num_rules; ++r) {
+    if (r == 0) {
+      text += "root ::= ";
+    } else {
+      text += 'r';
+      text += std::to_string(r);
+      text += " ::= ";
+    }
+    const int alts = 1 + static_cast<int>(rng() % 3);
+    for (int a = 0; a < alts; ++a) {
+      if (a > 0) text += " | ";
+      // A terminal first keeps most grammars free of left recursion.
+      text += '"';
+      text += "abc"[rng() % 3];
+      text += '"';
+      const int items = static_cast<int>(rng() % 4);
+      for (int i = 0; i < items; ++i) {
+        text += ' ';
+        text += random_item(rng, r, num_rules, 0);
+      }
+    }
+    text += "\n";
+  }
+  // r0 means root.
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == 'r' && i + 1 < text.size() && text[i + 1] == '0') {
+      out += "root";
+      ++i;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+TEST(GrammarMaskReferenceTest, TrieWalkEqualsBruteForceOnRandomGrammars) {
+  std::mt19937 rng(1234);
+  int checked_grammars = 0, checked_masks = 0, multi_stack_states = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const std::string text = random_grammar(rng);
+    auto parsed = parse_gbnf(text);
+    if (!parsed.has_value()) continue;  // left recursion or an undefined rule: not this test's subject
+    auto g = *parsed;
+    auto vocab = test::byte_vocab(test::random_tokens(rng, 80, "abc", 5));
+    const int32_t n = vocab->size();
+    GrammarMatcher m(g, vocab);
+    std::vector<int32_t> history;
+    std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(static_cast<size_t>(n)));
+    ++checked_grammars;
+    for (int step = 0; step < 12 && !m.is_terminated(); ++step) {
+      m.fill_next_token_bitmask(mask);
+      GrammarMatcher reference(g, vocab);
+      for (int32_t id : history) ASSERT_TRUE(reference.accept_token(id));
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < n; ++id) {
+        const bool ok = reference.accept_token(id);
+        if (ok) {
+          allowed.push_back(id);
+          ASSERT_TRUE(reference.rollback(1).is_ok());
+        }
+        ASSERT_EQ(mask_has(mask, id), ok) << "grammar:\n"
+                                          << text << "token " << id << " '" << vocab->token_bytes(id)
+                                          << "' after " << history.size() << " tokens";
+      }
+      ++checked_masks;
+      if (allowed.empty()) break;
+      // Mostly text tokens, so walks go deep.
+      int32_t pick = allowed[rng() % allowed.size()];
+      if (pick == test::end_id(*vocab) && allowed.size() > 1) pick = allowed[0];
+      ASSERT_TRUE(m.accept_token(pick));
+      history.push_back(pick);
+      multi_stack_states += m.can_end() ? 1 : 0;
+    }
+  }
+  EXPECT_GT(checked_grammars, 60);
+  EXPECT_GT(checked_masks, 400);
+  RecordProperty("masks_checked", checked_masks);
+  (void)multi_stack_states;
+}
+
+// The same on a JSON grammar, where the context cache's uncertain tokens matter most (strings
+// closed inside a token, then more structure).
+TEST(GrammarMaskReferenceTest, TrieWalkEqualsBruteForceOnJson) {
+  std::mt19937 rng(99);
+  auto g = any_json_grammar();
+  auto vocab = test::byte_vocab(test::random_tokens(rng, 300, "{}[]\",: ab01.-etruflsn\\", 6));
+  const int32_t n = vocab->size();
+  for (int walk = 0; walk < 6; ++walk) {
+    GrammarMatcher m(g, vocab);
+    std::vector<int32_t> history;
+    std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(static_cast<size_t>(n)));
+    for (int step = 0; step < 25 && !m.is_terminated(); ++step) {
+      m.fill_next_token_bitmask(mask);
+      GrammarMatcher reference(g, vocab);
+      for (int32_t id : history) ASSERT_TRUE(reference.accept_token(id));
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < n; ++id) {
+        const bool ok = reference.accept_token(id);
+        if (ok) {
+          allowed.push_back(id);
+          ASSERT_TRUE(reference.rollback(1).is_ok());
+        }
+        ASSERT_EQ(mask_has(mask, id), ok)
+            << "token '" << vocab->token_bytes(id) << "' after " << history.size();
+      }
+      ASSERT_FALSE(allowed.empty());
+      const int32_t pick = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept_token(pick));
+      history.push_back(pick);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace inferd
