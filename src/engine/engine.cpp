@@ -172,6 +172,7 @@ std::vector<StepOutput> Engine::step() {
       Request& r = *batch.items[item].request;
       SampleResult res = samplers_.at(r.id).sample(runner_.logits_row(k), r.prompt, r.output);
       sampled_[item] = res.token;
+      if (res.grammar_dead_end) dead_ends_.push_back(r.id);
       StepOutput o;
       o.id = r.group;
       o.index = r.sample_index;
@@ -187,6 +188,9 @@ std::vector<StepOutput> Engine::step() {
     }
     t3 = Clock::now();
     scheduler_.update(batch, sampled_);
+    for (RequestId id : dead_ends_)
+      scheduler_.fail(id, "the output grammar allows no token of the model's vocabulary here");
+    dead_ends_.clear();
     ++stats_.steps;
     stats_.tokens += batch.num_tokens;
   }

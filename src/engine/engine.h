@@ -125,6 +125,7 @@ class Engine final {
   std::unordered_map<RequestId, std::vector<RequestId>> samples_;
   RequestId next_sample_id_ = RequestId{1} << 63;
 
+  std::vector<RequestId> dead_ends_;  // this step's sequences whose grammar allowed no token
   EngineOptions options_;
   Transformer& model_;
   KvCache cache_;

@@ -128,9 +128,9 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
   if (r.messages.is_null() && (!r.tools.is_null() || r.tool_choice))
     return invalid("tools", "'tools' are for chat (messages)");
   if (auto e = check_tools(r)) return e;
-  if (r.structured_output)
-    return InputError{InputError::Kind::kUnsupported, r.structured_output->field,
-                      "'" + r.structured_output->field + "': constrained decoding is not in this build yet"};
+  if (r.structured_output && r.ignore_eos)
+    return invalid("ignore_eos",
+                   "'ignore_eos' cannot go with an output constraint (it ends where the grammar does)");
   if (static_cast<int64_t>(r.prompts.size()) > limits_.max_prompts)
     return invalid("prompt", "the request has " + std::to_string(r.prompts.size()) + " prompts; at most " +
                                  std::to_string(limits_.max_prompts) + " are accepted in one request");
@@ -170,13 +170,61 @@ std::optional<InputError> InputProcessor::plan_tool_calls(const GenerationReques
   if (kind == ToolChoice::Kind::kAuto && !limits_.enable_auto_tool_choice)
     return InputError{InputError::Kind::kUnsupported, "tool_choice",
                       "\"auto\" tool choice needs the server started with --enable-auto-tool-choice"};
-  if (kind != ToolChoice::Kind::kAuto)
-    return InputError{InputError::Kind::kUnsupported, "tool_choice",
-                      "tool_choice \"required\" and named functions need constrained decoding, which this "
-                      "build does not have yet"};
+  if (kind == ToolChoice::Kind::kRequired || kind == ToolChoice::Kind::kNamed) {
+    // The grammar makes the output a valid call (of the named function) in the parser's format.
+    if (r.structured_output)
+      return invalid(r.structured_output->field,
+                     "'" + r.structured_output->field + "' cannot go with a required tool call");
+    if (r.ignore_eos)
+      return invalid("ignore_eos",
+                     "'ignore_eos' cannot go with a required tool call (it ends after the call)");
+    const std::string name = kind == ToolChoice::Kind::kNamed ? r.tool_choice->name : std::string();
+    // A named function is called once (as vLLM and OpenAI do); "required" may call several.
+    auto gbnf =
+        tool_call_gbnf(*limits_.tool_call_parser, r.tools, name, r.parallel_tool_calls && name.empty());
+    if (!gbnf) return invalid("tools", gbnf.status().message());
+    if (auto e = constrain("tools", grammars_.get("gbnf:" + *gbnf, [&] { return parse_gbnf(*gbnf); }), out))
+      return e;
+  }
   out->tool_calls = limits_.tool_call_parser;
   out->max_tool_calls = r.parallel_tool_calls ? 128 : 1;
   return std::nullopt;
+}
+
+Expected<std::shared_ptr<const GrammarVocab>> InputProcessor::grammar_vocab() const {
+  std::call_once(vocab_once_, [&] {
+    if (tokenizer_ == nullptr) {
+      vocab_ = Expected<std::shared_ptr<const GrammarVocab>>(
+          unsupported("output constraints need the model's tokenizer"));
+      return;
+    }
+    GrammarVocabSpec spec;
+    spec.token_bytes.resize(static_cast<size_t>(tokenizer_->vocab_size()));
+    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
+      spec.token_bytes[static_cast<size_t>(id)] = tokenizer_->token_bytes(id);
+      if (tokenizer_->is_special(id)) spec.special_ids.push_back(id);
+    }
+    spec.end_ids = tokenizer_->vocab().stop_ids;
+    vocab_ = GrammarVocab::create(std::move(spec));
+  });
+  return *vocab_;
+}
+
+std::optional<InputError> InputProcessor::constrain(const std::string& field,
+                                                    Expected<std::shared_ptr<const Grammar>> grammar,
+                                                    ProcessedInput* out) const {
+  if (!grammar) return invalid(field, grammar.status().message());
+  auto vocab = grammar_vocab();
+  if (!vocab) return InputError{InputError::Kind::kUnsupported, field, vocab.status().message()};
+  out->grammar = GrammarConstraint{*grammar, *vocab};
+  return std::nullopt;
+}
+
+std::optional<InputError> InputProcessor::plan_structured_output(const GenerationRequest& r,
+                                                                 ProcessedInput* out) const {
+  if (!r.structured_output) return std::nullopt;
+  return constrain(r.structured_output->field, compile_structured_output(*r.structured_output, grammars_),
+                   out);
 }
 
 std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, ProcessedInput* out) const {
@@ -245,6 +293,10 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     result.error = std::move(*e);
     return result;
   }
+  if (auto e = plan_structured_output(r, &in)) {
+    result.error = std::move(*e);
+    return result;
+  }
   if (auto e = tokenize(r, &in)) {
     result.error = std::move(*e);
     return result;
@@ -257,6 +309,7 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
   }
   for (RequestSpec& spec : in.requests) {
     spec.sampling = r.sampling;
+    spec.sampling.grammar = in.grammar;
     spec.limits.stop_token_ids = stop_ids;
     spec.limits.ignore_eos = r.ignore_eos;
     spec.priority = r.priority;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/output_constraint.h"
 #include "engine/tool_call_parser.h"
+#include "grammar/grammar_vocab.h"
 #include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -84,6 +87,7 @@ struct ProcessedInput {
   std::vector<std::string> stop;  // for the output side
   bool include_stop_str_in_output = false;
   std::vector<std::string> echo;             // with echo: each prompt's text, to put before its outputs
+  std::optional<GrammarConstraint> grammar;  // the output must match it (every prompt's)
   std::optional<ToolCallFormat> tool_calls;  // parse the output's tool calls in this format
   int32_t max_tool_calls = 0;                // calls beyond are dropped (1 without parallel calls)
   bool prompt_opens_think = false;           // chat: the rendered prompt ends in an open <think>
@@ -125,11 +129,20 @@ class InputProcessor final {
   std::optional<InputError> check_fields(const GenerationRequest& r) const;
   std::optional<InputError> check_tools(const GenerationRequest& r) const;
   std::optional<InputError> plan_tool_calls(const GenerationRequest& r, ProcessedInput* out) const;
+  std::optional<InputError> plan_structured_output(const GenerationRequest& r, ProcessedInput* out) const;
+  // The tokenizer's vocabulary as grammars see it, built on first use.
+  Expected<std::shared_ptr<const GrammarVocab>> grammar_vocab() const;
+  std::optional<InputError> constrain(const std::string& field,
+                                      Expected<std::shared_ptr<const Grammar>> grammar,
+                                      ProcessedInput* out) const;
   std::optional<InputError> tokenize(const GenerationRequest& r, ProcessedInput* out) const;
 
   const Tokenizer* tokenizer_;
   const ChatTemplate* chat_template_;
   InputLimits limits_;
+  mutable GrammarCache grammars_;
+  mutable std::once_flag vocab_once_;
+  mutable std::optional<Expected<std::shared_ptr<const GrammarVocab>>> vocab_;
 };
 
 }  // namespace inferd

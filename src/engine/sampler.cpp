@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace inferd {
 
@@ -42,7 +43,9 @@ int32_t argmax(std::span<const float> values) {
 }
 
 Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
+    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {
+  if (params_.grammar) matcher_.emplace(params_.grammar->grammar, params_.grammar->vocab);
+}
 
 int32_t Sampler::sample(std::span<const float> logits) {
   return draw(logits);
@@ -53,7 +56,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   const bool penalize = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                         params_.frequency_penalty != 0.0f;
   SampleResult r;
-  if (!penalize && params_.logit_bias.empty()) {
+  if (!penalize && params_.logit_bias.empty() && !matcher_) {
     r.token = draw(logits);
   } else {
     adjusted_.assign(logits.begin(), logits.end());
@@ -61,10 +64,39 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     for (const auto& [id, bias] : params_.logit_bias) {
       if (static_cast<size_t>(id) < adjusted_.size()) adjusted_[static_cast<size_t>(id)] += bias;
     }
-    r.token = draw(adjusted_);
+    if (matcher_ && !apply_grammar_mask()) {
+      r.grammar_dead_end = true;
+      r.token = argmax(logits);
+    } else {
+      r.token = draw(adjusted_);
+      if (matcher_ && !matcher_->accept_token(r.token)) r.grammar_dead_end = true;
+    }
   }
   if (params_.logprobs) fill_logprobs(logits, &r);
   return r;
+}
+
+bool Sampler::apply_grammar_mask() {
+  bitmask_.resize(GrammarMatcher::bitmask_words(adjusted_.size()));
+  matcher_->fill_next_token_bitmask(bitmask_);
+  bool any = false;
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w < bitmask_.size(); ++w) {
+    const uint32_t bits = bitmask_[w];
+    const size_t end = std::min(adjusted_.size(), (w + 1) * 32);
+    if (bits == ~uint32_t{0} && end == (w + 1) * 32) {
+      any = true;
+      continue;
+    }
+    for (size_t i = w * 32; i < end; ++i) {
+      if ((bits >> (i - w * 32)) & 1u) {
+        any = true;
+      } else {
+        adjusted_[i] = kBanned;
+      }
+    }
+  }
+  return any;
 }
 
 void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output) {

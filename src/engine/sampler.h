@@ -11,8 +11,18 @@
 #include <vector>
 
 #include "common/status.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_matcher.h"
+#include "grammar/grammar_vocab.h"
 
 namespace inferd {
+
+// An output constraint: the grammar the output must match and the vocabulary its token masks are
+// over (both immutable and shared by every sequence that uses them).
+struct GrammarConstraint {
+  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const GrammarVocab> vocab;
+};
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax)
@@ -27,6 +37,10 @@ struct SamplingParams {
   // Added to a token's logit before sampling (OpenAI's logit_bias: each in [-100, 100]; -100
   // bans the token, 100 all but forces it). Ids are checked against the vocabulary by the caller.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // The output must match this grammar: tokens it does not allow are masked before sampling
+  // (so temperature, top-k, top-p and min-p act within the allowed set; end tokens are allowed
+  // only where the grammar can end).
+  std::optional<GrammarConstraint> grammar;
 
   // The one table of their bounds (every front end's requests pass through it): the first
   // field out of range, with a message naming it.
@@ -43,11 +57,13 @@ struct SampleResult {
   int32_t token = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top_logprobs;  // best first
+  bool grammar_dead_end = false;  // the grammar allowed no token of the vocabulary (token: unmasked argmax)
 };
 
 class Sampler final {
  public:
-  // The random stream is seeded from params.seed (or from the OS when absent).
+  // The random stream is seeded from params.seed (or from the OS when absent); with a grammar,
+  // the sequence's matcher starts at the grammar's start.
   explicit Sampler(const SamplingParams& params);
 
   // Picks a token from `logits` ([vocab]). Greedy ties go to the lowest id. Allocates only
@@ -56,13 +72,16 @@ class Sampler final {
 
   // As above, with penalties over the request's `prompt` and `output` so far, and logprobs (of
   // the model's own distribution, before penalties and biases, as vLLM reports them).
-  // Order: penalties, logit_bias, temperature, top-k, top-p, min-p, draw.
+  // Order: penalties, logit_bias, grammar mask, temperature, top-k, top-p, min-p, draw; the
+  // grammar then advances by the token.
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> prompt,
                       std::span<const int32_t> output);
 
  private:
   int32_t draw(std::span<const float> logits);
   void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);  // on adjusted_
+  bool apply_grammar_mask();  // on adjusted_; false when the grammar allows no token
+
   void fill_logprobs(std::span<const float> logits, SampleResult* r) const;
 
   SamplingParams params_;
@@ -71,6 +90,8 @@ class Sampler final {
   std::vector<float> adjusted_;  // logits after penalties
   std::vector<int32_t> counts_;  // occurrences in the output, per token
   std::vector<uint8_t> seen_;    // token in prompt or output
+  std::optional<GrammarMatcher> matcher_;
+  std::vector<uint32_t> bitmask_;  // allowed tokens of the grammar (GrammarMatcher's layout)
 };
 
 // Index of the largest value (lowest index on ties).

@@ -65,6 +65,13 @@ void Scheduler::abort(RequestId id) {
   finish(it->second.get(), FinishReason::kAborted);
 }
 
+void Scheduler::fail(RequestId id, std::string message) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  it->second->error = std::move(message);
+  finish(it->second.get(), FinishReason::kError);
+}
+
 ScheduledBatch Scheduler::schedule() {
   ++step_;
   if (kv_.num_sessions() > 0) kv_.expire_sessions(std::chrono::steady_clock::now());

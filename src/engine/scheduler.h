@@ -67,6 +67,8 @@ class Scheduler final {
   void add_forked(std::unique_ptr<Request> request, int32_t first_token);
   // Finishes a request wherever it is (kAborted) and frees its blocks now.
   void abort(RequestId id);
+  // Finishes a request wherever it is with kError and `message`, freeing its blocks now.
+  void fail(RequestId id, std::string message);
 
   // Plans the next step.
   ScheduledBatch schedule();

@@ -1,0 +1,175 @@
+"""Structured output and tool calls through the official openai client, on the default model:
+every constrained answer parses and matches its schema, streamed or not."""
+import json
+import os
+import re
+
+import openai
+import pytest
+
+from conftest import ROOT
+
+QWEN_TEMPLATE = os.path.join(ROOT, "tests", "fixtures", "chat_templates", "qwen2.5-instruct.jinja")
+MESSAGES = [{"role": "user", "content": "Describe a person as JSON."}]
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "role": {"enum": ["admin", "user", "guest"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3},
+    },
+    "required": ["name", "age", "role"],
+    "additionalProperties": False,
+}
+
+
+def client(server):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key=server.api_key or "none", max_retries=0, timeout=120)
+
+
+def check_person(doc):
+    p = json.loads(doc)
+    assert set(p) <= set(PERSON["properties"]) and {"name", "age", "role"} <= set(p)
+    assert isinstance(p["name"], str) and len(p["name"]) <= 20
+    assert isinstance(p["age"], int) and 0 <= p["age"] <= 120
+    assert p["role"] in ("admin", "user", "guest")
+    assert all(isinstance(t, str) and len(t) <= 10 for t in p.get("tags", [])) and len(p.get("tags", [])) <= 3
+
+
+def text_of(response, stream):
+    if not stream:
+        return response.choices[0].message.content, response.choices[0].finish_reason
+    text, finish = "", None
+    for c in response:
+        if c.choices:
+            text += c.choices[0].delta.content or ""
+            finish = c.choices[0].finish_reason or finish
+    return text, finish
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_json_schema_answers_always_validate(server, stream, temperature):
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for seed in range(3):
+        r = client(server).chat.completions.create(model="", messages=MESSAGES, max_tokens=120,
+                                                   temperature=temperature, seed=seed, response_format=fmt,
+                                                   stream=stream)
+        text, finish = text_of(r, stream)
+        assert finish == "stop", text
+        check_person(text)
+
+
+def test_vllm_constraint_fields(server):
+    cl = client(server)
+    r = cl.completions.create(model="", prompt="The answer is", max_tokens=10, temperature=1, seed=3,
+                              extra_body={"guided_choice": ["yes", "no", "maybe"]})
+    assert r.choices[0].text in ("yes", "no", "maybe") and r.choices[0].finish_reason == "stop"
+    r = cl.completions.create(model="", prompt="A date:", max_tokens=20, temperature=1, seed=4,
+                              extra_body={"structured_outputs": {"regex": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}})
+    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", r.choices[0].text)
+    r = cl.completions.create(model="", prompt="Colour:", max_tokens=20, temperature=1, seed=5,
+                              extra_body={"guided_grammar": 'root ::= "red" | "green" | "blue"'})
+    assert r.choices[0].text in ("red", "green", "blue")
+    r = cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=200, temperature=0,
+                                   response_format={"type": "json_object"})
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=5, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "patternProperties": {}}}})
+    assert e.value.body["param"] == "response_format" and "patternProperties" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="", prompt="x", max_tokens=5, extra_body={"guided_grammar": "root ::= ("})
+    assert e.value.body["param"] == "guided_grammar"
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 20}},
+                                       "required": ["zone"], "additionalProperties": False}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def check_call(name, arguments):
+    args = json.loads(arguments)
+    if name == "get_weather":
+        assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit")
+        assert isinstance(args["city"], str) and len(args["city"]) <= 30
+    else:
+        assert name == "get_time" and set(args) == {"zone"}
+
+
+@pytest.fixture(scope="module")
+def tool_server():
+    from conftest import Server
+    s = Server("--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--chat-template", QWEN_TEMPLATE)
+    yield s
+    s.stop()
+
+
+def test_tool_round_trip(tool_server):
+    cl = client(tool_server)
+    r = cl.chat.completions.create(model="", messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+                                   max_tokens=100, temperature=0)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    call = choice.message.tool_calls[0]
+    assert call.id.startswith("call_") and call.type == "function"
+    check_call(call.function.name, call.function.arguments)
+    history = ASK + [choice.message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "18 degrees, sunny"}]
+    answer = cl.chat.completions.create(model="", messages=history, tools=[WEATHER, TIME], tool_choice="none",
+                                        max_tokens=20, temperature=0)
+    assert answer.choices[0].message.content and not answer.choices[0].message.tool_calls
+    named = cl.chat.completions.create(model="", messages=ASK, tools=[WEATHER, TIME], max_tokens=100,
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert [c.function.name for c in named.choices[0].message.tool_calls] == ["get_time"]
+    check_call("get_time", named.choices[0].message.tool_calls[0].function.arguments)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_tool_calls_streamed_equal_the_calls(tool_server, parallel):
+    cl = client(tool_server)
+    kw = dict(model="", messages=ASK, tools=[WEATHER, TIME], tool_choice="required", max_tokens=150,
+              temperature=1, seed=7, parallel_tool_calls=parallel)
+    whole = cl.chat.completions.create(**kw).choices[0]
+    calls, finish = {}, None
+    for c in cl.chat.completions.create(stream=True, **kw):
+        if not c.choices:
+            continue
+        finish = c.choices[0].finish_reason or finish
+        for d in c.choices[0].delta.tool_calls or []:
+            if d.id:
+                assert d.index not in calls and d.function.name
+                calls[d.index] = {"name": d.function.name, "arguments": ""}
+            calls[d.index]["arguments"] += d.function.arguments or ""
+    assert finish == "tool_calls"
+    got = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
+    assert got == [(t.function.name, t.function.arguments) for t in whole.message.tool_calls]
+    assert len(got) >= 1 and (parallel or len(got) == 1)
+    for name, arguments in got:
+        check_call(name, arguments)
+
+
+def test_malformed_tools_are_400(tool_server):
+    cl = client(tool_server)
+    bad = {"type": "function", "function": {"name": "no spaces allowed"}}
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="", messages=ASK, tools=[bad], max_tokens=5)
+    assert e.value.body["param"] == "tools[0].function.name"
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="", messages=ASK, tools=[WEATHER], max_tokens=5,
+                                   tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert e.value.body["param"] == "tool_choice"
+
+
+def test_tools_need_the_parser_flags(server):
+    with pytest.raises(openai.BadRequestError) as e:
+        client(server).chat.completions.create(model="", messages=ASK, tools=[WEATHER], max_tokens=5)
+    assert e.value.body["param"] == "tools" and "--tool-call-parser" in e.value.body["message"]
