@@ -276,6 +276,11 @@ Expected<QuantizeReport> quantize_hf_dir_to_gguf(const fs::path& input, const st
                                                  const CalibrationStats* stats) {
   INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> model, load_model(input.string()));
   const ModelConfig& config = model->config;
+  if (config.is_moe()) {
+    return unsupported(input.string() +
+                       ": writing a mixture-of-experts checkpoint as GGUF (stacking its experts) is not "
+                       "supported yet; convert it with llama.cpp's convert_hf_to_gguf.py");
+  }
   GgufFileWriter out;
   set_gguf_model_metadata(config, input.filename().string(), out);
   if (fs::exists(input / "tokenizer.json")) {
