@@ -25,7 +25,8 @@ class MoeMlp final {
   // up_e x_t), + sigmoid(g . x_t) * shared(x_t) with a shared expert. x: [tokens, hidden], already
   // normalized; out: [tokens, hidden]. Each selected expert runs once, over the rows routed to it
   // (gathered, then scatter-added), so its weights are read once per step; every token's result
-  // depends only on that token (batch-invariant). Engine thread only.
+  // depends only on that token (batch-invariant). The selected experts' gate/up matmuls (and the
+  // shared expert's) run as one Backend::grouped_linear, their downs as another. Engine thread only.
   void forward(const float* x, int64_t tokens, float* out);
 
  private:
@@ -39,12 +40,17 @@ class MoeMlp final {
   std::vector<std::unique_ptr<LinearWeights>> down_;     // [E]
   std::unique_ptr<LinearWeights> shared_gate_up_, shared_down_;
   ExpertRouting routing_;
-  int64_t capacity_ = 0;             // tokens the buffers below hold
+  std::vector<LinearGroup> groups_;  // one grouped_linear's matmuls
+  int64_t capacity_ = 0;             // tokens T the buffers below hold
   std::vector<float> logits_;        // [T, E]
   std::vector<float> shared_logit_;  // [T]
-  std::vector<float> rows_;          // [T, hidden] the rows routed to one expert, gathered
-  std::vector<float> act_;           // [T, max(moe_intermediate, shared_intermediate)]
-  std::vector<float> expert_out_;    // [T, hidden]
+  // Row i of these belongs to pair i of routing_ (expert-major): the token's row gathered, its
+  // expert's SwiGLU activation, its expert's output.
+  std::vector<float> rows_;        // [T * k, hidden]
+  std::vector<float> act_;         // [T * k, moe_intermediate]
+  std::vector<float> expert_out_;  // [T * k, hidden]
+  std::vector<float> shared_act_;  // [T, shared_intermediate]
+  std::vector<float> shared_out_;  // [T, hidden]
 };
 
 }  // namespace inferd
