@@ -90,17 +90,33 @@ int run_info(const CommonFlags& flags) {
   auto m = load(flags, &secs);
   if (!m) return fail(m.status().message());
   const ModelConfig& c = (*m)->config;
+  std::string moe;  // mixture-of-experts models only
+  if (c.is_moe()) {
+    moe = "\"num_experts\": " + std::to_string(c.num_experts) +
+          ", \"num_experts_per_tok\": " + std::to_string(c.num_experts_per_tok) +
+          ", \"moe_intermediate_size\": " + std::to_string(c.moe_intermediate_size) +
+          ", \"shared_expert_intermediate_size\": " + std::to_string(c.shared_expert_intermediate_size) +
+          ", \"norm_topk_prob\": " + (c.norm_topk_prob ? "true" : "false") + ", \"dense_layers\": " +
+          std::to_string(c.num_layers -
+                         [&] {
+                           int64_t n = 0;
+                           for (int64_t l = 0; l < c.num_layers; ++l) n += c.is_moe_layer(l);
+                           return n;
+                         }()) +
+          ", ";
+  }
   std::printf(
       "{\"path\": \"%s\", \"format\": \"%s\", \"architecture\": \"%s\", \"vocab_size\": %lld, "
       "\"hidden_size\": %lld, \"num_layers\": %lld, \"num_heads\": %lld, \"num_kv_heads\": %lld, "
-      "\"head_dim\": %lld, \"intermediate_size\": %lld, \"context_length\": %lld, "
+      "\"head_dim\": %lld, \"intermediate_size\": %lld, %s\"context_length\": %lld, "
       "\"tie_word_embeddings\": %s, \"weight_bytes\": %zu, \"load_seconds\": %.4f}\n",
       (*m)->source_path.c_str(), (*m)->source_format.c_str(), arch_label(c),
       static_cast<long long>(c.vocab_size), static_cast<long long>(c.hidden_size),
       static_cast<long long>(c.num_layers), static_cast<long long>(c.num_heads),
       static_cast<long long>(c.num_kv_heads), static_cast<long long>(c.head_dim),
-      static_cast<long long>(c.intermediate_size), static_cast<long long>(c.max_position_embeddings),
-      c.tie_word_embeddings ? "true" : "false", (*m)->weight_bytes, secs);
+      static_cast<long long>(c.intermediate_size), moe.c_str(),
+      static_cast<long long>(c.max_position_embeddings), c.tie_word_embeddings ? "true" : "false",
+      (*m)->weight_bytes, secs);
   return 0;
 }
 
@@ -393,6 +409,9 @@ int run_quantize(const QuantizeFlags& q) {
       static_cast<long long>(r->kept_q8), static_cast<long long>(r->smaller_groups),
       static_cast<long long>(r->kept), static_cast<long long>(r->fallback),
       static_cast<double>(r->input_bytes) / (1 << 20), static_cast<double>(r->output_bytes) / (1 << 20));
+  if (r->kept_f32_routers > 0)
+    std::fprintf(stderr, "quantize: %lld MoE routers / shared-expert gates kept at f32\n",
+                 static_cast<long long>(r->kept_f32_routers));
   if (r->gptq > 0)
     std::fprintf(stderr, "quantize: %lld matrices rounded with GPTQ, calibrated on %lld tokens\n",
                  static_cast<long long>(r->gptq), static_cast<long long>(r->calibration_tokens));

@@ -97,6 +97,30 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void grouped_linear(std::span<const LinearGroup> groups) override {
+    // Packed groups run as one packed_matmul_groups, each block-quantized group's rows quantized
+    // into its own scratch; the others (the f32 path, oneDNN) one linear() at a time.
+    packed_groups_.clear();
+    if (grouped_quantized_.size() < groups.size()) grouped_quantized_.resize(groups.size());
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const LinearGroup& g = groups[i];
+      const auto* p = dynamic_cast<const PackedLinear*>(g.w);
+      if (p == nullptr) {
+        linear(g.x, g.tokens, g.k, nullptr, 0.0f, *g.w, {&g.out, 1});
+        continue;
+      }
+      PackedMatmulGroup pg{&p->packed, nullptr, nullptr, g.tokens, g.out};
+      if (p->packed.is_float()) {
+        pg.x_f32 = g.x;
+      } else if (g.tokens > 0) {
+        grouped_quantized_[i].quantize(g.x, g.tokens, g.k, isa_);
+        pg.x = &grouped_quantized_[i];
+      }
+      packed_groups_.push_back(pg);
+    }
+    packed_matmul_groups(packed_groups_, pool_, isa_);
+  }
+
   void attention(const float* q, std::span<const AttentionSequence> sequences,
                  std::span<const int32_t> token_sequence, const KvLayerView& kv, const AttentionShape& shape,
                  float* out) override {
@@ -142,6 +166,8 @@ class CpuBackend final : public Backend {
   Isa isa_;
   ThreadPool& pool_;
   QuantizedActivations quantized_;
+  std::vector<QuantizedActivations> grouped_quantized_;  // one per group of grouped_linear
+  std::vector<PackedMatmulGroup> packed_groups_;
   std::vector<float> normed_, up_;
 };
 

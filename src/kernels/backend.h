@@ -50,6 +50,15 @@ class LinearWeights {
   virtual ~LinearWeights() = default;
 };
 
+// One matmul of Backend::grouped_linear: x [tokens, k] through w into out.
+struct LinearGroup {
+  const LinearWeights* w = nullptr;  // one part, or a SwiGLU (gate, up) pair
+  const float* x = nullptr;
+  int64_t tokens = 0;
+  int64_t k = 0;
+  LinearOutput out;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -65,6 +74,10 @@ class Backend {
   // (x' up^T). x: [tokens, k]. Engine thread only (backends keep scratch buffers).
   virtual void linear(const float* x, int64_t tokens, int64_t k, const float* norm_weight, float eps,
                       const LinearWeights& w, std::span<const LinearOutput> outputs) = 0;
+  // linear(g.x, g.tokens, g.k, nullptr, 0, *g.w, {&g.out, 1}) for every group g, with the same
+  // results bit for bit, in one hand-off to the threads where the backend can: the experts a
+  // mixture-of-experts step selected run as one op however few rows each got. Engine thread only.
+  virtual void grouped_linear(std::span<const LinearGroup> groups) = 0;
   // out[t] = softmax(q[t] K^T * scale) V over token t's sequence's cached positions.
   virtual void attention(const float* q, std::span<const AttentionSequence> sequences,
                          std::span<const int32_t> token_sequence, const KvLayerView& kv,

@@ -928,53 +928,72 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
 
 namespace {
 
-// Runs run_tile(tile, first_token, num_tokens, out) over every tile and group of up to 8 tokens
-// and writes the results (with bias, or as silu(gate) * up) into the outputs.
+// The epilogues of an ISA: a tile's results stored (with bias) or combined as silu(gate) * up.
+struct Epilogues {
+  decltype(&store_scalar) store = store_scalar;
+  decltype(&swiglu_scalar) swiglu = swiglu_scalar;
+};
+
+Epilogues epilogues(Isa isa) {
+  Epilogues e;
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
+    e.store = store_avx512;
+    e.swiglu = swiglu_avx512;
+  } else if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {
+    e.store = store_avx2;
+    e.swiglu = swiglu_avx2;
+  }
+#endif
+  return e;
+}
+
+// Work unit u of w (a tile, or a gate/up tile pair of a SwiGLU weight) for every group of up to
+// 8 tokens: run_tile(tile, first_token, num_tokens, out), results written into the outputs.
+// out / out_up: [kMaxTokens * kQuantTileRows] scratch.
+template <typename RunTile>
+void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, int64_t u, int64_t tokens,
+              const Epilogues& e, RunTile& run_tile, float* out, float* out_up) {
+  // The part this unit's rows belong to, and the unit's first row in it.
+  size_t part = 0;
+  int64_t row0 = 0;
+  if (w.swiglu()) {
+    row0 = u * kQuantTileRows;
+  } else {
+    while (u >= w.part_first_tile(part) + w.part_tiles(part)) ++part;
+    row0 = (u - w.part_first_tile(part)) * kQuantTileRows;
+  }
+  const int rows = static_cast<int>(std::min<int64_t>(kQuantTileRows, w.part_rows(part) - row0));
+  const QuantMatmulOutput& o = outputs[w.swiglu() ? 0 : part];
+  for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
+    const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
+    float* y = o.y + t0 * o.ld + row0;
+    if (w.swiglu()) {
+      run_tile(w.tile(2 * u), t0, nt, out);
+      run_tile(w.tile(2 * u + 1), t0, nt, out_up);
+      e.swiglu(out, out_up, nt, rows, y, o.ld);
+    } else {
+      run_tile(w.tile(u), t0, nt, out);
+      e.store(out, nt, rows, y, o.ld, o.bias != nullptr ? o.bias + row0 : nullptr);
+    }
+  }
+}
+
+int64_t num_units(const PackedWeight& w) {
+  return w.swiglu() ? w.tiles() / 2 : w.tiles();
+}
+
+// Runs run_unit over every unit of w, split over the pool.
 template <typename RunTile>
 void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, int64_t tokens,
            ThreadPool& pool, Isa isa, RunTile run_tile) {
   INFERD_CHECK(outputs.size() == (w.swiglu() ? 1 : w.num_parts()));
   if (tokens == 0) return;
-  const int64_t units = w.swiglu() ? w.tiles() / 2 : w.tiles();
-  auto store = store_scalar;
-  auto swiglu = swiglu_scalar;
-#if defined(__x86_64__)
-  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
-    store = store_avx512;
-    swiglu = swiglu_avx512;
-  } else if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {
-    store = store_avx2;
-    swiglu = swiglu_avx2;
-  }
-#endif
-  pool.parallel_for(units, [&](int64_t begin, int64_t end) {
+  const Epilogues e = epilogues(isa);
+  pool.parallel_for(num_units(w), [&](int64_t begin, int64_t end) {
     alignas(64) float out[kMaxTokens * kQuantTileRows];
     alignas(64) float out_up[kMaxTokens * kQuantTileRows];
-    for (int64_t u = begin; u < end; ++u) {
-      // The part this unit's rows belong to, and the unit's first row in it.
-      size_t part = 0;
-      int64_t row0 = 0;
-      if (w.swiglu()) {
-        row0 = u * kQuantTileRows;
-      } else {
-        while (u >= w.part_first_tile(part) + w.part_tiles(part)) ++part;
-        row0 = (u - w.part_first_tile(part)) * kQuantTileRows;
-      }
-      const int rows = static_cast<int>(std::min<int64_t>(kQuantTileRows, w.part_rows(part) - row0));
-      const QuantMatmulOutput& o = outputs[w.swiglu() ? 0 : part];
-      for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
-        const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
-        float* y = o.y + t0 * o.ld + row0;
-        if (w.swiglu()) {
-          run_tile(w.tile(2 * u), t0, nt, out);
-          run_tile(w.tile(2 * u + 1), t0, nt, out_up);
-          swiglu(out, out_up, nt, rows, y, o.ld);
-        } else {
-          run_tile(w.tile(u), t0, nt, out);
-          store(out, nt, rows, y, o.ld, o.bias != nullptr ? o.bias + row0 : nullptr);
-        }
-      }
-    }
+    for (int64_t u = begin; u < end; ++u) run_unit(w, outputs.data(), u, tokens, e, run_tile, out, out_up);
   });
 }
 
@@ -1008,6 +1027,44 @@ void packed_matmul(const float* x, int64_t tokens, const PackedWeight& w, Quanti
   if (w.is_float()) return float_matmul(x, tokens, w, outputs, pool);
   scratch.quantize(x, tokens, w.cols());
   quant_matmul(scratch, w, outputs, pool);
+}
+
+void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool& pool, Isa isa) {
+  // first[g]: the first unit of group g in the combined range the threads split.
+  std::vector<int64_t> first(groups.size() + 1, 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const PackedMatmulGroup& grp = groups[g];
+    INFERD_CHECK(grp.w != nullptr && (grp.w->swiglu() || grp.w->num_parts() == 1));
+    INFERD_CHECK(grp.tokens == 0 || (grp.w->is_float() ? grp.x_f32 != nullptr
+                                                       : grp.x != nullptr && grp.x->k() == grp.w->cols() &&
+                                                             grp.x->tokens() >= grp.tokens));
+    first[g + 1] = first[g] + (grp.tokens > 0 ? num_units(*grp.w) : 0);
+  }
+  if (first.back() == 0) return;
+  const Epilogues e = epilogues(isa);
+  pool.parallel_for(first.back(), [&](int64_t begin, int64_t end) {
+    alignas(64) float out[kMaxTokens * kQuantTileRows];
+    alignas(64) float out_up[kMaxTokens * kQuantTileRows];
+    auto g = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) - first.begin() - 1);
+    for (int64_t u = begin; u < end; ++u) {
+      while (u >= first[g + 1]) ++g;
+      const PackedMatmulGroup& grp = groups[g];
+      const PackedWeight& w = *grp.w;
+      const size_t header = tile_header_bytes(w.dtype());
+      // The same tile kernels, with the same arguments, as quant_matmul / float_matmul.
+      auto run_tile = [&](const std::byte* tile, int64_t t0, int nt, float* o) {
+        const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
+        if (w.is_float()) {
+          float_tile_kernel(isa, w.dtype(), nt)(
+              {tile + header, row_scale, w.cols(), grp.x_f32 + t0 * w.cols(), nt, o, nullptr});
+        } else {
+          tile_kernel(isa, w.dtype(), nt)({tile + header, row_scale, w.cols() / kQuantBlockValues,
+                                           w.block_bytes(), grp.x, t0, nt, o, w.tile(0) + w.num_bytes()});
+        }
+      };
+      run_unit(w, &grp.out, u - first[g], grp.tokens, e, run_tile, out, out_up);
+    }
+  });
 }
 
 }  // namespace inferd

@@ -147,6 +147,22 @@ void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
 void float_matmul(const float* x, int64_t tokens, const PackedWeight& w,
                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa = active_isa());
 
+// One matmul of a batch of them: w (one part, or SwiGLU-packed) over its own `tokens` rows,
+// already quantized in x for block-quantized w, or f32 rows x_f32 [tokens, cols] for float w.
+struct PackedMatmulGroup {
+  const PackedWeight* w = nullptr;
+  const QuantizedActivations* x = nullptr;
+  const float* x_f32 = nullptr;
+  int64_t tokens = 0;
+  QuantMatmulOutput out;
+};
+
+// quant_matmul / float_matmul of every group, in one parallel_for over all the groups' tiles
+// (one hand-off to the threads instead of one per group: the experts a MoE step selected).
+// Every output is computed exactly as the group's own call computes it: bit-identical.
+void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool& pool,
+                          Isa isa = active_isa());
+
 // Either of the two by w's dtype, quantizing x into `scratch` for block-quantized weights.
 void packed_matmul(const float* x, int64_t tokens, const PackedWeight& w, QuantizedActivations& scratch,
                    std::span<const QuantMatmulOutput> outputs, ThreadPool& pool);

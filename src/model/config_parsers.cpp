@@ -4,6 +4,7 @@
 
 #include "model/model_loader.h"
 #include "tensor/dequantize.h"
+#include "model/moe_config.h"
 
 namespace inferd {
 
@@ -105,7 +106,9 @@ Expected<ModelConfig> parse_gguf_config(const GgufFile& f) {
   c.vocab_size = embd->shape[0];
   c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
   c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c.qk_norm = c.arch == Architecture::kQwen3;
+  c.qk_norm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe;
+  if (c.arch == Architecture::kQwen2Moe || c.arch == Architecture::kQwen3Moe)
+    INFERD_RETURN_IF_ERROR(parse_gguf_moe_config(f, &c));
   // llama.cpp's converter permutes llama's Q/K rows for interleaved RoPE; Qwen keeps NeoX pairs.
   c.rope_pairing = c.arch == Architecture::kLlama ? RopePairing::kInterleaved : RopePairing::kNeox;
   Status s = c.validate();
@@ -272,9 +275,14 @@ Expected<ModelConfig> parse_hf_config(const std::string& name, const std::string
     c.arch_name = "qwen2";
   } else if (arch_class == "Qwen3ForCausalLM") {
     c.arch_name = "qwen3";
+  } else if (arch_class == "Qwen2MoeForCausalLM") {
+    c.arch_name = "qwen2moe";
+  } else if (arch_class == "Qwen3MoeForCausalLM") {
+    c.arch_name = "qwen3moe";
   } else {
     return unsupported(name + ": unsupported architecture '" + arch_class +
-                       "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                       "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                       "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
   }
   INFERD_ASSIGN_OR_RETURN(c.arch, architecture_from_name(c.arch_name));
   INFERD_ASSIGN_OR_RETURN(c.vocab_size, json_int(name, j, "vocab_size"));
@@ -290,9 +298,13 @@ Expected<ModelConfig> parse_hf_config(const std::string& name, const std::string
   INFERD_RETURN_IF_ERROR(parse_hf_rope(name, j, &c));
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", false);
   c.rope_pairing = RopePairing::kNeox;
-  c.qk_norm = c.arch == Architecture::kQwen3;
-  c.attention_bias = c.arch == Architecture::kQwen2 ? true : json_bool(j, "attention_bias", false);
-  if (c.arch != Architecture::kQwen2 && c.attention_bias) {
+  c.qk_norm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe;
+  // Qwen2 always has Q/K/V biases; Qwen2-MoE unless qkv_bias is false.
+  c.attention_bias = c.arch == Architecture::kQwen2      ? true
+                     : c.arch == Architecture::kQwen2Moe ? json_bool(j, "qkv_bias", true)
+                                                         : json_bool(j, "attention_bias", false);
+  const bool qwen2_family = c.arch == Architecture::kQwen2 || c.arch == Architecture::kQwen2Moe;
+  if (!qwen2_family && c.attention_bias) {
     return unsupported(name + ": attention_bias on " + arch_class + " is not supported");
   }
   if (json_bool(j, "mlp_bias", false)) return unsupported(name + ": mlp_bias is not supported");
@@ -302,6 +314,8 @@ Expected<ModelConfig> parse_hf_config(const std::string& name, const std::string
   if (auto it = j.find("hidden_act"); it != j.end() && (!it->is_string() || *it != "silu")) {
     return unsupported(name + ": hidden_act must be \"silu\"");
   }
+  if (c.arch == Architecture::kQwen2Moe || c.arch == Architecture::kQwen3Moe)
+    INFERD_RETURN_IF_ERROR(parse_hf_moe_config(name, j, &c));
   Status s = c.validate();
   if (!s.is_ok()) return s.with_context(name);
   return c;

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace inferd {
@@ -8,7 +9,10 @@ Expected<Architecture> architecture_from_name(const std::string& name) {
   if (name == "llama") return Architecture::kLlama;
   if (name == "qwen2") return Architecture::kQwen2;
   if (name == "qwen3") return Architecture::kQwen3;
-  return unsupported("unsupported architecture '" + name + "' (supported: llama, qwen2, qwen3)");
+  if (name == "qwen2moe") return Architecture::kQwen2Moe;
+  if (name == "qwen3moe") return Architecture::kQwen3Moe;
+  return unsupported("unsupported architecture '" + name +
+                     "' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe)");
 }
 
 namespace {
@@ -51,6 +55,43 @@ Status validate_rope_scaling(const RopeScaling& s, int64_t head_dim) {
 
 }  // namespace
 
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 &&
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
+}
+
+namespace {
+
+Status validate_moe(const ModelConfig& c) {
+  if (c.num_experts == 0) {
+    if (c.num_experts_per_tok != 0 || c.moe_intermediate_size != 0 || c.shared_expert_intermediate_size != 0)
+      return invalid_argument("expert sizes are set but num_experts is 0");
+    return Status::ok();
+  }
+  if (c.num_experts < 0 || c.num_experts > 4096)
+    return invalid_argument("num_experts = " + std::to_string(c.num_experts) + " is out of range");
+  if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts)
+    return invalid_argument("num_experts_per_tok = " + std::to_string(c.num_experts_per_tok) +
+                            " must be in [1, num_experts = " + std::to_string(c.num_experts) + "]");
+  if (c.moe_intermediate_size <= 0 || c.moe_intermediate_size > (int64_t{1} << 24))
+    return invalid_argument("moe_intermediate_size = " + std::to_string(c.moe_intermediate_size) +
+                            " is out of range");
+  if (c.shared_expert_intermediate_size < 0 || c.shared_expert_intermediate_size > (int64_t{1} << 24))
+    return invalid_argument("shared_expert_intermediate_size = " +
+                            std::to_string(c.shared_expert_intermediate_size) + " is out of range");
+  if (c.decoder_sparse_step < 1)
+    return invalid_argument("decoder_sparse_step = " + std::to_string(c.decoder_sparse_step) +
+                            " must be >= 1");
+  for (int64_t l : c.mlp_only_layers) {
+    if (l < 0 || l >= c.num_layers)
+      return invalid_argument("mlp_only_layers lists layer " + std::to_string(l) + " of " +
+                              std::to_string(c.num_layers));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status ModelConfig::validate() const {
   auto positive = [](int64_t v, const char* field) -> Status {
     if (v <= 0 || v > (int64_t{1} << 24)) {
@@ -73,7 +114,8 @@ Status ModelConfig::validate() const {
   if (head_dim % 2 != 0) return invalid_argument("head_dim " + std::to_string(head_dim) + " is odd");
   if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) return invalid_argument("rms_norm_eps out of range");
   if (!(rope_theta > 1)) return invalid_argument("rope_theta must be > 1");
-  return validate_rope_scaling(rope_scaling, head_dim);
+  INFERD_RETURN_IF_ERROR(validate_rope_scaling(rope_scaling, head_dim));
+  return validate_moe(*this);
 }
 
 }  // namespace inferd

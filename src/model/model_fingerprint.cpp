@@ -79,9 +79,21 @@ ModelFingerprint model_fingerprint(const ModelWeights& w) {
   h.value(c.tie_word_embeddings);
   h.value(c.attention_bias);
   h.value(c.qk_norm);
+  for (int64_t v : {c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size,
+                    c.shared_expert_intermediate_size, c.decoder_sparse_step})
+    h.value(v);
+  h.value(c.norm_topk_prob);
+  for (int64_t v : c.mlp_only_layers) h.value(v);
   h.tensor(w.token_embedding);
   for (const LayerWeights& l : w.layers) {
     for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) h.tensor(*t);
+    const MoeWeights& m = l.moe;
+    for (const TensorView* t :
+         {&m.router, &m.shared_gate, &m.shared_up, &m.shared_down, &m.shared_expert_gate})
+      h.tensor(*t);
+    for (const auto* experts : {&m.expert_gate, &m.expert_up, &m.expert_down}) {
+      for (const TensorView& t : *experts) h.tensor(t);
+    }
     for (const std::vector<float>* v : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.ffn_norm})
       h.floats(*v);
   }

@@ -17,9 +17,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+class WeightBinder;
+
 struct Names {
   std::function<std::string(LayerTensor, int64_t)> layer;
   std::string embedding, final_norm, lm_head;
+  // Binds layer i's routed experts, whose layout differs between the formats.
+  std::function<Status(WeightBinder&, const ModelConfig&, int64_t, MoeWeights*)> experts;
 };
 
 // Looks tensors up by name, checks their shapes and turns small ones into f32 vectors.
@@ -52,6 +56,48 @@ class WeightBinder {
     return out;
   }
 
+  // A [1, size] matrix stored as [1, size] or as [size].
+  Expected<TensorView> row_vector(const std::string& name, int64_t size) {
+    const TensorView* t = find_(name);
+    if (t == nullptr) return not_found(source_ + ": missing tensor '" + name + "'");
+    if (t->num_elements() != size || t->row_length() != size) {
+      return corrupt_file(source_ + ": tensor '" + name + "' has shape " + t->shape_string() +
+                          ", expected [1, " + std::to_string(size) + "]");
+    }
+    TensorView v = *t;
+    v.num_dims = 2;
+    v.shape = {1, size, 1, 1};
+    bytes_ += t->num_bytes;
+    return v;
+  }
+
+  // Rows [first, first + rows) of each expert's block of a stacked tensor [num_experts, stride,
+  // cols], as one [rows, cols] view per expert named "<name>[e]".
+  Expected<std::vector<TensorView>> experts(const std::string& name, int64_t num_experts, int64_t stride,
+                                            int64_t first, int64_t rows, int64_t cols) {
+    const TensorView* t = find_(name);
+    if (t == nullptr) return not_found(source_ + ": missing tensor '" + name + "'");
+    if (t->num_dims != 3 || t->shape[0] != num_experts || t->shape[1] != stride || t->shape[2] != cols) {
+      return corrupt_file(source_ + ": tensor '" + name + "' has shape " + t->shape_string() +
+                          ", expected [" + std::to_string(num_experts) + ", " + std::to_string(stride) +
+                          ", " + std::to_string(cols) + "]");
+    }
+    std::vector<TensorView> out(static_cast<size_t>(num_experts));
+    for (int64_t e = 0; e < num_experts; ++e) {
+      TensorView& v = out[static_cast<size_t>(e)];
+      const int64_t row = e * stride + first;
+      v = *t;
+      v.name = name + "[" + std::to_string(e) + "]";
+      v.num_dims = 2;
+      v.shape = {rows, cols, 1, 1};
+      v.data = t->row(row);
+      v.num_bytes = static_cast<size_t>(rows) * t->row_bytes();
+      if (t->row_scale != nullptr) v.row_scale = t->row_scale + row;
+    }
+    bytes_ += static_cast<size_t>(num_experts * rows) * t->row_bytes();
+    return out;
+  }
+
   size_t bytes() const { return bytes_; }
 
  private:
@@ -59,6 +105,55 @@ class WeightBinder {
   std::function<const TensorView*(const std::string&)> find_;
   size_t bytes_ = 0;
 };
+
+Status bind_moe(const Names& names, WeightBinder& b, const ModelConfig& c, int64_t i, MoeWeights* m) {
+  auto n = [&](LayerTensor r) { return names.layer(r, i); };
+  INFERD_ASSIGN_OR_RETURN(m->router, b.matrix(n(LayerTensor::kRouter), c.num_experts, c.hidden_size));
+  INFERD_RETURN_IF_ERROR(names.experts(b, c, i, m));
+  if (c.shared_expert_intermediate_size == 0) return Status::ok();
+  const int64_t shared = c.shared_expert_intermediate_size;
+  INFERD_ASSIGN_OR_RETURN(m->shared_gate, b.matrix(n(LayerTensor::kSharedGate), shared, c.hidden_size));
+  INFERD_ASSIGN_OR_RETURN(m->shared_up, b.matrix(n(LayerTensor::kSharedUp), shared, c.hidden_size));
+  INFERD_ASSIGN_OR_RETURN(m->shared_down, b.matrix(n(LayerTensor::kSharedDown), c.hidden_size, shared));
+  INFERD_ASSIGN_OR_RETURN(m->shared_expert_gate,
+                          b.row_vector(n(LayerTensor::kSharedExpertGate), c.hidden_size));
+  return Status::ok();
+}
+
+// GGUF: each weight of all experts stacked in one tensor [num_experts, rows, cols].
+Status bind_gguf_experts(WeightBinder& b, const ModelConfig& c, int64_t i, MoeWeights* m) {
+  const int64_t e = c.num_experts, h = c.hidden_size, f = c.moe_intermediate_size;
+  INFERD_ASSIGN_OR_RETURN(m->expert_gate,
+                          b.experts(gguf_experts_tensor(ExpertTensor::kGate, i), e, f, 0, f, h));
+  INFERD_ASSIGN_OR_RETURN(m->expert_up, b.experts(gguf_experts_tensor(ExpertTensor::kUp, i), e, f, 0, f, h));
+  INFERD_ASSIGN_OR_RETURN(m->expert_down,
+                          b.experts(gguf_experts_tensor(ExpertTensor::kDown, i), e, h, 0, h, f));
+  return Status::ok();
+}
+
+// Hugging Face: one tensor per expert (checkpoints), or transformers 5's fused gate_up_proj /
+// down_proj when the per-expert names are absent.
+Status bind_hf_experts(WeightBinder& b, const ModelConfig& c, int64_t i, MoeWeights* m,
+                       const std::function<const TensorView*(const std::string&)>& find) {
+  const int64_t h = c.hidden_size, f = c.moe_intermediate_size;
+  if (find(hf_expert_tensor(ExpertTensor::kGate, i, 0)) == nullptr) {
+    const std::string gate_up = hf_fused_experts_tensor(ExpertTensor::kGate, i);
+    const std::string down = hf_fused_experts_tensor(ExpertTensor::kDown, i);
+    INFERD_ASSIGN_OR_RETURN(m->expert_gate, b.experts(gate_up, c.num_experts, 2 * f, 0, f, h));
+    INFERD_ASSIGN_OR_RETURN(m->expert_up, b.experts(gate_up, c.num_experts, 2 * f, f, f, h));
+    INFERD_ASSIGN_OR_RETURN(m->expert_down, b.experts(down, c.num_experts, h, 0, h, f));
+    return Status::ok();
+  }
+  for (int64_t x = 0; x < c.num_experts; ++x) {
+    INFERD_ASSIGN_OR_RETURN(TensorView gate, b.matrix(hf_expert_tensor(ExpertTensor::kGate, i, x), f, h));
+    INFERD_ASSIGN_OR_RETURN(TensorView up, b.matrix(hf_expert_tensor(ExpertTensor::kUp, i, x), f, h));
+    INFERD_ASSIGN_OR_RETURN(TensorView down, b.matrix(hf_expert_tensor(ExpertTensor::kDown, i, x), h, f));
+    m->expert_gate.push_back(std::move(gate));
+    m->expert_up.push_back(std::move(up));
+    m->expert_down.push_back(std::move(down));
+  }
+  return Status::ok();
+}
 
 Status bind_weights(const Names& names, WeightBinder& b, ModelWeights* m) {
   const ModelConfig& c = m->config;
@@ -88,6 +183,10 @@ Status bind_weights(const Names& names, WeightBinder& b, ModelWeights* m) {
       INFERD_ASSIGN_OR_RETURN(l.k_norm, b.vector(n(LayerTensor::kKNorm), c.head_dim));
     }
     INFERD_ASSIGN_OR_RETURN(l.ffn_norm, b.vector(n(LayerTensor::kFfnNorm), c.hidden_size));
+    if (c.is_moe_layer(i)) {
+      INFERD_RETURN_IF_ERROR(bind_moe(names, b, c, i, &l.moe));
+      continue;
+    }
     INFERD_ASSIGN_OR_RETURN(l.w_gate, b.matrix(n(LayerTensor::kGate), c.intermediate_size, c.hidden_size));
     INFERD_ASSIGN_OR_RETURN(l.w_up, b.matrix(n(LayerTensor::kUp), c.intermediate_size, c.hidden_size));
     INFERD_ASSIGN_OR_RETURN(l.w_down, b.matrix(n(LayerTensor::kDown), c.hidden_size, c.intermediate_size));
@@ -105,7 +204,8 @@ Expected<std::unique_ptr<ModelWeights>> load_gguf(const std::string& path) {
   m->source_format = "gguf";
   const GgufFile* g = m->gguf.get();
   WeightBinder binder(path, [g](const std::string& n) { return g->find_tensor(n); });
-  Names names{gguf_layer_tensor, "token_embd.weight", "output_norm.weight", "output.weight"};
+  Names names{gguf_layer_tensor, "token_embd.weight", "output_norm.weight", "output.weight",
+              bind_gguf_experts};
   INFERD_RETURN_IF_ERROR(bind_weights(names, binder, m.get()));
   return m;
 }
@@ -164,7 +264,10 @@ Expected<std::unique_ptr<ModelWeights>> load_hf_dir(const fs::path& dir) {
   // A checkpoint without lm_head ties it to the embedding whatever the config says.
   if (find("lm_head.weight") == nullptr) m->config.tie_word_embeddings = true;
   WeightBinder binder(dir.string(), find);
-  Names names{hf_layer_tensor, "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+  Names names{hf_layer_tensor, "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+              [find](WeightBinder& b, const ModelConfig& c, int64_t i, MoeWeights* moe) {
+                return bind_hf_experts(b, c, i, moe, find);
+              }};
   INFERD_RETURN_IF_ERROR(bind_weights(names, binder, m.get()));
   return m;
 }

@@ -14,6 +14,20 @@
 
 namespace inferd {
 
+// A mixture-of-experts MLP: router, routed experts and (Qwen2-MoE) the shared expert.
+struct MoeWeights {
+  TensorView router;                    // [num_experts, hidden]
+  std::vector<TensorView> expert_gate;  // num_experts x [moe_intermediate, hidden]
+  std::vector<TensorView> expert_up;    // num_experts x [moe_intermediate, hidden]
+  std::vector<TensorView> expert_down;  // num_experts x [hidden, moe_intermediate]
+  TensorView shared_gate;               // [shared_intermediate, hidden]; empty without a shared expert
+  TensorView shared_up;                 // [shared_intermediate, hidden]
+  TensorView shared_down;               // [hidden, shared_intermediate]
+  TensorView shared_expert_gate;        // [1, hidden]: the shared expert is scaled by sigmoid(x . g)
+
+  bool has_shared_expert() const { return shared_gate.data != nullptr; }
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm;   // [hidden]
   TensorView wq;                  // [q_dim, hidden]
@@ -24,9 +38,15 @@ struct LayerWeights {
   std::vector<float> q_norm;      // [head_dim]; empty without qk_norm
   std::vector<float> k_norm;      // [head_dim]
   std::vector<float> ffn_norm;    // [hidden]
-  TensorView w_gate;              // [intermediate, hidden]
-  TensorView w_up;                // [intermediate, hidden]
-  TensorView w_down;              // [hidden, intermediate]
+  // Dense MLP (every layer of a dense model; a MoE model's mlp_only_layers).
+  TensorView w_gate;  // [intermediate, hidden]
+  TensorView w_up;    // [intermediate, hidden]
+  TensorView w_down;  // [hidden, intermediate]
+  // Mixture of experts (config.is_moe_layer): the dense MLP's views stay empty. Each expert's
+  // view is a slice of the file's stacked or fused tensor (named "<tensor>[expert]").
+  MoeWeights moe;
+
+  bool is_moe() const { return !moe.expert_gate.empty(); }
 };
 
 struct ModelWeights {

@@ -23,6 +23,18 @@ constexpr std::pair<const char*, const char*> kNames[] = {
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+};
+
+// Indexed by ExpertTensor: {GGUF stacked suffix, Hugging Face per-expert suffix, fused name}.
+constexpr const char* kExpertNames[][3] = {
+    {"ffn_gate_exps.weight", "gate_proj.weight", "gate_up_proj"},
+    {"ffn_up_exps.weight", "up_proj.weight", "gate_up_proj"},
+    {"ffn_down_exps.weight", "down_proj.weight", "down_proj"},
 };
 
 // "<prefix><digits>.<suffix>": the layer number and the suffix.
@@ -60,6 +72,19 @@ bool parse_layer_tensor(const std::string& name, int64_t* layer, LayerTensor* ro
     }
   }
   return false;
+}
+
+std::string gguf_experts_tensor(ExpertTensor role, int64_t layer) {
+  return "blk." + std::to_string(layer) + "." + kExpertNames[static_cast<int>(role)][0];
+}
+
+std::string hf_expert_tensor(ExpertTensor role, int64_t layer, int64_t expert) {
+  return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) + "." +
+         kExpertNames[static_cast<int>(role)][1];
+}
+
+std::string hf_fused_experts_tensor(ExpertTensor role, int64_t layer) {
+  return "model.layers." + std::to_string(layer) + ".mlp.experts." + kExpertNames[static_cast<int>(role)][2];
 }
 
 }  // namespace inferd

@@ -32,6 +32,10 @@ Transformer::Transformer(const ModelWeights& weights, std::unique_ptr<Backend> b
     LayerLinears& p = layers_[i];
     p.qkv = prepare({&l.wq, &l.wk, &l.wv}, false);
     p.wo = prepare({&l.wo}, false);
+    if (l.is_moe()) {
+      p.moe = std::make_unique<MoeMlp>(l.moe, weights.config, *backend_);
+      continue;
+    }
     p.gate_up = prepare({&l.w_gate, &l.w_up}, true);
     p.down = prepare({&l.w_down}, false);
   }
@@ -170,6 +174,15 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
 void Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
   const ModelConfig& c = config();
   const LayerLinears& p = layers_[static_cast<size_t>(layer)];
+  if (p.moe != nullptr) {
+    backend_->rms_norm(hidden_.data(), l.ffn_norm.data(), normed_.data(), n, c.hidden_size,
+                       static_cast<float>(c.rms_norm_eps));
+    if (observer_ != nullptr) observer_->observe(layer, LinearInput::kMlp, normed_.data(), n, c.hidden_size);
+    p.moe->forward(normed_.data(), n, proj_.data());
+    for (int64_t i = 0; i < n * c.hidden_size; ++i)
+      hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
+    return;
+  }
   // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices where the backend can.
   const LinearOutput gate{gate_.data(), c.intermediate_size, nullptr};
   norm_linear(l.ffn_norm, layer, LinearInput::kMlp, *p.gate_up, {&gate, 1}, n);

@@ -1,4 +1,5 @@
-// Transformer: the decoder-only forward pass (Llama / Qwen2 / Qwen3) over a flattened batch.
+// Transformer: the decoder-only forward pass (Llama / Qwen2 / Qwen3, and Qwen2-MoE / Qwen3-MoE
+// with mixture-of-experts MLPs: moe_mlp.h) over a flattened batch.
 // The model runner hands it a ForwardBatch (tokens of many sequences, concatenated, nothing
 // padded) and a KvCache; it writes each new token's K/V and returns logits for chosen rows.
 #pragma once
@@ -14,6 +15,7 @@
 #include "kernels/rope_scaling.h"
 #include "kv/kv_cache.h"
 #include "model/model_weights.h"
+#include "model/moe_mlp.h"
 
 namespace inferd {
 
@@ -35,8 +37,8 @@ struct ForwardBatch {
 enum class LinearInput {
   kAttention,  // rms_norm(hidden) into Q, K, V
   kOutput,     // the attention output into O
-  kMlp,        // rms_norm(hidden) into gate and up
-  kDown,       // silu(gate) * up into down
+  kMlp,        // rms_norm(hidden) into gate and up (MoE layers: into the router and experts)
+  kDown,       // silu(gate) * up into down (dense MLPs only)
 };
 
 // Sees each linear layer's input rows (normalized where a norm comes first) during forward.
@@ -95,6 +97,7 @@ class Transformer final {
     std::unique_ptr<LinearWeights> wo;
     std::unique_ptr<LinearWeights> gate_up;  // gate and up as one SwiGLU matmul
     std::unique_ptr<LinearWeights> down;
+    std::unique_ptr<MoeMlp> moe;  // instead of gate_up and down in MoE layers
   };
 
   const ModelWeights& weights_;

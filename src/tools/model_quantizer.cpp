@@ -21,6 +21,7 @@
 #include "formats/safetensors_file.h"
 #include "formats/safetensors_writer.h"
 #include "model/model_loader.h"
+#include "model/tensor_names.h"
 #include "tensor/dequantize.h"
 #include "tensor/quantize.h"
 #include "tokenizer/tokenizer_loader.h"
@@ -110,6 +111,14 @@ DType matrix_type(DType target, int64_t cols, bool embedding_or_output, bool pur
   return target;
 }
 
+// A mixture-of-experts router or shared-expert gate, named the GGUF or the Hugging Face way.
+bool is_router(const std::string& name) {
+  int64_t layer = 0;
+  LayerTensor role{};
+  return parse_layer_tensor(name, &layer, &role) &&
+         (role == LayerTensor::kRouter || role == LayerTensor::kSharedExpertGate);
+}
+
 // Names of the "_scale" companions of the row-scaled tensors in `tensors` (read with their
 // tensor, not copied on their own).
 std::set<std::string> companion_names(const std::vector<const TensorView*>& tensors) {
@@ -137,8 +146,15 @@ Status convert_all(const std::vector<const TensorView*>& tensors, DType target,
       ++report->kept;
       report->output_bytes += keep_vector(*t);
     } else {
-      const DType dtype =
-          matrix_type(target, t->row_length(), embedding_or_output.count(t->name) != 0, options.pure, report);
+      // MoE routers and shared-expert gates stay F32, as llama-quantize keeps them: a router
+      // rounded to a few bits moves tokens to other experts.
+      DType dtype = DType::kF32;
+      if (is_router(t->name)) {
+        ++report->kept_f32_routers;
+      } else {
+        dtype = matrix_type(target, t->row_length(), embedding_or_output.count(t->name) != 0, options.pure,
+                            report);
+      }
       Converted c;
       if (auto g = convert_gptq(*t, dtype, stats, pool)) {
         if (!*g) return g->status();
@@ -276,6 +292,11 @@ Expected<QuantizeReport> quantize_hf_dir_to_gguf(const fs::path& input, const st
                                                  const CalibrationStats* stats) {
   INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> model, load_model(input.string()));
   const ModelConfig& config = model->config;
+  if (config.is_moe()) {
+    return unsupported(input.string() +
+                       ": writing a mixture-of-experts checkpoint as GGUF (stacking its experts) is not "
+                       "supported yet; convert it with llama.cpp's convert_hf_to_gguf.py");
+  }
   GgufFileWriter out;
   if (Status s = set_gguf_model_metadata(config, input.filename().string(), out); !s.is_ok())
     return s.with_context(input.string());

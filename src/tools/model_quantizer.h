@@ -14,12 +14,13 @@ namespace inferd {
 
 struct QuantizeReport {
   int64_t tensors = 0;
-  int64_t converted = 0;       // matrices written in the target type
-  int64_t kept = 0;            // 1-D tensors (norms, biases) written as F32
-  int64_t fallback = 0;        // matrices whose rows do not fit the target's block: written as F16
-  int64_t kept_q8 = 0;         // embedding / output matrices kept at Q8_0 (4-bit targets, not pure)
-  int64_t smaller_groups = 0;  // int4 matrices in groups of 64: rows not a multiple of 128
-  int64_t gptq = 0;            // matrices rounded with GPTQ (calibrated int4)
+  int64_t converted = 0;         // matrices written in the target type
+  int64_t kept = 0;              // 1-D tensors (norms, biases) written as F32
+  int64_t fallback = 0;          // matrices whose rows do not fit the target's block: written as F16
+  int64_t kept_q8 = 0;           // embedding / output matrices kept at Q8_0 (4-bit targets, not pure)
+  int64_t kept_f32_routers = 0;  // MoE routers and shared-expert gates kept at F32
+  int64_t smaller_groups = 0;    // int4 matrices in groups of 64: rows not a multiple of 128
+  int64_t gptq = 0;              // matrices rounded with GPTQ (calibrated int4)
   int64_t calibration_tokens = 0;
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;

@@ -1,8 +1,8 @@
 // Every op of every backend on every ISA path this CPU has (like llama.cpp's test-backend-ops):
 // linear layers of every weight format (one part, Q/K/V parts with biases, SwiGLU, with and
-// without the fused RMSNorm), paged attention, RMSNorm, RoPE, SiLU-mul and the embedding, each
-// against a scalar double reference on random shapes, odd sizes included. The packed backend's
-// integer kernels are also bit-identical to its scalar path on every ISA path.
+// without the fused RMSNorm; grouped_linear against linear), paged attention, RMSNorm, RoPE, SiLU-mul and the
+// embedding, each against a scalar double reference on random shapes, odd sizes included. The packed
+// backend's integer kernels are also bit-identical to its scalar path on every ISA path.
 #include "kernels/backend.h"
 
 #include <gtest/gtest.h>
@@ -179,6 +179,54 @@ TEST(BackendOpsTest, QkvPartsAndSwigluMatchTheirReferences) {
         const LinearOutput out{y.data(), 45, nullptr};
         b->linear(x.data(), tokens, cols, nullptr, 0, *swiglu, {&out, 1});
         EXPECT_LE(relative_error(y.data(), want_swiglu), 2 * tol) << label(kind, isa) << " swiglu";
+      }
+    }
+  }
+}
+
+// grouped_linear (a MoE step's experts as one op) gives exactly what linear() gives each group
+// alone: SwiGLU pairs and single parts, mixed row counts (0, 1, past the 8-token tile pass), on
+// every backend, path and a float and block-quantized format each.
+TEST(BackendOpsTest, GroupedLinearEqualsEachLinearAlone) {
+  std::mt19937 rng(23);
+  ThreadPool pool(2);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
+    const int64_t cols = dtype == DType::kQ4_K ? 256 : 96, rows = 40;
+    const std::vector<int64_t> tokens = {3, 0, 1, 11, 2};
+    std::vector<std::vector<std::byte>> storage(2 * tokens.size());
+    std::vector<TensorView> gates, ups;
+    for (size_t g = 0; g < tokens.size(); ++g) {
+      gates.push_back(test::random_tensor(dtype, rows, cols, rng, &storage[2 * g]));
+      ups.push_back(test::random_tensor(dtype, rows, cols, rng, &storage[2 * g + 1]));
+    }
+    std::vector<std::vector<float>> xs;
+    for (int64_t t : tokens)
+      xs.push_back(test::random_floats(static_cast<size_t>(std::max<int64_t>(t, 1) * cols), rng));
+    for (BackendKind kind : cpu_kinds()) {
+      for (Isa isa : isas()) {
+        auto b = make(kind, isa, pool);
+        ASSERT_NE(b, nullptr);
+        // Even groups SwiGLU (gate, up), odd groups one part (gate only).
+        std::vector<std::unique_ptr<LinearWeights>> prepared;
+        for (size_t g = 0; g < tokens.size(); ++g) {
+          const TensorView* pair[] = {&gates[g], &ups[g]};
+          prepared.push_back(g % 2 == 0 ? b->prepare_linear(pair, true)
+                                        : b->prepare_linear({pair, 1}, false));
+        }
+        std::vector<std::vector<float>> alone(tokens.size()), grouped(tokens.size());
+        std::vector<LinearGroup> groups;
+        for (size_t g = 0; g < tokens.size(); ++g) {
+          alone[g].assign(static_cast<size_t>(tokens[g] * rows), -1.0f);
+          grouped[g].assign(static_cast<size_t>(tokens[g] * rows), -2.0f);
+          const LinearOutput out{alone[g].data(), rows, nullptr};
+          if (tokens[g] > 0) b->linear(xs[g].data(), tokens[g], cols, nullptr, 0, *prepared[g], {&out, 1});
+          groups.push_back(
+              {prepared[g].get(), xs[g].data(), tokens[g], cols, {grouped[g].data(), rows, nullptr}});
+        }
+        b->grouped_linear(groups);
+        for (size_t g = 0; g < tokens.size(); ++g)
+          EXPECT_EQ(grouped[g], alone[g])
+              << label(kind, isa) << " " << dtype_info(dtype).name << " group " << g;
       }
     }
   }

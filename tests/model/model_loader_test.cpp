@@ -207,5 +207,116 @@ TEST(ModelLoaderTest, HfConfigErrors) {
   expect(no_hidden, "missing field 'hidden_size'");
 }
 
+const char* kQwen3MoeConfig = R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 100,
+  "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+  "intermediate_size": 96, "moe_intermediate_size": 32, "num_local_experts": 8, "num_experts_per_tok": 2,
+  "norm_topk_prob": true, "decoder_sparse_step": 2, "mlp_only_layers": [3]})";
+
+TEST(ModelLoaderTest, HfMoeConfig) {
+  auto c = parse_hf_config("config.json", kQwen3MoeConfig);
+  ASSERT_TRUE(c.has_value()) << c.status().message();
+  EXPECT_EQ(c->arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c->arch_name, "qwen3moe");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->num_experts, 8);  // transformers 5 writes Qwen3-MoE's num_experts as num_local_experts
+  EXPECT_EQ(c->num_experts_per_tok, 2);
+  EXPECT_EQ(c->moe_intermediate_size, 32);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(c->norm_topk_prob);
+  // decoder_sparse_step 2: layers 1 and 3 are MoE, but 3 is listed in mlp_only_layers.
+  EXPECT_FALSE(c->is_moe_layer(0));
+  EXPECT_TRUE(c->is_moe_layer(1));
+  EXPECT_FALSE(c->is_moe_layer(2));
+  EXPECT_FALSE(c->is_moe_layer(3));
+
+  // Qwen2-MoE: transformers' defaults for what config.json leaves out, Q/K/V biases on.
+  auto q2 = parse_hf_config("config.json", R"({"architectures": ["Qwen2MoeForCausalLM"], "vocab_size": 100,
+    "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 96})");
+  ASSERT_TRUE(q2.has_value()) << q2.status().message();
+  EXPECT_EQ(q2->arch, Architecture::kQwen2Moe);
+  EXPECT_TRUE(q2->attention_bias);
+  EXPECT_FALSE(q2->qk_norm);
+  EXPECT_EQ(q2->num_experts, 60);
+  EXPECT_EQ(q2->num_experts_per_tok, 4);
+  EXPECT_EQ(q2->moe_intermediate_size, 1408);
+  EXPECT_EQ(q2->shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(q2->norm_topk_prob);
+  EXPECT_TRUE(q2->is_moe_layer(0) && q2->is_moe_layer(1));
+}
+
+TEST(ModelLoaderTest, HfMoeConfigErrors) {
+  auto expect = [](std::string text, const std::string& from, const std::string& to,
+                   const std::string& fragment) {
+    text.replace(text.find(from), from.size(), to);
+    auto c = parse_hf_config("config.json", text);
+    ASSERT_FALSE(c.has_value()) << text;
+    EXPECT_NE(c.status().message().find(fragment), std::string::npos) << c.status().message();
+  };
+  expect(kQwen3MoeConfig, "\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9",
+         "num_experts_per_tok = 9");
+  expect(kQwen3MoeConfig, "\"mlp_only_layers\": [3]", "\"mlp_only_layers\": [4]",
+         "mlp_only_layers lists layer 4");
+  expect(kQwen3MoeConfig, "\"decoder_sparse_step\": 2", "\"decoder_sparse_step\": 0", "decoder_sparse_step");
+  expect(kQwen3MoeConfig, "\"num_local_experts\": 8", "\"num_local_experts\": 0", "num_experts is 0");
+}
+
+// The MoE fields of the GGUF fixtures (written as llama.cpp's converter writes them).
+TEST(ModelLoaderTest, GgufMoeConfig) {
+  auto q3 = load_model(test::fixture_path("tiny/qwen3_moe/model-q8_0.gguf"));
+  ASSERT_TRUE(q3.has_value()) << q3.status().message();
+  const ModelConfig& c = (*q3)->config;
+  EXPECT_EQ(c.arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c.num_experts, 8);
+  EXPECT_EQ(c.num_experts_per_tok, 2);
+  EXPECT_EQ(c.moe_intermediate_size, 32);
+  EXPECT_TRUE(c.norm_topk_prob);                          // llama.cpp renormalizes for qwen3moe
+  EXPECT_EQ(c.mlp_only_layers, std::vector<int64_t>{0});  // layer 0 has no router in the file
+  const LayerWeights& moe = (*q3)->layers[1];
+  ASSERT_TRUE(moe.is_moe());
+  EXPECT_FALSE((*q3)->layers[0].is_moe());
+  ASSERT_EQ(moe.moe.expert_down.size(), 8u);
+  EXPECT_EQ(moe.moe.expert_down[3].name, "blk.1.ffn_down_exps.weight[3]");
+  EXPECT_EQ(moe.moe.expert_down[3].dtype, DType::kQ8_0);
+  EXPECT_EQ(moe.moe.expert_down[3].shape_string(), "[64, 32]");
+  EXPECT_EQ(moe.moe.router.dtype, DType::kF32);  // the converter keeps the router in F32
+  EXPECT_FALSE(moe.moe.has_shared_expert());
+
+  auto q2 = load_model(test::fixture_path("tiny/qwen2_moe/model-f32.gguf"));
+  ASSERT_TRUE(q2.has_value()) << q2.status().message();
+  EXPECT_EQ((*q2)->config.arch, Architecture::kQwen2Moe);
+  EXPECT_FALSE((*q2)->config.norm_topk_prob);
+  EXPECT_EQ((*q2)->config.shared_expert_intermediate_size, 64);
+  EXPECT_TRUE((*q2)->config.mlp_only_layers.empty());
+  EXPECT_TRUE((*q2)->layers[0].moe.has_shared_expert());
+  EXPECT_EQ((*q2)->layers[0].moe.shared_expert_gate.shape_string(), "[1, 64]");
+}
+
+// Both Hugging Face layouts: one tensor per expert (qwen3_moe) and transformers 5's fused
+// gate_up_proj / down_proj (qwen2_moe), sliced into the same per-expert views.
+TEST(ModelLoaderTest, HfMoeExpertLayouts) {
+  auto q3 = load_model(test::fixture_path("tiny/qwen3_moe"));
+  ASSERT_TRUE(q3.has_value()) << q3.status().message();
+  EXPECT_EQ((*q3)->layers[1].moe.expert_gate[5].name, "model.layers.1.mlp.experts.5.gate_proj.weight");
+  auto q2 = load_model(test::fixture_path("tiny/qwen2_moe"));
+  ASSERT_TRUE(q2.has_value()) << q2.status().message();
+  const MoeWeights& m = (*q2)->layers[1].moe;
+  EXPECT_EQ(m.expert_up[2].name, "model.layers.1.mlp.experts.gate_up_proj[2]");
+  EXPECT_EQ(m.expert_up[2].shape_string(), "[32, 64]");
+  // Expert 2's up rows follow its gate rows in the fused tensor.
+  EXPECT_EQ(m.expert_up[2].data, m.expert_gate[2].data + 32 * 64 * sizeof(float));
+  EXPECT_EQ(m.expert_gate[3].data, m.expert_up[2].data + 32 * 64 * sizeof(float));
+  // Loading the same weights either way gives the same per-expert bytes as the GGUF.
+  auto g = load_model(test::fixture_path("tiny/qwen2_moe/model-f32.gguf"));
+  ASSERT_TRUE(g.has_value()) << g.status().message();
+  const MoeWeights& gm = (*g)->layers[1].moe;
+  for (size_t e = 0; e < 8; ++e) {
+    EXPECT_EQ(std::memcmp(gm.expert_up[e].data, m.expert_up[e].data, gm.expert_up[e].num_bytes), 0) << e;
+    EXPECT_EQ(std::memcmp(gm.expert_down[e].data, m.expert_down[e].data, gm.expert_down[e].num_bytes), 0)
+        << e;
+  }
+  EXPECT_EQ((*g)->weight_bytes, (*q2)->weight_bytes);
+}
+
 }  // namespace
 }  // namespace inferd

@@ -43,7 +43,37 @@ struct Case {
   std::string variant;
   std::string file;  // "" = the Hugging Face directory
   double tolerance;  // max |diff| / max |ref| over all positions of all prompts
+  // Positions allowed past `tolerance` (but within 3x): a quantized MoE file whose rounding moves
+  // a token's k-th and (k+1)-th router probabilities past each other routes it to another
+  // expert, a jump no bound on rounding covers. 0 for every dense case.
+  int routing_flips = 0;
 };
+
+// Checks got against want ([positions, vocab]) to `tolerance` of max |want|, letting at most
+// c.routing_flips positions exceed it by up to 3x; returns the largest error.
+double expect_close(const Case& c, const std::vector<float>& got, const std::vector<float>& want,
+                    size_t vocab, double tolerance, const char* what) {
+  const double err = test::relative_max_error(got.data(), want.data(), got.size());
+  if (c.routing_flips == 0) {
+    EXPECT_LT(err, tolerance) << what;
+    return err;
+  }
+  double max_ref = 0;
+  for (float v : want) max_ref = std::max(max_ref, static_cast<double>(std::abs(v)));
+  const size_t positions = got.size() / vocab;
+  int over = 0;
+  for (size_t t = 0; t < positions; ++t) {
+    double e = 0;
+    for (size_t i = t * vocab; i < (t + 1) * vocab; ++i)
+      e = std::max(e, static_cast<double>(std::abs(got[i] - want[i])));
+    over += e / max_ref >= tolerance;
+  }
+  std::printf("[ figures  ]   %s: %d of %zu positions past %.0e (routing flips, at most %d)\n", what, over,
+              positions, tolerance, c.routing_flips);
+  EXPECT_LE(over, c.routing_flips) << what;
+  EXPECT_LT(err, 3 * tolerance) << what;
+  return err;
+}
 
 std::ostream& operator<<(std::ostream& os, const Case& c) {
   return os << c.variant << "/" << c.file;
@@ -70,10 +100,10 @@ TEST_P(ReferenceLogitsTest, MatchesTransformers) {
   Transformer model(**weights, pool);
   auto got = test::all_logits(model, ref.prompts, 0, /*together=*/false);
   ASSERT_EQ(got.size(), ref.logits.size());
-  const double err = test::relative_max_error(got.data(), ref.logits.data(), got.size());
+  const auto vocab = static_cast<size_t>(model.config().vocab_size);
+  const double err = expect_close(tc, got, ref.logits, vocab, tc.tolerance, "vs transformers f32");
   std::printf("[ figures  ] %s/%s: max |diff| / max |ref| = %.3g (bound %.0e)\n", tc.variant.c_str(),
               tc.file.empty() ? "safetensors" : tc.file.c_str(), err, tc.tolerance);
-  EXPECT_LT(err, tc.tolerance);
   if (!ref.logits_bf16_compute.empty()) {
     const double e16 = test::relative_max_error(got.data(), ref.logits_bf16_compute.data(), got.size());
     std::printf("[ figures  ] %s vs transformers bf16 compute: %.3g (bound 3e-2)\n", tc.variant.c_str(), e16);
@@ -92,10 +122,10 @@ TEST_P(ReferenceLogitsTest, MatchesTransformers) {
         "[ figures  ] %s/%s (f32 path) vs transformers on the same %s-rounded weights: %.3g (bound 1e-4)\n",
         tc.variant.c_str(), tc.file.c_str(), label.c_str(), e);
     EXPECT_LT(e, 1e-4);
-    const double e8 = test::relative_max_error(got.data(), rounded.data(), got.size());
+    const double e8 =
+        expect_close(tc, got, rounded, vocab, tc.tolerance, "default path vs the same rounded weights");
     std::printf("[ figures  ] %s/%s (default path) vs the same: %.3g (bound %.0e)\n", tc.variant.c_str(),
                 tc.file.c_str(), e8, tc.tolerance);
-    EXPECT_LT(e8, tc.tolerance);
   }
 }
 
@@ -103,7 +133,9 @@ TEST_P(ReferenceLogitsTest, MatchesTransformers) {
 // f32 on the same bf16 weights, and 3e-2 against transformers' own bf16 arithmetic (which is
 // itself 1.3-1.7e-2 away from its f32 result on these models); GGUF F16 1e-2 and Q8_0 5e-2
 // against the f32 model (the formats' own rounding; see docs/model.md), and both 1e-4 against
-// transformers on identically rounded weights.
+// transformers on identically rounded weights. MoE Q8_0 files: the same bounds at all but at most 2
+// of the 48 positions, where 8-bit rounding flipped a router's choice (measured: 1 position each,
+// at 0.066-0.083; the median position is 0.012-0.014 from f32, below dense Qwen3's 0.017).
 INSTANTIATE_TEST_SUITE_P(
     Tiny, ReferenceLogitsTest,
     ::testing::Values(Case{"llama_tied", "", 1e-4}, Case{"llama_untied", "", 1e-4}, Case{"qwen2", "", 1e-4},
@@ -114,7 +146,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama_untied", "model-f16.gguf", 1e-2}, Case{"qwen2", "model-f16.gguf", 1e-2},
                       Case{"qwen3", "model-f16.gguf", 1e-2}, Case{"llama_tied", "model-q8_0.gguf", 5e-2},
                       Case{"llama_untied", "model-q8_0.gguf", 5e-2}, Case{"qwen2", "model-q8_0.gguf", 5e-2},
-                      Case{"qwen3", "model-q8_0.gguf", 5e-2}),
+                      Case{"qwen3", "model-q8_0.gguf", 5e-2}, Case{"qwen3_moe", "", 1e-4},
+                      Case{"qwen2_moe", "", 1e-4}, Case{"qwen3_moe", "model-f32.gguf", 1e-4},
+                      Case{"qwen2_moe", "model-f32.gguf", 1e-4},
+                      Case{"qwen3_moe", "model-q8_0.gguf", 5e-2, 2},
+                      Case{"qwen2_moe", "model-q8_0.gguf", 5e-2, 2}),
     case_name);
 
 // RoPE scaling (scripts/fixtures/make_tiny_models.py: every prompt in the scaled regime; the
@@ -171,7 +207,32 @@ void check_batch_invariance(const ModelWeights& weights, const Reference& ref) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, BatchInvarianceTest,
                          ::testing::Values("llama_untied", "qwen2", "qwen3", "qwen2_rope_yarn",
-                                           "qwen2_rope_dynamic"));
+                                           "qwen2_rope_dynamic", "qwen3_moe", "qwen2_moe"));
+
+// Mixture of experts on the int8 kernels: each expert runs over whichever rows the step routed
+// to it, and a token's logits still do not depend on the others.
+TEST(TransformerTest, MoeQ8GgufBatchedAndChunkedEqualAlone) {
+  for (const char* variant : {"qwen3_moe", "qwen2_moe"}) {
+    const Reference ref = load_reference(variant);
+    auto weights = load_model(test::fixture_path(std::string("tiny/") + variant + "/model-q8_0.gguf"));
+    ASSERT_TRUE(weights.has_value()) << weights.status().message();
+    check_batch_invariance(**weights, ref);
+  }
+}
+
+// The f32 reference path (BackendKind::kF32) keeps MoE batch-invariant too.
+TEST(TransformerTest, MoeF32PathBatchedEqualAlone) {
+  const Reference ref = load_reference("qwen2_moe");
+  auto weights = load_model(test::fixture_path("tiny/qwen2_moe"));
+  ASSERT_TRUE(weights.has_value()) << weights.status().message();
+  ThreadPool pool(3);
+  Transformer model(**weights, pool, {.backend = BackendKind::kF32});
+  const auto alone = test::all_logits(model, ref.prompts, 0, false);
+  ASSERT_FALSE(alone.empty());
+  EXPECT_LT(test::relative_max_error(alone.data(), ref.logits.data(), alone.size()), 1e-4);
+  EXPECT_EQ(test::all_logits(model, ref.prompts, 0, true), alone);
+  EXPECT_EQ(test::all_logits(model, ref.prompts, 7, true), alone);
+}
 
 // K/V stored as f16 or bf16 (the engine's default is f16): logits stay close to f32 storage.
 TEST(TransformerTest, HalfPrecisionKvCacheStaysClose) {

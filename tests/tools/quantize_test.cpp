@@ -205,6 +205,35 @@ TEST(QuantizeTest, QuantizedModelLoadsAndMatchesTheFixture) {
   EXPECT_EQ((*q4)->config.num_layers, (*f32)->config.num_layers);
 }
 
+// A MoE GGUF: stacked experts re-typed like any matrix, routers and the shared-expert gates kept
+// F32 (as llama-quantize and the converter keep them), so our Q8_0 runs exactly as gguf-py's.
+TEST(QuantizeTest, MoeGgufKeepsRoutersF32) {
+  const std::string dir = test::temp_dir();
+  auto r =
+      quantize_model(test::fixture_path("tiny/qwen2_moe/model-f32.gguf"), dir + "/q8.gguf", DType::kQ8_0);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  EXPECT_EQ(r->kept_f32_routers, 4);  // 2 layers x (router, shared-expert gate)
+  auto q8 = GgufFile::open(dir + "/q8.gguf");
+  ASSERT_TRUE(q8.has_value());
+  EXPECT_EQ(q8->find_tensor("blk.1.ffn_gate_inp.weight")->dtype, DType::kF32);
+  EXPECT_EQ(q8->find_tensor("blk.1.ffn_gate_inp_shexp.weight")->dtype, DType::kF32);
+  EXPECT_EQ(q8->find_tensor("blk.1.ffn_down_exps.weight")->dtype, DType::kQ8_0);
+  EXPECT_EQ(q8->find_tensor("blk.1.ffn_down_exps.weight")->shape_string(), "[8, 64, 32]");
+  auto ours = load_model(dir + "/q8.gguf");
+  auto theirs = load_model(test::fixture_path("tiny/qwen2_moe/model-q8_0.gguf"));
+  ASSERT_TRUE(ours.has_value() && theirs.has_value()) << ours.status().message();
+  ThreadPool pool(2);
+  Transformer a(**ours, pool), b(**theirs, pool);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5, 6, 7, 8}, {100, 7, 42}};
+  const auto la = test::all_logits(a, prompts, 0, false);
+  ASSERT_FALSE(la.empty());
+  EXPECT_EQ(la, test::all_logits(b, prompts, 0, false));
+  // A Hugging Face MoE directory is not stacked into GGUF: refused, not written half.
+  auto hf = quantize_model(test::fixture_path("tiny/qwen3_moe"), dir + "/hf.gguf", DType::kQ8_0);
+  ASSERT_FALSE(hf.has_value());
+  EXPECT_NE(hf.status().message().find("mixture-of-experts"), std::string::npos) << hf.status().message();
+}
+
 // inferd's own formats: INT8 within half a step of its row scale, FP8 within half a step of its
 // 3-bit mantissa, INT4 groups never worse (squared error) than the plain min / max grid.
 TEST(QuantizeTest, OwnFormatsRoundTrip) {
