@@ -145,9 +145,30 @@ void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) cons
 
 int32_t Sampler::draw(std::span<const float> logits) {
   if (params_.temperature == 0.0f) return argmax(logits);
-  candidates_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i)
-    candidates_[i] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
+  // Tokens a grammar ruled out (-inf) are never candidates.
+  candidates_.clear();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] != -std::numeric_limits<float>::infinity())
+      candidates_.emplace_back(logits[i] / params_.temperature, static_cast<int32_t>(i));
+  }
+  if (candidates_.empty()) return argmax(logits);
+  if (params_.top_k == 0 && params_.top_p >= 1.0f && params_.min_p == 0.0f) {
+    // The whole distribution: no order needed, so no sort (49k-152k candidates per row).
+    float max_logit = candidates_[0].first;
+    for (const auto& c : candidates_) max_logit = std::max(max_logit, c.first);
+    double total = 0;
+    for (auto& c : candidates_) {
+      c.first = std::exp(c.first - max_logit);
+      total += c.first;
+    }
+    const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    double acc = 0;
+    for (const auto& c : candidates_) {
+      acc += c.first;
+      if (r < acc) return c.second;
+    }
+    return candidates_.back().second;
+  }
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
