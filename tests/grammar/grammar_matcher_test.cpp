@@ -123,6 +123,20 @@ TEST(GrammarMatcherTest, MatchersShareTheGrammarsContextMasks) {
   EXPECT_GE(g->token_mask_cache(vocab)->num_entries(), 1u);
 }
 
+TEST(GrammarVocabTest, ChecksIdsAndBuildsTheTrieOfTextTokens) {
+  EXPECT_FALSE(GrammarVocab::create({{"a", "b"}, {5}, {}}).has_value());
+  EXPECT_FALSE(GrammarVocab::create({{"a", "b"}, {}, {-1}}).has_value());
+  EXPECT_FALSE(GrammarVocab::create({}).has_value());
+  auto v = GrammarVocab::create({{"ab", "a", "", "<s>", "ab", "b"}, {3}, {3}});
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE((*v)->is_end(3));  // an end id that is also special stays an end id
+  EXPECT_TRUE((*v)->is_excluded(2));
+  const TokenTrie& t = (*v)->trie();
+  EXPECT_EQ(t.num_nodes(), 3u);  // a, ab, b
+  EXPECT_EQ(t.token_ids, (std::vector<int32_t>{1, 0, 4, 5}));
+  EXPECT_EQ(t.subtree_ends, (std::vector<uint32_t>{2, 2, 3}));
+}
+
 TEST(GrammarCacheTest, SameContentSameGrammarBoundedAndThreadSafe) {
   GrammarCache cache(2);
   auto a = cache.get({GrammarKind::kJsonSchema, R"({"type": "integer"})"});
