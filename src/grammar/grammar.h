@@ -74,7 +74,8 @@ class Grammar final {
   std::string to_string() const;
 
   // The context-independent token masks of this grammar for `vocab`, made on first use and kept
-  // for the grammar's lifetime (one per vocabulary). Thread-safe.
+  // for the grammar's lifetime (one per vocabulary; it refers to this grammar, so use it only
+  // while the grammar lives, as GrammarMatcher does by holding both). Thread-safe.
   std::shared_ptr<TokenMaskCache> token_mask_cache(const std::shared_ptr<const GrammarVocab>& vocab) const;
 
  private:

@@ -75,6 +75,8 @@ uint32_t StackStore::make_set(std::vector<uint32_t> stacks) {
   }
   const auto id = static_cast<uint32_t>(sets_.size());
   sets_.push_back(std::move(stacks));
+  hot_.push_back(-1);
+  uses_.push_back(0);
   bucket.emplace_back(h, id);
   return id;
 }
@@ -133,9 +135,17 @@ std::span<const uint32_t> StackStore::after_terminal(uint32_t stack) {
   return afters_[static_cast<size_t>(after_[stack])];
 }
 
-uint32_t StackStore::step(uint32_t set, uint8_t byte) {
+uint32_t StackStore::step_slow(uint32_t set, uint8_t byte) {
   const uint64_t key = (static_cast<uint64_t>(set) << 8) | byte;
-  if (const uint32_t* next = steps_.find(key)) return *next;
+  if (hot_[set] < 0 && ++uses_[set] == kHotAfter) {
+    hot_[set] = static_cast<int32_t>(hot_steps_.size() / 256);
+    hot_steps_.resize(hot_steps_.size() + 256, kUnknown);
+  }
+  auto remember = [&](uint32_t next) {
+    if (hot_[set] >= 0) hot_steps_[static_cast<size_t>(hot_[set]) * 256 + byte] = next;
+    return next;
+  };
+  if (const uint32_t* next = steps_.find(key)) return remember(*next);
   std::vector<uint32_t> next_stacks;
   // Index loop: after_terminal() may grow sets_? No (it grows frames_ / afters_), but copy the
   // stacks anyway, as sets_ may reallocate in make_set below.
@@ -150,7 +160,7 @@ uint32_t StackStore::step(uint32_t set, uint8_t byte) {
   }
   const uint32_t next = next_stacks.empty() ? kDeadSet : make_set(std::move(next_stacks));
   steps_.insert(key, next);
-  return next;
+  return remember(next);
 }
 
 uint32_t StackStore::step_bytes(uint32_t set, std::string_view bytes) {

@@ -53,8 +53,17 @@ class StackStore final {
 
   // The state before any input.
   uint32_t initial_set();
-  // The state after `byte` from `set` (kDeadSet: rejected). Memoized.
-  uint32_t step(uint32_t set, uint8_t byte);
+  // The state after `byte` from `set` (kDeadSet: rejected). Memoized: a set stepped often gets a
+  // 256-entry table of its own (trie walks step a few hot sets most of the time), others share a
+  // hash table.
+  uint32_t step(uint32_t set, uint8_t byte) {
+    const int32_t hot = hot_[set];
+    if (hot >= 0) {
+      const uint32_t next = hot_steps_[static_cast<size_t>(hot) * 256 + byte];
+      if (next != kUnknown) return next;
+    }
+    return step_slow(set, byte);
+  }
   // The state after `bytes`; kDeadSet as soon as one is rejected.
   uint32_t step_bytes(uint32_t set, std::string_view bytes);
   std::span<const uint32_t> stacks(uint32_t set) const { return sets_[set]; }
@@ -78,6 +87,9 @@ class StackStore final {
     uint32_t position;
     uint32_t parent;
   };
+  static constexpr uint32_t kUnknown = ~uint32_t{0};
+  static constexpr uint32_t kHotAfter = 64;  // steps of a set before it gets its own table
+  uint32_t step_slow(uint32_t set, uint8_t byte);
   uint32_t push(uint32_t position, uint32_t parent);
   // Expands `stack` until every stack's top is a terminal (or the stack is empty).
   void expand(uint32_t stack, std::vector<uint32_t>* out);
@@ -90,7 +102,10 @@ class StackStore final {
   std::vector<std::vector<uint32_t>> sets_;
   std::vector<std::vector<std::pair<uint64_t, uint32_t>>> set_buckets_;  // hash -> (hash, set id)
   U64Map steps_;                                                         // (set << 8 | byte) -> set
-  std::vector<int32_t> after_;                                           // stack -> index in afters_
+  std::vector<int32_t> hot_;         // set -> its table in hot_steps_, or -1
+  std::vector<uint32_t> uses_;       // set -> slow steps so far
+  std::vector<uint32_t> hot_steps_;  // [hot sets, 256]
+  std::vector<int32_t> after_;       // stack -> index in afters_
   std::vector<std::vector<uint32_t>> afters_;
   std::vector<uint32_t> scratch_;
 };

@@ -2,6 +2,9 @@
 // termination and rollback.
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "grammar/grammar_cache.h"
 #include "grammar_test_util.h"
 
 namespace inferd {
@@ -118,6 +121,77 @@ TEST(GrammarMatcherTest, MatchersShareTheGrammarsContextMasks) {
   EXPECT_TRUE(mask_has(ma, 258));   // lo" closes the string: checked against the whole stack
   EXPECT_FALSE(mask_has(ma, 259));  // "x: a quote, then a letter after the string
   EXPECT_GE(g->token_mask_cache(vocab)->num_entries(), 1u);
+}
+
+TEST(GrammarVocabTest, ChecksIdsAndBuildsTheTrieOfTextTokens) {
+  EXPECT_FALSE(GrammarVocab::create({{"a", "b"}, {5}, {}}).has_value());
+  EXPECT_FALSE(GrammarVocab::create({{"a", "b"}, {}, {-1}}).has_value());
+  EXPECT_FALSE(GrammarVocab::create({}).has_value());
+  auto v = GrammarVocab::create({{"ab", "a", "", "<s>", "ab", "b"}, {3}, {3}});
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE((*v)->is_end(3));  // an end id that is also special stays an end id
+  EXPECT_TRUE((*v)->is_excluded(2));
+  const TokenTrie& t = (*v)->trie();
+  EXPECT_EQ(t.num_nodes(), 3u);  // a, ab, b
+  EXPECT_EQ(t.token_ids, (std::vector<int32_t>{1, 0, 4, 5}));
+  EXPECT_EQ(t.subtree_ends, (std::vector<uint32_t>{2, 2, 3}));
+}
+
+TEST(GrammarCacheTest, SameContentSameGrammarBoundedAndThreadSafe) {
+  GrammarCache cache(2);
+  auto a = cache.get({GrammarKind::kJsonSchema, R"({"type": "integer"})"});
+  ASSERT_TRUE(a.has_value());
+  auto b = cache.get({GrammarKind::kJsonSchema, R"({"type": "integer"})"});
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_EQ(cache.num_hits(), 1u);
+  // Same text, other kind: another grammar.
+  auto r = cache.get({GrammarKind::kRegex, R"({"type": "integer"})"});
+  EXPECT_FALSE(r.has_value());  // '{' with nothing to repeat
+  auto c = cache.get({GrammarKind::kChoice, R"(["x", "y"])"});
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(test::accepts(*c, "y"));
+  auto d = cache.get({GrammarKind::kGbnf, "root ::= \"d\"\n"});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(cache.size(), 2u);  // the integer schema went first
+  auto again = cache.get({GrammarKind::kJsonSchema, R"({"type": "integer"})"});
+  ASSERT_TRUE(again.has_value());
+  EXPECT_NE(again->get(), a->get());
+  EXPECT_EQ(cache.get({GrammarKind::kJsonSchema, "{nope"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cache.get({GrammarKind::kJsonObject, ""}).has_value());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&cache, t] {
+      for (int i = 0; i < 50; ++i) {
+        auto g = cache.get({GrammarKind::kRegex, "a{" + std::to_string((i + t) % 5) + "}"});
+        EXPECT_TRUE(g.has_value());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_LE(cache.size(), 2u);
+}
+
+// Matchers of one grammar on several threads share its context masks (the cache's mutex).
+TEST(GrammarCacheTest, MatchersOnSeveralThreadsShareContextMasks) {
+  auto vocab = test::byte_vocab({"ab", "\"a", "a\"", "\",", "12"});
+  auto g =
+      parse_gbnf("root ::= \"[\" (item (\",\" item)*)? \"]\"\nitem ::= \"\\\"\" [a-z]* \"\\\"\" | [0-9]+\n");
+  ASSERT_TRUE(g.has_value());
+  std::vector<std::vector<uint32_t>> masks(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      GrammarMatcher m(*g, vocab);
+      EXPECT_TRUE(m.accept_bytes("[\"ab\",12,\"a"));
+      masks[static_cast<size_t>(t)] = mask_of(m, static_cast<size_t>(vocab->size()));
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 1; t < 4; ++t) EXPECT_EQ(masks[0], masks[static_cast<size_t>(t)]);
+  EXPECT_TRUE(mask_has(masks[0], 258));   // a"
+  EXPECT_TRUE(mask_has(masks[0], 256));   // ab
+  EXPECT_FALSE(mask_has(masks[0], 257));  // "a
 }
 
 }  // namespace

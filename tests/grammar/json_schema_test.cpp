@@ -97,13 +97,13 @@ TEST(GrammarJsonSchemaTest, CorpusHasEnoughSchemas) {
 TEST(GrammarJsonSchemaTest, RandomWalksWithMultiByteTokensValidate) {
   std::mt19937 rng(7);
   auto vocab = test::byte_vocab(test::random_tokens(rng, 400, "{}[]\",:  abcAZ019.-+eE@Tnulltruefalse\\", 6));
-  for (const std::string& s : schema_corpus()) walk_and_validate(s, vocab, rng, 6, 150);
+  for (const std::string& s : schema_corpus()) walk_and_validate(s, vocab, rng, 20, 150);
 }
 
 TEST(GrammarJsonSchemaTest, RandomWalksWithSingleByteTokensValidate) {
   std::mt19937 rng(8);
   auto vocab = test::byte_vocab();
-  for (const std::string& s : schema_corpus()) walk_and_validate(s, vocab, rng, 6, 300);
+  for (const std::string& s : schema_corpus()) walk_and_validate(s, vocab, rng, 20, 300);
 }
 
 TEST(GrammarJsonSchemaTest, AnyJsonGrammarIsAnyObject) {
