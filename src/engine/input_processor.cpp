@@ -183,8 +183,7 @@ std::optional<InputError> InputProcessor::plan_tool_calls(const GenerationReques
     auto gbnf =
         tool_call_gbnf(*limits_.tool_call_parser, r.tools, name, r.parallel_tool_calls && name.empty());
     if (!gbnf) return invalid("tools", gbnf.status().message());
-    if (auto e = constrain("tools", grammars_.get("gbnf:" + *gbnf, [&] { return parse_gbnf(*gbnf); }), out))
-      return e;
+    if (auto e = constrain("tools", grammars_.get({GrammarKind::kGbnf, *gbnf}), out)) return e;
   }
   out->tool_calls = limits_.tool_call_parser;
   out->max_tool_calls = r.parallel_tool_calls ? 128 : 1;
@@ -205,6 +204,9 @@ Expected<std::shared_ptr<const GrammarVocab>> InputProcessor::grammar_vocab() co
       if (tokenizer_->is_special(id)) spec.special_ids.push_back(id);
     }
     spec.end_ids = tokenizer_->vocab().stop_ids;
+    if (const auto eos = tokenizer_->vocab().eos_id;
+        eos && std::find(spec.end_ids.begin(), spec.end_ids.end(), *eos) == spec.end_ids.end())
+      spec.end_ids.push_back(*eos);
     vocab_ = GrammarVocab::create(std::move(spec));
   });
   return *vocab_;

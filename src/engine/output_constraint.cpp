@@ -77,14 +77,11 @@ Expected<std::shared_ptr<const Grammar>> compile_structured_output(const Structu
                                                                    GrammarCache& cache) {
   using Kind = StructuredOutput::Kind;
   switch (so.kind) {
-    case Kind::kJsonObject: return any_json_grammar();
-    case Kind::kJsonSchema:
-      return cache.get("json:" + so.schema.dump(), [&] { return grammar_from_json_schema(so.schema); });
-    case Kind::kRegex: return cache.get("regex:" + so.text, [&] { return grammar_from_regex(so.text); });
-    case Kind::kGrammar: return cache.get("gbnf:" + so.text, [&] { return parse_gbnf(so.text); });
-    case Kind::kChoice:
-      return cache.get("choice:" + nlohmann::json(so.choices).dump(),
-                       [&] { return grammar_from_choices(so.choices); });
+    case Kind::kJsonObject: return cache.get({GrammarKind::kJsonObject, ""});
+    case Kind::kJsonSchema: return cache.get({GrammarKind::kJsonSchema, so.schema.dump()});
+    case Kind::kRegex: return cache.get({GrammarKind::kRegex, so.text});
+    case Kind::kGrammar: return cache.get({GrammarKind::kGbnf, so.text});
+    case Kind::kChoice: return cache.get({GrammarKind::kChoice, nlohmann::json(so.choices).dump()});
   }
   return invalid_argument("unknown output constraint");
 }

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model_loader.h"
-#include "tensor/dequantize.h"
 #include "model/moe_config.h"
+#include "tensor/dequantize.h"
 
 namespace inferd {
 
