@@ -4,7 +4,7 @@
 // tokenized with the model's tokenizer and fed token by token: each step times the mask, checks
 // the document's next token is allowed, and counts the allowed tokens (so the walk is real).
 //
-//   build/grammar_bench [--qwen-dir DIR] [--skip-qwen]
+//   build/grammar_bench [--qwen-dir DIR] [--skip-qwen] [--cold-reps N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -114,6 +114,8 @@ void print_stats(const char* label, const StepStats& s) {
       *std::max_element(s.allowed.begin(), s.allowed.end()));
 }
 
+int g_cold_reps = 1;  // --cold-reps N: document 1 on N freshly compiled grammars
+
 void bench_vocab(const char* name, const inferd::Tokenizer& tok) {
   inferd::GrammarVocabSpec spec;
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
@@ -154,6 +156,17 @@ void bench_vocab(const char* name, const inferd::Tokenizer& tok) {
     }
   }
   std::printf("  context-mask cache entries: %zu\n", (*grammar)->token_mask_cache(*vocab)->num_entries());
+  if (g_cold_reps > 1) {
+    const std::vector<int32_t> tokens = tok.encode(kDocuments[0], false);
+    StepStats all;
+    for (int r = 0; r < g_cold_reps; ++r) {
+      auto fresh = inferd::grammar_from_json_schema(Json::parse(kNestedSchema));
+      if (!fresh || !run_document(*fresh, *vocab, tokens, num_logits, &all)) return;
+    }
+    char label[64];
+    std::snprintf(label, sizeof label, "document 1, %d new grammars (cold)", g_cold_reps);
+    print_stats(label, all);
+  }
   // any JSON object (json_object mode) on document 1.
   StepStats any_cold, any_warm;
   const std::vector<int32_t> tokens = tok.encode(kDocuments[0], false);
@@ -210,6 +223,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--qwen-dir") == 0 && i + 1 < argc) qwen_dir = argv[++i];
     if (std::strcmp(argv[i], "--skip-qwen") == 0) skip_qwen = true;
+    if (std::strcmp(argv[i], "--cold-reps") == 0 && i + 1 < argc)
+      g_cold_reps = std::max(1, std::atoi(argv[++i]));
   }
   bench_compile();
   auto path = inferd::default_model_path();

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "common/check.h"
 #include "grammar/gbnf_parser.h"
 #include "grammar/grammar_builder.h"
 #include "grammar/grammar_vocab.h"
@@ -10,8 +11,13 @@
 namespace inferd {
 
 Grammar::Grammar(std::vector<GrammarElement> elements, std::vector<ByteSet> byte_sets,
-                 std::vector<Rule> rules)
-    : elements_(std::move(elements)), byte_sets_(std::move(byte_sets)), rules_(std::move(rules)) {}
+                 std::vector<Rule> rules, std::vector<uint32_t> short_token_positions)
+    : elements_(std::move(elements)),
+      byte_sets_(std::move(byte_sets)),
+      rules_(std::move(rules)),
+      short_token_positions_(std::move(short_token_positions)) {
+  INFERD_CHECK(short_token_positions_.empty() || short_token_positions_.size() == elements_.size());
+}
 
 Grammar::~Grammar() = default;
 

@@ -57,7 +57,9 @@ class Grammar final {
     std::vector<uint32_t> alternatives;
   };
 
-  Grammar(std::vector<GrammarElement> elements, std::vector<ByteSet> byte_sets, std::vector<Rule> rules);
+  // short_token_positions: see short_token_position(); empty = the identity.
+  Grammar(std::vector<GrammarElement> elements, std::vector<ByteSet> byte_sets, std::vector<Rule> rules,
+          std::vector<uint32_t> short_token_positions = {});
   ~Grammar();
   Grammar(const Grammar&) = delete;
   Grammar& operator=(const Grammar&) = delete;
@@ -69,6 +71,14 @@ class Grammar final {
   const ByteSet& byte_set(uint32_t index) const { return byte_sets_[index]; }
   const std::vector<Rule>& rules() const { return rules_; }
   size_t num_byte_sets() const { return byte_sets_.size(); }
+
+  // A position that parses every input of at most kShortTokenBytes bytes exactly as `position`
+  // does: the same offset in a shorter rule of a bounded repetition chain (x{0,k} ::= x x{0,k-1} | ε
+  // for k past the horizon behaves like x{0,kShortTokenBytes + 1} within it), else `position`.
+  // TokenMaskCache keys masks of short tokens by it, so x{0,40} costs one trie walk, not forty.
+  uint32_t short_token_position(uint32_t position) const {
+    return short_token_positions_.empty() ? position : short_token_positions_[position];
+  }
 
   // The rules in GBNF-like text (byte sets as [\xHH-\xHH]); for tests and debugging.
   std::string to_string() const;
@@ -82,6 +92,7 @@ class Grammar final {
   std::vector<GrammarElement> elements_;
   std::vector<ByteSet> byte_sets_;
   std::vector<Rule> rules_;
+  std::vector<uint32_t> short_token_positions_;  // [elements] or empty
 
   struct VocabCache {
     std::weak_ptr<const GrammarVocab> vocab;

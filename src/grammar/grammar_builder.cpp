@@ -1,8 +1,10 @@
 #include "grammar/grammar_builder.h"
 
 #include <functional>
+#include <numeric>
 
 #include "common/check.h"
+#include "grammar/grammar_vocab.h"
 
 namespace inferd {
 
@@ -173,6 +175,7 @@ void GrammarBuilder::lower_repeat(const GbnfExpr& rep, Alternative* out) {
     }
     alternatives_[opt].push_back({});
     repeat_rules_.emplace(k_key, opt);
+    chain_ranks_.emplace(opt, std::make_pair(element_key(e), k));
     previous = opt;
   }
   out->push_back({GrammarElementKind::kRule, previous});
@@ -248,7 +251,30 @@ std::shared_ptr<const Grammar> GrammarBuilder::flatten() const {
       elements.push_back({});
     }
   }
-  return std::make_shared<const Grammar>(std::move(elements), byte_sets_, std::move(rules));
+  // Within kShortTokenBytes bytes (each x takes at least one), x{0,k} and x{0,kShortTokenBytes + 1}
+  // parse alike for every k past it: map the longer chain rules' positions onto that one.
+  std::vector<uint32_t> short_positions;
+  constexpr int kHorizonRank = static_cast<int>(kShortTokenBytes) + 1;
+  for (const auto& [rule, chain] : chain_ranks_) {
+    if (chain.second <= kHorizonRank) continue;
+    const uint32_t target = repeat_rules_.at(std::make_pair(chain.first, std::make_pair(kHorizonRank, 0)));
+    if (short_positions.empty()) {
+      short_positions.resize(elements.size());
+      std::iota(short_positions.begin(), short_positions.end(), 0u);
+    }
+    const auto& from = rules[rule].alternatives;
+    const auto& to = rules[target].alternatives;
+    INFERD_CHECK(from.size() == to.size());
+    for (size_t a = 0; a < from.size(); ++a) {
+      for (uint32_t o = 0;; ++o) {
+        INFERD_CHECK(elements[from[a] + o].kind == elements[to[a] + o].kind);
+        short_positions[from[a] + o] = to[a] + o;
+        if (elements[from[a] + o].kind == GrammarElementKind::kEnd) break;
+      }
+    }
+  }
+  return std::make_shared<const Grammar>(std::move(elements), byte_sets_, std::move(rules),
+                                         std::move(short_positions));
 }
 
 }  // namespace inferd

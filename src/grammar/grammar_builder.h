@@ -39,6 +39,7 @@ class GrammarBuilder final {
   std::map<std::array<uint64_t, 4>, uint32_t> byte_set_ids_;
   std::map<std::vector<std::pair<uint32_t, uint32_t>>, uint32_t> class_rules_;  // multi-byte classes
   std::map<std::pair<uint64_t, std::pair<int, int>>, uint32_t> repeat_rules_;   // (element, min, max)
+  std::map<uint32_t, std::pair<uint64_t, int>> chain_ranks_;  // x{0,k} chain rule -> (element, k)
   std::string current_rule_;
   int generated_ = 0;
   Status error_;

@@ -76,6 +76,20 @@ void GrammarVocab::build_trie() {
   }
   close_to(0);
   t.token_begins.push_back(static_cast<uint32_t>(t.token_ids.size()));
+  long_token_mask_.assign(num_mask_words(), 0);
+  const std::string* before = nullptr;
+  for (int32_t id : ids) {
+    const std::string& b = token_bytes_[static_cast<size_t>(id)];
+    if (b.size() <= kShortTokenBytes) continue;
+    size_t lcp = 0;
+    if (before != nullptr) {
+      while (lcp < b.size() && lcp < before->size() && b[lcp] == (*before)[lcp]) ++lcp;
+    }
+    long_tokens_.push_back(id);
+    long_token_lcp_.push_back(static_cast<uint16_t>(lcp));
+    long_token_mask_[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+    before = &b;
+  }
 }
 
 }  // namespace inferd

@@ -32,6 +32,10 @@ struct TokenTrie {
   size_t num_nodes() const { return bytes.size(); }
 };
 
+// Tokens of at most this many bytes are "short": TokenMaskCache may key their masks by a grammar's
+// short_token_position(); the (few) longer ones it checks from the exact key.
+inline constexpr size_t kShortTokenBytes = 16;
+
 struct GrammarVocabSpec {
   std::vector<std::string> token_bytes;  // [vocab size]: raw bytes of each id (byte-level BPE decoded)
   std::vector<int32_t> special_ids;      // control tokens: never allowed (unless also end ids)
@@ -50,6 +54,11 @@ class GrammarVocab final {
   bool is_excluded(int32_t id) const { return kinds_[static_cast<size_t>(id)] == Kind::kExcluded; }
   std::span<const int32_t> end_ids() const { return end_ids_; }
   const TokenTrie& trie() const { return trie_; }
+  // The trie's tokens longer than kShortTokenBytes, in trie (byte) order; the bytes each shares
+  // with the one before it; and their bitmask [num_mask_words()].
+  std::span<const int32_t> long_tokens() const { return long_tokens_; }
+  std::span<const uint16_t> long_token_lcp() const { return long_token_lcp_; }
+  std::span<const uint32_t> long_token_mask() const { return long_token_mask_; }
   // Words of a bitmask over the vocabulary: (size() + 31) / 32.
   size_t num_mask_words() const { return (token_bytes_.size() + 31) / 32; }
 
@@ -65,6 +74,9 @@ class GrammarVocab final {
   std::vector<Kind> kinds_;
   std::vector<int32_t> end_ids_;
   TokenTrie trie_;
+  std::vector<int32_t> long_tokens_;
+  std::vector<uint16_t> long_token_lcp_;
+  std::vector<uint32_t> long_token_mask_;
 };
 
 }  // namespace inferd

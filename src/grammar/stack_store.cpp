@@ -66,15 +66,29 @@ uint32_t StackStore::push(uint32_t position, uint32_t parent) {
 }
 
 uint32_t StackStore::make_set(std::vector<uint32_t> stacks) {
-  std::sort(stacks.begin(), stacks.end());
-  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-  const uint64_t h = hash_stacks(stacks);
+  return intern_set(&stacks);
+}
+
+uint32_t StackStore::intern_set(std::vector<uint32_t>* stacks) {
+  std::sort(stacks->begin(), stacks->end());
+  stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
+  const uint64_t h = hash_stacks(*stacks);
   auto& bucket = set_buckets_[h & (kSetBuckets - 1)];
   for (const auto& [hash, id] : bucket) {
-    if (hash == h && sets_[id] == stacks) return id;
+    if (hash == h && sets_[id] == *stacks) return id;
   }
   const auto id = static_cast<uint32_t>(sets_.size());
-  sets_.push_back(std::move(stacks));
+  ByteSet first;
+  for (uint32_t s : *stacks) {
+    if (s == kEmptyStack) continue;
+    const GrammarElement& e = grammar_.element(frames_[s].position);
+    INFERD_CHECK(e.kind == GrammarElementKind::kBytes);
+    const ByteSet& b = grammar_.byte_set(e.value);
+    for (size_t w = 0; w < first.words.size(); ++w) first.words[w] |= b.words[w];
+  }
+  sets_.push_back(*stacks);
+  first_bytes_.push_back(first);
+  ends_.push_back(!stacks->empty() && (*stacks)[0] == kEmptyStack ? 1 : 0);
   hot_.push_back(-1);
   uses_.push_back(0);
   bucket.emplace_back(h, id);
@@ -145,20 +159,19 @@ uint32_t StackStore::step_slow(uint32_t set, uint8_t byte) {
     if (hot_[set] >= 0) hot_steps_[static_cast<size_t>(hot_[set]) * 256 + byte] = next;
     return next;
   };
+  // No top terminal takes the byte: rejected without a table entry (most bytes, for most sets).
+  if (!first_bytes_[set].test(byte)) return remember(kDeadSet);
   if (const uint32_t* next = steps_.find(key)) return remember(*next);
-  std::vector<uint32_t> next_stacks;
-  // Index loop: after_terminal() may grow sets_? No (it grows frames_ / afters_), but copy the
-  // stacks anyway, as sets_ may reallocate in make_set below.
-  const std::vector<uint32_t> stacks = sets_[set];
-  for (uint32_t s : stacks) {
+  step_scratch_.clear();
+  // sets_[set] stays put below: after_terminal() grows frames_ and afters_, not sets_.
+  for (uint32_t s : sets_[set]) {
     if (s == kEmptyStack) continue;
     const GrammarElement& e = grammar_.element(frames_[s].position);
-    INFERD_CHECK(e.kind == GrammarElementKind::kBytes);
     if (!grammar_.byte_set(e.value).test(byte)) continue;
     const auto after = after_terminal(s);
-    next_stacks.insert(next_stacks.end(), after.begin(), after.end());
+    step_scratch_.insert(step_scratch_.end(), after.begin(), after.end());
   }
-  const uint32_t next = next_stacks.empty() ? kDeadSet : make_set(std::move(next_stacks));
+  const uint32_t next = step_scratch_.empty() ? kDeadSet : intern_set(&step_scratch_);
   steps_.insert(key, next);
   return remember(next);
 }

@@ -68,7 +68,7 @@ class StackStore final {
   uint32_t step_bytes(uint32_t set, std::string_view bytes);
   std::span<const uint32_t> stacks(uint32_t set) const { return sets_[set]; }
   // Whether the input so far is a complete sentence (the empty stack is in the set).
-  bool can_end(uint32_t set) const { return !sets_[set].empty() && sets_[set][0] == kEmptyStack; }
+  bool can_end(uint32_t set) const { return ends_[set] != 0; }
 
   // Stack frames, for TokenMaskCache's context-independent keys.
   uint32_t position(uint32_t stack) const { return frames_[stack].position; }
@@ -90,6 +90,8 @@ class StackStore final {
   static constexpr uint32_t kUnknown = ~uint32_t{0};
   static constexpr uint32_t kHotAfter = 64;  // steps of a set before it gets its own table
   uint32_t step_slow(uint32_t set, uint8_t byte);
+  // make_set() on a scratch vector: sorts and dedups it in place, copies it only when new.
+  uint32_t intern_set(std::vector<uint32_t>* stacks);
   uint32_t push(uint32_t position, uint32_t parent);
   // Expands `stack` until every stack's top is a terminal (or the stack is empty).
   void expand(uint32_t stack, std::vector<uint32_t>* out);
@@ -100,6 +102,8 @@ class StackStore final {
   std::vector<Frame> frames_;
   U64Map frame_ids_;  // (position << 32 | parent) -> stack id
   std::vector<std::vector<uint32_t>> sets_;
+  std::vector<ByteSet> first_bytes_;  // set -> the bytes its top terminals take (union)
+  std::vector<uint8_t> ends_;         // set -> can_end()
   std::vector<std::vector<std::pair<uint64_t, uint32_t>>> set_buckets_;  // hash -> (hash, set id)
   U64Map steps_;                                                         // (set << 8 | byte) -> set
   std::vector<int32_t> hot_;         // set -> its table in hot_steps_, or -1
@@ -108,6 +112,7 @@ class StackStore final {
   std::vector<int32_t> after_;       // stack -> index in afters_
   std::vector<std::vector<uint32_t>> afters_;
   std::vector<uint32_t> scratch_;
+  std::vector<uint32_t> step_scratch_;
 };
 
 }  // namespace inferd

@@ -9,6 +9,10 @@
 //             stack below decides: the matcher checks these against the full stack),
 //   rejected  otherwise.
 // A stack no deeper than the key has nothing below: its leftover-bytes tokens are rejected.
+//
+// Short tokens (kShortTokenBytes or fewer) parse alike from a key and from its positions mapped by
+// Grammar::short_token_position(), so a key that maps to another takes that key's mask (one trie
+// walk shared by, e.g., every rank of an x{0,40} chain) and walks only the long tokens itself.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +31,6 @@ struct ContextMask {
   std::vector<uint32_t> accepted;       // bitmask [vocab.num_mask_words()], bit id = accepted
   std::vector<int32_t> uncertain;       // ids, in trie (byte) order
   std::vector<uint16_t> uncertain_lcp;  // bytes each shares with the previous uncertain id
-  size_t num_accepted = 0;
 };
 
 class TokenMaskCache final {
@@ -44,14 +47,23 @@ class TokenMaskCache final {
   size_t num_entries() const;
 
  private:
-  std::shared_ptr<const ContextMask> compute(const std::vector<uint32_t>& positions, bool whole_stack);
+  using Key = std::vector<uint32_t>;  // top positions, then 1 if that is the whole stack
+  std::shared_ptr<const ContextMask> find_or_compute(const Key& key);
+  // The whole-trie walk from the key's frames.
+  std::shared_ptr<const ContextMask> compute(const Key& key);
+  // `base` (the short-token key's mask) with the long tokens walked from the key's frames.
+  std::shared_ptr<const ContextMask> with_long_tokens(const ContextMask& base, const Key& key);
+  uint32_t initial_set(const Key& key);
+  void sort_uncertain(ContextMask* mask) const;
 
   static constexpr size_t kMaxEntries = 1 << 14;
+  const Grammar& grammar_;
   std::shared_ptr<const GrammarVocab> vocab_;
   mutable std::mutex mutex_;  // guards everything below
   StackStore store_;
-  std::map<std::vector<uint32_t>, std::shared_ptr<const ContextMask>>
-      entries_;  // key: positions + whole flag
+  std::map<Key, std::shared_ptr<const ContextMask>> entries_;
+  std::vector<uint32_t> walk_states_;  // scratch of the walks
+  std::vector<uint8_t> walk_done_;
 };
 
 }  // namespace inferd

@@ -157,6 +157,50 @@ def test_tool_calls_streamed_equal_the_calls(tool_server, parallel):
         check_call(name, arguments)
 
 
+ASK_THREE = [{"role": "user", "content": "What is the weather in Paris and in Tokyo, and what time is it in Tokyo?"}]
+
+
+def streamed_calls(cl, **kw):
+    calls, finish = {}, None
+    for c in cl.chat.completions.create(stream=True, **kw):
+        if not c.choices:
+            continue
+        finish = c.choices[0].finish_reason or finish
+        for d in c.choices[0].delta.tool_calls or []:
+            if d.id:
+                assert d.index not in calls and d.function.name
+                calls[d.index] = {"id": d.id, "name": d.function.name, "arguments": ""}
+            calls[d.index]["arguments"] += d.function.arguments or ""
+    return [(calls[i]["id"], calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)], finish
+
+
+def test_parallel_tool_calls_in_one_answer(tool_server):
+    # A question that needs three calls: with parallel_tool_calls the model answers with several
+    # <tool_call> blocks in one turn, each parsed into its own call (distinct ids, valid arguments),
+    # streamed as the same calls; without it, the grammar allows exactly one.
+    cl = client(tool_server)
+    multi = 0
+    for seed in range(6):
+        kw = dict(model="", messages=ASK_THREE, tools=[WEATHER, TIME], tool_choice="required", max_tokens=200,
+                  temperature=1, seed=seed)
+        whole = cl.chat.completions.create(parallel_tool_calls=True, **kw).choices[0]
+        if whole.finish_reason != "tool_calls":
+            assert whole.finish_reason == "length"
+            continue
+        calls = whole.message.tool_calls
+        assert len({c.id for c in calls}) == len(calls)
+        for c in calls:
+            check_call(c.function.name, c.function.arguments)
+        got, finish = streamed_calls(cl, parallel_tool_calls=True, **kw)
+        assert finish == "tool_calls"
+        assert [(n, a) for _, n, a in got] == [(c.function.name, c.function.arguments) for c in calls]
+        multi += len(calls) >= 2
+        single = cl.chat.completions.create(parallel_tool_calls=False, **kw).choices[0]
+        assert single.finish_reason == "tool_calls" and len(single.message.tool_calls) == 1
+        check_call(single.message.tool_calls[0].function.name, single.message.tool_calls[0].function.arguments)
+    assert multi >= 2, "no answer with two or more tool calls among six seeds"
+
+
 def test_malformed_tools_are_400(tool_server):
     cl = client(tool_server)
     bad = {"type": "function", "function": {"name": "no spaces allowed"}}

@@ -3,6 +3,7 @@
 // when accept_token of that token succeeds from the same state.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "grammar_test_util.h"
@@ -164,6 +165,75 @@ TEST(GrammarMaskReferenceTest, TrieWalkEqualsBruteForceOnJson) {
       history.push_back(pick);
     }
   }
+}
+
+// Bounded repetitions past the short-token horizon (x{0,k}, k > kShortTokenBytes + 1) share the
+// masks of short tokens across the chain's ranks (Grammar::short_token_position) and walk long
+// tokens from the exact rank: with tokens longer than the horizon, and walks that exhaust the
+// chain (where a long token of the same bytes must be refused), masks still equal brute force.
+TEST(GrammarMaskReferenceTest, RepetitionChainsPastTheShortTokenHorizon) {
+  auto g = parse_gbnf(
+      "root ::= \"[\" [ab]{0,40} \"]\" tail\n"
+      "tail ::= \",\" \"\\\"\" ch{2,30} \"\\\"\" tail | \".\"\n"
+      "ch ::= [a-c] | \"\\\\\" [ab]\n");
+  ASSERT_TRUE(g.has_value()) << g.status().message();
+  size_t mapped = 0;
+  for (uint32_t p = 0; p < (*g)->elements().size(); ++p) mapped += (*g)->short_token_position(p) != p;
+  ASSERT_GT(mapped, 0u) << "no chain position maps to the horizon rank: the test would not test it";
+  std::mt19937 rng(7);
+  std::vector<std::string> tokens;
+  for (int len : {1, 2, 3, 5, 8, 15, 16, 17, 18, 20, 24, 30, 39, 40, 41, 45}) {
+    for (int i = 0; i < 3; ++i) {
+      std::string t;
+      for (int j = 0; j < len; ++j) t += "ab"[rng() % 2];
+      const std::string half = t.substr(0, static_cast<size_t>(len / 2));
+      tokens.push_back(t);
+      tokens.push_back(t + "]");
+      tokens.push_back(t + "],\"");
+      std::string quoted(1, '"');
+      quoted.append(t, 0, static_cast<size_t>(std::min(len, 28))).append("\",\"");
+      tokens.push_back(quoted);
+      std::string escaped = half;
+      escaped.append("\\a").append(half);
+      tokens.push_back(escaped);
+    }
+  }
+  auto vocab = test::byte_vocab(tokens);
+  ASSERT_FALSE(vocab->long_tokens().empty());
+  const int32_t n = vocab->size();
+  int checked = 0;
+  for (int walk = 0; walk < 16; ++walk) {
+    GrammarMatcher m(*g, vocab);
+    std::vector<int32_t> history;
+    std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(static_cast<size_t>(n)));
+    for (int step = 0; step < 30 && !m.is_terminated(); ++step) {
+      m.fill_next_token_bitmask(mask);
+      GrammarMatcher reference(*g, vocab);
+      for (int32_t id : history) ASSERT_TRUE(reference.accept_token(id));
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < n; ++id) {
+        const bool ok = reference.accept_token(id);
+        if (ok) {
+          allowed.push_back(id);
+          ASSERT_TRUE(reference.rollback(1).is_ok());
+        }
+        ASSERT_EQ(mask_has(mask, id), ok)
+            << "token '" << vocab->token_bytes(id) << "' after " << history.size() << " tokens";
+      }
+      ++checked;
+      if (allowed.empty()) break;
+      // Prefer the longest allowed tokens, so chains run out within a walk.
+      std::sort(allowed.begin(), allowed.end(), [&](int32_t a, int32_t b) {
+        return vocab->token_bytes(a).size() > vocab->token_bytes(b).size();
+      });
+      const size_t pick =
+          walk % 4 == 0 ? rng() % allowed.size() : rng() % std::min<size_t>(allowed.size(), 4);
+      if (allowed[pick] == test::end_id(*vocab)) break;
+      ASSERT_TRUE(m.accept_token(allowed[pick]));
+      history.push_back(allowed[pick]);
+    }
+  }
+  EXPECT_GT(checked, 100);
 }
 
 }  // namespace
