@@ -92,6 +92,15 @@ class GgufWriter {
   std::vector<Tensor> tensors_;
 };
 
+// Built with AddressSanitizer (scripts/test's second pass, ~10x slower): the few whole-model
+// checks that run minutes there use smaller corpora, or run only in the Release pass when smaller
+// tests cover the same code under the sanitizers.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitizerBuild = true;
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+
 }  // namespace inferd::test
 
 // Skips the test when `available` is false, saying `what` is missing; fails it instead where

@@ -2,19 +2,14 @@
 
 #include <algorithm>
 
+#include "common/text.h"
+
 namespace inferd {
 
 namespace {
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
 
-// Length of the longest suffix of `s` that is a proper prefix of `tag`.
-size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 }  // namespace
 
 ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning) : starts_in_reasoning_(starts_in_reasoning) {}

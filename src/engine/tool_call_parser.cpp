@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/text.h"
+
 namespace inferd {
 
 namespace {
@@ -15,14 +17,6 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-// Length of the longest suffix of `s` that is a proper prefix of `tag`.
-size_t partial_suffix(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
 }
 
 bool is_arguments_key(const std::string& key) {
@@ -107,7 +101,7 @@ ToolCallParser::Parts ToolCallParser::drain(bool final) {
           state_ = State::kCall;
           continue;
         }
-        const size_t hold = final ? 0 : partial_suffix(pending_, kHermesOpen);
+        const size_t hold = final ? 0 : partial_tag_suffix(pending_, kHermesOpen);
         out.content += pending_.substr(0, pending_.size() - hold);
         pending_.erase(0, pending_.size() - hold);
         return out;

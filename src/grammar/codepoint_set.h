@@ -44,7 +44,4 @@ struct Utf8Sequence {
 // range.
 std::vector<Utf8Sequence> utf8_sequences(const CodepointSet& set);
 
-// UTF-8 encoding of one scalar value.
-std::string utf8_encode(uint32_t cp);
-
 }  // namespace inferd

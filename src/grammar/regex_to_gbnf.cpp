@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "common/text.h"
 #include "grammar/codepoint_set.h"
 #include "grammar/grammar.h"
 

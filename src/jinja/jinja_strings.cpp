@@ -2,6 +2,8 @@
 
 #include <utf8proc.h>
 
+#include "common/text.h"
+
 namespace inferd::jinja {
 
 namespace {
@@ -65,20 +67,8 @@ char32_t next_code_point(std::string_view s, size_t* i) {
 void append_utf8(char32_t c, std::string* out) {
   if (c >= kIllFormedBase) {
     out->push_back(static_cast<char>(c - kIllFormedBase));
-  } else if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xc0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xe0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
   } else {
-    out->push_back(static_cast<char>(0xf0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
+    inferd::append_utf8(static_cast<uint32_t>(c), out);
   }
 }
 

@@ -2,24 +2,11 @@
 
 #include <vector>
 
+#include "common/text.h"
+
 namespace inferd {
 
 namespace {
-
-std::string utf8_of(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 struct Tables {
   std::array<std::string, 256> to_unicode;
@@ -31,7 +18,7 @@ struct Tables {
     for (uint32_t b = 0; b < 256; ++b) {
       const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
       const uint32_t cp = printable ? b : next++;
-      to_unicode[b] = utf8_of(cp);
+      to_unicode[b] = utf8_encode(cp);
       from_codepoint[cp] = static_cast<int>(b);
     }
   }

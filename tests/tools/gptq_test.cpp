@@ -165,6 +165,8 @@ TEST(GptqTest, CalibrationNeedsInt4AndItsText) {
 // The default model (SmolLM2, real weights): GPTQ-rounded INT4 scores a better perplexity on the
 // evaluation text than the same format rounded to nearest. One calibration chunk keeps it short.
 TEST(GptqTest, DefaultModelPerplexityImproves) {
+  // A quality check on the whole model: scripts/test runs it in the Release pass only (5 minutes
+  // under the sanitizers, where the tests above run the same GPTQ code on small matrices).
   auto path = default_model_path();
   INFERD_REQUIRE_OR_SKIP(path.has_value(), "default model not installed");
   const std::string dir = test::temp_dir();
