@@ -162,7 +162,20 @@ std::vector<StepOutput> Engine::step() {
       });
   auto t1 = Clock::now(), t2 = t1, t3 = t1;
   if (!batch.empty()) {
+    // Grammar masks of the constrained rows are computed while the forward pass runs.
+    prefetch_.clear();
+    for (const auto& item : batch.items) {
+      auto it = samplers_.find(item.request->id);
+      if (it != samplers_.end() && it->second.has_grammar()) prefetch_.push_back(&it->second);
+    }
+    const bool prefetching = options_.prefetch_grammar_masks && !prefetch_.empty();
+    if (prefetching) masks_.start(&prefetch_, static_cast<size_t>(model_.config().vocab_size));
     Status s = runner_.execute(batch);
+    if (prefetching) {
+      const auto wait_start = Clock::now();
+      masks_.wait();
+      stats_.mask_wait_seconds += seconds_between(wait_start, Clock::now());
+    }
     INFERD_CHECK_MSG(s.is_ok(), s.message().c_str());  // batches are built by us: a failure is a bug
     t2 = Clock::now();
     sampled_.assign(batch.items.size(), -1);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/mask_prefetcher.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "kv/block_pool.h"
@@ -33,6 +34,9 @@ struct EngineOptions {
   // What a step cost, as the adaptive policy learns it; unset: the step's wall time. Wall time on
   // a shared machine is noisy, so tests that assert the policy's choices give it a cost model.
   std::function<double(const ScheduledBatch&)> step_cost;
+  // Compute constrained rows' grammar masks on a thread of their own during the forward pass
+  // (MaskPrefetcher); off: at sampling time, on the step's critical path (for measuring).
+  bool prefetch_grammar_masks = true;
 
   Status validate() const;
 };
@@ -57,6 +61,7 @@ struct EngineStats {
   double schedule_seconds = 0;  // schedule + update + finishing: the bookkeeping
   double execute_seconds = 0;   // the forward pass
   double sample_seconds = 0;
+  double mask_wait_seconds = 0;  // after the forward pass, waiting for prefetched grammar masks
   // Steps in which every request computed exactly one generated token (no prompt tokens): the
   // figures of decode throughput.
   int64_t decode_steps = 0;
@@ -134,6 +139,9 @@ class Engine final {
   Scheduler scheduler_;
   ModelRunner runner_;
   std::unordered_map<RequestId, Sampler> samplers_;
+  // After samplers_ (destroyed first): this step's constrained samplers, masked during the forward.
+  MaskPrefetcher masks_;
+  std::vector<Sampler*> prefetch_;
   RequestId next_id_ = 1;
   uint64_t next_arrival_ = 0;
   std::vector<int32_t> sampled_;

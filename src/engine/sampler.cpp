@@ -76,9 +76,20 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   return r;
 }
 
-bool Sampler::apply_grammar_mask() {
-  bitmask_.resize(GrammarMatcher::bitmask_words(adjusted_.size()));
+void Sampler::prepare_grammar_mask(size_t num_logits) {
+  if (!matcher_) return;
+  bitmask_.resize(GrammarMatcher::bitmask_words(num_logits));
   matcher_->fill_next_token_bitmask(bitmask_);
+  mask_prepared_ = true;
+}
+
+bool Sampler::apply_grammar_mask() {
+  // A prepared mask stays valid until a token is accepted (only sample() accepts one).
+  if (!mask_prepared_ || bitmask_.size() != GrammarMatcher::bitmask_words(adjusted_.size())) {
+    bitmask_.resize(GrammarMatcher::bitmask_words(adjusted_.size()));
+    matcher_->fill_next_token_bitmask(bitmask_);
+  }
+  mask_prepared_ = false;
   bool any = false;
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
   for (size_t w = 0; w < bitmask_.size(); ++w) {

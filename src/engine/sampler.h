@@ -77,6 +77,12 @@ class Sampler final {
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> prompt,
                       std::span<const int32_t> output);
 
+  // With a grammar: computes the mask of the next token now (over num_logits ids), so that the
+  // next sample() only applies it (MaskPrefetcher calls it while the forward pass runs; the
+  // sampler must not be used concurrently). No-op without a grammar.
+  void prepare_grammar_mask(size_t num_logits);
+  bool has_grammar() const { return matcher_.has_value(); }
+
  private:
   int32_t draw(std::span<const float> logits);
   void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);  // on adjusted_
@@ -92,6 +98,7 @@ class Sampler final {
   std::vector<uint8_t> seen_;    // token in prompt or output
   std::optional<GrammarMatcher> matcher_;
   std::vector<uint32_t> bitmask_;  // allowed tokens of the grammar (GrammarMatcher's layout)
+  bool mask_prepared_ = false;     // bitmask_ holds the current state's mask
 };
 
 // Index of the largest value (lowest index on ties).

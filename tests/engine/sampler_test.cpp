@@ -4,6 +4,10 @@
 
 #include <cmath>
 #include <map>
+#include <random>
+
+#include "engine/mask_prefetcher.h"
+#include "grammar/grammar_test_util.h"
 
 namespace inferd {
 namespace {
@@ -138,6 +142,52 @@ TEST(SamplerTest, LogitBiasShiftsTheDistributionNotTheLogprobs) {
   SamplingParams bad;
   bad.logit_bias = {{1, -101.0f}};
   EXPECT_FALSE(bad.validate().is_ok());
+}
+
+// Masks filled ahead by MaskPrefetcher (on its thread, as the engine does during the forward
+// pass) give the same tokens as masks computed at sampling time, including rows that are
+// prefetched in a step that does not sample them (a prefill chunk) and rows never prefetched.
+TEST(SamplerTest, PrefetchedGrammarMasksSampleTheSameTokens) {
+  std::mt19937 rng(5);
+  auto vocab = test::byte_vocab(test::random_tokens(rng, 200, "{}[]\",: abcxyz019.-truefalsn", 5));
+  auto grammar = any_json_grammar();
+  const size_t num_logits = static_cast<size_t>(vocab->size()) + 7;  // a padded row, as models have
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.grammar = GrammarConstraint{grammar, vocab};
+  constexpr int kRows = 6;
+  std::vector<Sampler> ahead, inline_;
+  for (int i = 0; i < kRows; ++i) {
+    p.seed = 100 + static_cast<uint64_t>(i);
+    ahead.emplace_back(p);
+    inline_.emplace_back(p);
+  }
+  MaskPrefetcher prefetcher;
+  std::vector<Sampler*> rows;
+  std::vector<std::vector<int32_t>> out_ahead(kRows), out_inline(kRows);
+  std::vector<float> logits(num_logits);
+  std::normal_distribution<float> noise(0.0f, 2.0f);
+  for (int step = 0; step < 40; ++step) {
+    rows.clear();
+    for (int i = 0; i < kRows; ++i) {
+      if (i != step % kRows) rows.push_back(&ahead[static_cast<size_t>(i)]);  // one row is not prefetched
+    }
+    prefetcher.start(&rows, num_logits);
+    prefetcher.wait();
+    for (int i = 0; i < kRows; ++i) {
+      if (step % 5 == 0 && i == 1) continue;  // prefetched, not sampled this step
+      for (float& x : logits) x = noise(rng);
+      const SampleResult a =
+          ahead[static_cast<size_t>(i)].sample(logits, {}, out_ahead[static_cast<size_t>(i)]);
+      const SampleResult b =
+          inline_[static_cast<size_t>(i)].sample(logits, {}, out_inline[static_cast<size_t>(i)]);
+      ASSERT_EQ(a.token, b.token) << "row " << i << " step " << step;
+      ASSERT_FALSE(a.grammar_dead_end);
+      out_ahead[static_cast<size_t>(i)].push_back(a.token);
+      out_inline[static_cast<size_t>(i)].push_back(b.token);
+    }
+  }
+  EXPECT_EQ(out_ahead, out_inline);
 }
 
 }  // namespace
