@@ -66,6 +66,14 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--kv-offload-watermark", f->kv_offload_watermark,
                   "KV pool share holding content above which cold cached blocks are offloaded")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--kv-load-timeout", f->kv_load_timeout,
+                  "seconds a request waits for its KV to arrive (offload tier) before the policy below")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-load-failure", f->kv_load_failure,
+                  "what a KV load that fails or times out does: recompute (the request computes what did "
+                  "not arrive) or fail (the request ends with an error)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, KvLoadFailure>{
+          {"recompute", KvLoadFailure::kRecompute}, {"fail", KvLoadFailure::kFail}}));
   cmd->add_option("--max-model-len", f->max_model_len,
                   "longest prompt + output (default: the model's context)");
 }
@@ -93,6 +101,8 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
   o.scheduler.max_num_seqs = f.max_num_seqs;
   o.scheduler.max_prefill_tokens = f.max_prefill_tokens;
   o.scheduler.session_ttl_seconds = f.session_ttl;
+  o.scheduler.kv_load_timeout_seconds = f.kv_load_timeout;
+  o.scheduler.kv_load_failure = f.kv_load_failure;
   o.scheduler.session_max_share = f.session_max_share;
   o.scheduler.policy = f.schedule_policy;
   o.scheduler.max_model_len = f.max_model_len > 0 ? std::min(f.max_model_len, model.max_position_embeddings)

@@ -28,6 +28,8 @@ struct EngineFlags {
   double kv_offload_disk_gb = 8;
   std::string kv_offload_redis;
   double kv_offload_watermark = 0.8;
+  double kv_load_timeout = 5;
+  KvLoadFailure kv_load_failure = KvLoadFailure::kRecompute;
   BackendKind matmul = BackendKind::kPacked;
 };
 

@@ -3,6 +3,7 @@
 
     python3 scripts/bench/offload_bench.py hit [--prefix-tokens 2000] [--repeats 3]
     python3 scripts/bench/offload_bench.py workload [--questions 16] [--rate 0.5] [--prefixes 2]
+    python3 scripts/bench/offload_bench.py stall [--prefix-tokens 2000] [--repeats 3]
 
 hit: TTFT of one request whose ~2,000-token prompt is (a) recomputed, (b) loaded from the disk
 tier, (c) loaded from the Redis tier. For (b) and (c) one server process computes the prompt and
@@ -13,8 +14,15 @@ workload: --prefixes system prompts of ~1,500 tokens taking turns, --questions q
 arrivals; TTFT p50 / p99 and output tokens/s with prefix caching off, on (the pool holds every
 prefix), and a pool forced small (holds about one prefix) without a tier, with the disk tier, and
 with the Redis tier.
+
+stall: whether a tier load holds up the running requests (issue 17: KV arrives asynchronously). A
+streamed request decodes (short prompt, 1,000 tokens) while a second request arrives whose
+~2,000-token prefix only a tier holds (offloaded by an earlier process). Reports the loaded
+request's TTFT and the decoding stream's inter-token gaps: its median over the run, and its
+largest gap while the other request's prefix was loading (from its arrival to its first token).
 """
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -22,10 +30,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prefix_bench import PARAGRAPH, count_tokens, one, run  # noqa: E402
+from prefix_bench import PARAGRAPH, count_tokens, one, post, run  # noqa: E402
 from serve_util import free_port, start_server  # noqa: E402
 
 
@@ -127,6 +136,84 @@ def hit(args):
         print(f"| {label} | {med:.3f} | {', '.join(f'{t:.3f}' for t in runs)} | {med / base:.3f}x |")
 
 
+def stream_times(port, messages, max_tokens, out):
+    """Streams a chat request; appends (send time, [arrival time of each content chunk])."""
+    t0 = time.perf_counter()
+    s = post(port, "/v1/chat/completions", {"messages": messages, "max_tokens": max_tokens, "ignore_eos": True,
+                                            "stream": True})
+    buf, times = b"", []
+    while b"data: [DONE]" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        now = time.perf_counter()
+        buf += chunk
+        while b"\n\n" in buf and not buf.startswith(b"data: [DONE]"):
+            event, buf = buf.split(b"\n\n", 1)
+            line = event.split(b"data: ", 1)[-1]
+            if line.startswith(b"{"):
+                delta = json.loads(line)["choices"][0]["delta"] if json.loads(line).get("choices") else {}
+                if delta.get("content"):
+                    times.append(now)
+            if buf.startswith(b"data: [DONE]"):
+                break
+    s.close()
+    out.append((t0, times))
+
+
+def stall(args):
+    if args.inferd:
+        import serve_util
+        serve_util.INFERD = os.path.abspath(args.inferd)
+    p, port = start_server()
+    system = system_prompt(port, args.prefix_tokens)
+    n = count_tokens(port, [{"role": "system", "content": system}])
+    p.terminate()
+    p.wait()
+    print(f"a 1000-token stream decoding while a request with a {n}-token tier-held prefix arrives; "
+          f"{args.repeats} fresh processes per tier")
+    redis = Redis()
+    disk = tempfile.mkdtemp(prefix="inferd_offload_")
+    print("| tier | loaded request TTFT (s) | stream median gap (ms) | stream largest gap during the load (ms) |")
+    print("|---|---|---|---|")
+    try:
+        for label, flags in [("disk", ["--kv-offload-dir", disk]), ("Redis", ["--kv-offload-redis", redis.url])]:
+            for r in range(args.repeats):
+                messages = [{"role": "system", "content": system},
+                            {"role": "user", "content": f"Question {r}: summarise the guide."}]
+                shutil.rmtree(disk, ignore_errors=True)
+                redis.flush()
+                p, port = start_server(*flags, "--kv-offload-watermark", "0")
+                ttft_of(port, messages)
+                wait_offloaded(port, (n - 20) // 16)
+                p.terminate()
+                p.wait()
+                p, port = start_server(*flags, "--kv-offload-watermark", "0")
+                streamed = []
+                t = threading.Thread(target=stream_times,
+                                     args=(port, [{"role": "user", "content": "Tell me a story."}], 1000, streamed))
+                t.start()
+                time.sleep(0.5)
+                loaded = []
+                t_sent = time.perf_counter()
+                one(port, messages, loaded)
+                t.join()
+                ttft = loaded[0][0]
+                reads = metric(port, "inferd:kv_offload_reads_total")
+                p.terminate()
+                p.wait()
+                assert reads >= (n - 40) // 16, f"{label}: only {reads} blocks loaded"
+                times = streamed[0][1]
+                gaps = [b - a for a, b in zip(times, times[1:])]
+                window = [b - a for a, b in zip(times, times[1:]) if b >= t_sent and a <= t_sent + ttft]
+                assert window, "the stream ended before the loaded request arrived"
+                print(f"| {label} | {ttft:.3f} | {1000 * statistics.median(gaps):.1f} | "
+                      f"{1000 * max(window or [0]):.1f} |")
+    finally:
+        redis.stop()
+        shutil.rmtree(disk, ignore_errors=True)
+
+
 def run_workload(flags, workload, rate, seed):
     def counters(port):
         return metric(port, "inferd:prefix_cache_hits_total"), metric(port, "inferd:kv_offload_reads_total")
@@ -178,8 +265,12 @@ def main():
     w.add_argument("--prefixes", type=int, default=2)
     w.add_argument("--small-pool", default="48MiB")
     w.add_argument("--only", default="", help="run only the modes whose label contains this")
+    st = sub.add_parser("stall")
+    st.add_argument("--prefix-tokens", type=int, default=2000)
+    st.add_argument("--repeats", type=int, default=2)
+    st.add_argument("--inferd", default=None, help="the inferd binary (default: build/inferd)")
     args = ap.parse_args()
-    hit(args) if args.cmd == "hit" else workload(args)
+    {"hit": hit, "workload": workload, "stall": stall}[args.cmd](args)
 
 
 if __name__ == "__main__":

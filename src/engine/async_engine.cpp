@@ -89,7 +89,8 @@ void AsyncEngine::loop() {
     // Published before the outputs are delivered, so a client that reads the gauges after its
     // response sees the state that response left (e.g. its session pinned).
     num_running_ = engine_.scheduler().num_running();
-    num_waiting_ = engine_.scheduler().num_waiting();
+    // Requests waiting for their KV to arrive count as waiting.
+    num_waiting_ = engine_.scheduler().num_waiting() + engine_.scheduler().num_waiting_for_kv();
     num_waiting_sequences_ = engine_.scheduler().num_waiting_sequences();
     num_free_blocks_ = engine_.block_pool().num_free_blocks();
     num_preemptions_ = engine_.scheduler().num_preemptions();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <thread>
 
 #include "common/check.h"
 #include "common/log.h"
@@ -220,6 +221,9 @@ std::vector<StepOutput> Engine::step() {
   }
   if (!batch.empty())
     scheduler_.observe_step(batch, options_.step_cost ? options_.step_cost(batch) : seconds_between(t0, t4));
+  // Nothing to run but KV loads in flight: give the source's thread a moment instead of spinning.
+  if (batch.empty() && out.empty() && !scheduler_.has_runnable() && scheduler_.num_kv_loads() > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return out;
 }
 

@@ -14,7 +14,9 @@
 
 namespace inferd {
 
-enum class RequestState { kWaiting, kRunning, kFinished };
+// kWaitingForKv: its KV is coming from elsewhere (an offload tier, a prefill instance) into blocks
+// it holds; it rejoins the waiting queue's front when they have landed (vLLM's WAITING_FOR_REMOTE_KVS).
+enum class RequestState { kWaiting, kWaitingForKv, kRunning, kFinished };
 
 enum class FinishReason { kStop, kLength, kAborted, kError };
 
@@ -49,6 +51,8 @@ struct Request {
   std::optional<FinishReason> finish_reason;  // set when it finished
   std::string error;                          // set with kError
   int64_t num_computed_tokens = 0;            // tokens whose K/V are in the cache
+  uint64_t kv_load_ticket = 0;                // kWaitingForKv: its load (KvBlockSource ticket)
+  bool kv_load_done = false;  // a load ran for this admission: what did not arrive is computed
   int64_t num_preemptions = 0;
   std::optional<int64_t> scheduled_in_step;  // the scheduler's step counter when last scheduled
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;  // when it first ran

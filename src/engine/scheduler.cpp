@@ -22,6 +22,7 @@ Status SchedulerOptions::validate() const {
   if (!(session_ttl_seconds >= 0)) return invalid_argument("session_ttl_seconds must be >= 0");
   if (!(session_max_share >= 0 && session_max_share <= 1))
     return invalid_argument("session_max_share must be in [0, 1]");
+  if (!(kv_load_timeout_seconds > 0)) return invalid_argument("kv_load_timeout_seconds must be > 0");
   return Status::ok();
 }
 
@@ -75,6 +76,7 @@ void Scheduler::fail(RequestId id, std::string message) {
 ScheduledBatch Scheduler::schedule() {
   ++step_;
   if (kv_.num_sessions() > 0) kv_.expire_sessions(std::chrono::steady_clock::now());
+  if (!loads_.empty()) poll_kv_loads();
   ScheduledBatch batch;
   int64_t budget = options_.max_num_batched_tokens;
   const bool prefill_first = options_.policy == SchedulePolicy::kPrefillFirst ||
@@ -120,8 +122,11 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
          static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
     Request* r = waiting_.front();
     // A request that holds no blocks starts from the longest cached prefix of its tokens.
-    const bool fresh = r->num_computed_tokens == 0 && kv_.block_table(r->id).empty();
-    if (fresh) r->num_computed_tokens = kv_.take_cached_prefix(r->id, tokens_of(*r));
+    const bool fresh = r->num_computed_tokens == 0 && kv_.block_table(r->id).empty() && !r->kv_load_done;
+    if (fresh) {
+      r->num_computed_tokens = kv_.take_cached_prefix(r->id, tokens_of(*r), &remote_keys_);
+      if (!remote_keys_.empty() && start_kv_load(r)) continue;  // waits for its KV; the queue goes on
+    }
     const int64_t n = std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill});
     bool fits = true;
     // Blocks short: only a strictly lower-priority running request may give way.
@@ -150,6 +155,69 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
   }
 }
 
+bool Scheduler::start_kv_load(Request* r) {
+  KvBlockSource* source = kv_.block_source();
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(remote_keys_.size()), kv_.num_free_blocks());
+  if (source == nullptr || n <= 0) return false;
+  auto blocks = kv_.reserve_blocks(n);
+  if (!blocks) return false;
+  std::vector<BlockHash> keys(remote_keys_.begin(), remote_keys_.begin() + n);
+  const uint64_t ticket = source->start_load(keys, *blocks);
+  const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(options_.kv_load_timeout_seconds));
+  loads_.emplace(ticket,
+                 KvLoad{r, std::move(keys), std::move(*blocks), std::chrono::steady_clock::now() + timeout});
+  waiting_.pop_front();
+  r->state = RequestState::kWaitingForKv;
+  r->kv_load_ticket = ticket;
+  ++num_waiting_for_kv_;
+  return true;
+}
+
+void Scheduler::end_kv_wait(Request* r, int64_t covered_tokens, const std::string& failure) {
+  --num_waiting_for_kv_;
+  r->kv_load_ticket = 0;
+  r->kv_load_done = true;  // one load per admission: what did not arrive is computed
+  if (!failure.empty() && options_.kv_load_failure == KvLoadFailure::kFail) {
+    r->state = RequestState::kWaiting;  // not in waiting_: finish() finds nothing to erase there
+    r->error = failure;
+    finish(r, FinishReason::kError);
+    return;
+  }
+  r->num_computed_tokens = covered_tokens;
+  insert_waiting(r);
+}
+
+void Scheduler::poll_kv_loads() {
+  KvBlockSource* source = kv_.block_source();
+  landed_.clear();
+  source->poll(&landed_);
+  for (KvBlockSource::Finished& f : landed_) {
+    auto it = loads_.find(f.ticket);
+    if (it == loads_.end()) continue;
+    KvLoad load = std::move(it->second);
+    loads_.erase(it);
+    if (load.request == nullptr) {  // its request ended or gave up waiting
+      kv_.release_blocks(load.blocks);
+      continue;
+    }
+    Request* r = load.request;
+    const int64_t covered = kv_.adopt_loaded(r->id, load.keys, load.blocks, f.loaded);
+    if (!f.error.empty()) ++num_kv_load_failures_;
+    end_kv_wait(r, covered, f.error.empty() ? "" : "KV load failed: " + f.error);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [ticket, load] : loads_) {
+    if (load.request == nullptr || now < load.deadline) continue;
+    Request* r = load.request;
+    load.request = nullptr;
+    source->cancel(ticket);
+    ++num_kv_load_timeouts_;
+    end_kv_wait(r, static_cast<int64_t>(kv_.block_table(r->id).size()) * kv_.block_size(),
+                "KV load timed out after " + std::to_string(options_.kv_load_timeout_seconds) + " s");
+  }
+}
+
 bool Scheduler::preempt_one(const Request* keep, int32_t above_priority, ScheduledBatch* batch,
                             int64_t* budget) {
   Request* victim = nullptr;
@@ -174,6 +242,7 @@ void Scheduler::preempt(Request* victim, ScheduledBatch* batch, int64_t* budget)
   }
   kv_.free(victim->id);
   victim->num_computed_tokens = 0;
+  victim->kv_load_done = false;  // a new admission may load its KV again
   ++victim->num_preemptions;
   ++num_preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), victim));
@@ -259,6 +328,11 @@ void Scheduler::finish(Request* r, FinishReason reason) {
         static_cast<int64_t>(options_.session_max_share * static_cast<double>(kv_.num_blocks_total())));
   }
   kv_.free(r->id);
+  if (r->state == RequestState::kWaitingForKv) {  // its blocks return when the load lands
+    loads_.at(r->kv_load_ticket).request = nullptr;
+    kv_.block_source()->cancel(r->kv_load_ticket);
+    --num_waiting_for_kv_;
+  }
   if (r->state == RequestState::kRunning) running_.erase(std::find(running_.begin(), running_.end(), r));
   if (r->state == RequestState::kWaiting) {
     auto it = std::find(waiting_.begin(), waiting_.end(), r);

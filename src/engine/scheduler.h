@@ -3,14 +3,18 @@
 // loop calls schedule() then, after the model ran, update(). Engine thread only.
 //
 //   waiting (priority, arrival) ──admit──▶ running ──finish/abort──▶ freed
-//        ▲                                   │
-//        └──────────── preempt (blocks freed, recomputed later) ◀──┘
+//     │  ▲  ▲                                 │
+//     │  │  └────────── preempt (blocks freed, recomputed later) ◀──┘
+//     │  └── landed / failed (recompute) / timed out (recompute) ──┐
+//     └─ KV elsewhere (block source) ──▶ waiting for KV ───────────┘  (or failed, by policy)
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -29,14 +33,22 @@ enum class SchedulePolicy {
   kAdaptive,
 };
 
+// What a KV load that fails or times out does to its request.
+enum class KvLoadFailure {
+  kRecompute,  // the request computes what did not arrive (never lost, never hung)
+  kFail,       // the request ends with an error naming the failure
+};
+
 struct SchedulerOptions {
   int64_t max_num_batched_tokens = 2048;  // tokens per step
   int64_t max_num_seqs = 64;              // running requests at once
   int64_t max_prefill_tokens = 2048;      // prefill tokens per step under kPrefillFirst
   SchedulePolicy policy = SchedulePolicy::kDecodeFirst;
-  int64_t max_model_len = 4096;      // prompt + output must fit
-  double session_ttl_seconds = 300;  // how long a session's last turn stays pinned
-  double session_max_share = 0.5;    // of the KV pool that session pins may hold
+  int64_t max_model_len = 4096;        // prompt + output must fit
+  double session_ttl_seconds = 300;    // how long a session's last turn stays pinned
+  double session_max_share = 0.5;      // of the KV pool that session pins may hold
+  double kv_load_timeout_seconds = 5;  // a KV load not landed by then is given up (policy below)
+  KvLoadFailure kv_load_failure = KvLoadFailure::kRecompute;
 
   Status validate() const;
 };
@@ -97,12 +109,29 @@ class Scheduler final {
   // Sequences the waiting requests stand for: a request whose n samples are not forked yet counts n.
   int64_t num_waiting_sequences() const;
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  // Requests waiting for their KV to land (kWaitingForKv).
+  int64_t num_waiting_for_kv() const { return num_waiting_for_kv_; }
+  // KV loads in flight, those of finished or timed-out requests included (their blocks return
+  // when the source reports them).
+  int64_t num_kv_loads() const { return static_cast<int64_t>(loads_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
-  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // KV loads that failed / timed out (each handled by kv_load_failure).
+  int64_t num_kv_load_failures() const { return num_kv_load_failures_; }
+  int64_t num_kv_load_timeouts() const { return num_kv_load_timeouts_; }
+  bool has_work() const { return !waiting_.empty() || !running_.empty() || !loads_.empty(); }
+  // Whether the next schedule() may run something (false when only KV loads are pending).
+  bool has_runnable() const { return !waiting_.empty() || !running_.empty(); }
 
  private:
   void schedule_running(ScheduledBatch* batch, int64_t* budget);
   void admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t prefill_cap);
+  // Starts a load of the request's KV past its cached prefix when the block source may hold it;
+  // true when the request now waits for it.
+  bool start_kv_load(Request* r);
+  // Requests whose loads landed, failed or timed out go back to waiting (or fail, by policy).
+  void poll_kv_loads();
+  // The request stops waiting for its load: back to the waiting queue, or failed by policy.
+  void end_kv_wait(Request* r, int64_t covered_tokens, const std::string& failure);
   // Preempts the lowest-priority, latest running request other than `keep` whose priority
   // value is above `above_priority`; false when there is none.
   bool preempt_one(const Request* keep, int32_t above_priority, ScheduledBatch* batch, int64_t* budget);
@@ -121,6 +150,16 @@ class Scheduler final {
   std::vector<Request*> running_;  // in admission order
   std::vector<std::unique_ptr<Request>> finished_;
   int64_t num_preemptions_ = 0;
+  struct KvLoad {
+    Request* request;  // nullptr once it finished or timed out: the blocks are released on landing
+    std::vector<BlockHash> keys;
+    std::vector<int32_t> blocks;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::unordered_map<uint64_t, KvLoad> loads_;   // by ticket
+  std::vector<BlockHash> remote_keys_;           // scratch
+  std::vector<KvBlockSource::Finished> landed_;  // scratch
+  int64_t num_waiting_for_kv_ = 0, num_kv_load_failures_ = 0, num_kv_load_timeouts_ = 0;
   AdaptiveChoices adaptive_choices_;
   int64_t step_ = 0;
   // Exponential moving averages of measured step costs (0 until first seen).

@@ -27,7 +27,9 @@ BlockHash KVCacheManager::hash_block(const BlockHash* parent, const Tokens& toke
   return BlockHash{h.low64, h.high64};
 }
 
-int64_t KVCacheManager::take_cached_prefix(RequestId id, const Tokens& tokens) {
+int64_t KVCacheManager::take_cached_prefix(RequestId id, const Tokens& tokens,
+                                           std::vector<BlockHash>* remote) {
+  if (remote != nullptr) remote->clear();
   if (!prefix_caching_) return 0;
   INFERD_CHECK(tables_.find(id) == tables_.end());
   query_tokens_ += tokens.size();
@@ -41,24 +43,53 @@ int64_t KVCacheManager::take_cached_prefix(RequestId id, const Tokens& tokens) {
     table.blocks.push_back(block);
     table.hashes.push_back(h);
   }
-  if (source_ != nullptr && static_cast<int64_t>(table.blocks.size()) < max_blocks) {
-    // Past the pool's own blocks: the offload tiers may hold the rest of the chain.
-    missing_.clear();
+  if (source_ != nullptr && remote != nullptr) {
+    // Past the pool's own blocks: the source may hold the rest of the chain.
     for (auto b = static_cast<int64_t>(table.blocks.size()); b < max_blocks; ++b) {
-      const BlockHash* parent = b == 0 ? nullptr : missing_.empty() ? &table.hashes.back() : &missing_.back();
-      missing_.push_back(hash_block(parent, tokens, b));
-    }
-    loaded_.clear();
-    const int64_t n = source_->load(missing_, pool_, &loaded_);
-    for (int64_t i = 0; i < n; ++i) {
-      table.blocks.push_back(loaded_[static_cast<size_t>(i)]);
-      table.hashes.push_back(missing_[static_cast<size_t>(i)]);
+      const BlockHash* parent = b == 0 ? nullptr : remote->empty() ? &table.hashes.back() : &remote->back();
+      remote->push_back(hash_block(parent, tokens, b));
     }
   }
   const int64_t hit = static_cast<int64_t>(table.blocks.size()) * block_size_;
   hit_tokens_ += hit;
   if (!table.blocks.empty()) tables_.emplace(id, std::move(table));
   return hit;
+}
+
+std::optional<std::vector<int32_t>> KVCacheManager::reserve_blocks(int64_t n) {
+  if (n < 0 || n > pool_.num_free_blocks()) return std::nullopt;
+  return pool_.allocate(static_cast<int32_t>(n));
+}
+
+void KVCacheManager::release_blocks(std::span<const int32_t> blocks) {
+  pool_.release(blocks);
+}
+
+int64_t KVCacheManager::adopt_loaded(RequestId id, std::span<const BlockHash> keys,
+                                     std::span<const int32_t> blocks, int64_t loaded) {
+  INFERD_CHECK(keys.size() == blocks.size() && loaded >= 0 && loaded <= static_cast<int64_t>(keys.size()));
+  Table& t = tables_[id];
+  INFERD_CHECK(t.hashes.size() == t.blocks.size());  // nothing computed past the cached prefix yet
+  for (int64_t i = 0; i < loaded; ++i) {
+    const auto k = static_cast<size_t>(i);
+    int32_t block = blocks[k];
+    const int32_t existing = pool_.find_cached(keys[k]);
+    if (existing >= 0 && existing != block) {
+      pool_.touch(existing);  // computed meanwhile by another request: share it, drop ours
+      pool_.release(blocks.subspan(k, 1));
+      block = existing;
+    } else {
+      pool_.cache_block(block, keys[k]);
+      pool_.mark_offloaded(block);
+    }
+    t.blocks.push_back(block);
+    t.hashes.push_back(keys[k]);
+  }
+  if (loaded < static_cast<int64_t>(blocks.size()))
+    pool_.release(blocks.subspan(static_cast<size_t>(loaded)));
+  hit_tokens_ += loaded * block_size_;
+  if (t.blocks.empty()) tables_.erase(id);
+  return static_cast<int64_t>(t.blocks.size()) * block_size_;
 }
 
 void KVCacheManager::cache_full_blocks(RequestId id, const Tokens& tokens, int64_t num_computed) {

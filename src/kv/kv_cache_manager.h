@@ -17,14 +17,26 @@ namespace inferd {
 
 using RequestId = uint64_t;
 
-// Where blocks the pool no longer holds may still be found (KvOffloader: disk, Redis).
+// Where blocks the pool no longer holds may still be found (KvOffloader: disk, Redis; a prefill
+// instance). Loads run on the source's own thread: a request whose KV is coming waits with its
+// blocks reserved while the engine keeps stepping the others (Scheduler's kWaitingForKv).
 class KvBlockSource {
  public:
   virtual ~KvBlockSource() = default;
-  // Engine thread. Loads the contents of keys[0], keys[1], ... (a hash chain, in order) into
-  // fresh blocks of `pool`, each cached under its key and appended to `blocks` with one reference;
-  // stops at the first key it cannot load. Returns how many it loaded.
-  virtual int64_t load(std::span<const BlockHash> keys, BlockPool& pool, std::vector<int32_t>* blocks) = 0;
+  // Engine thread. Starts loading the contents of keys[0], keys[1], ... (a hash chain, in order)
+  // into blocks[0], blocks[1], ... (fresh pool blocks the caller holds and nobody else touches
+  // until poll() reports the load); returns its ticket.
+  virtual uint64_t start_load(std::vector<BlockHash> keys, std::vector<int32_t> blocks) = 0;
+  struct Finished {
+    uint64_t ticket = 0;
+    int64_t loaded = 0;  // leading keys whose blocks now hold their contents (the rest: missing)
+    std::string error;   // non-empty when the load failed (a tier went down), not on a clean miss
+  };
+  // Engine thread. Appends the loads finished since the last call.
+  virtual void poll(std::vector<Finished>* finished) = 0;
+  // Engine thread. Asks a load to stop early; poll() still reports it (its blocks are written
+  // until then).
+  virtual void cancel(uint64_t ticket) = 0;
 };
 
 class KVCacheManager final {
@@ -45,8 +57,21 @@ class KVCacheManager final {
   // Prefix caching, for a request that holds no blocks: takes the longest run of cached blocks
   // whose hash chain matches the first full blocks of `tokens` (never the block of the last
   // token, whose logits must be computed) and returns how many tokens they cover (0 when
-  // caching is off). Counts the query and the hit.
-  int64_t take_cached_prefix(RequestId id, const Tokens& tokens);
+  // caching is off). Counts the query and the hit. With a block source and `remote`, also lists
+  // the keys of the full blocks after those (up to the same limit) that the source may hold.
+  int64_t take_cached_prefix(RequestId id, const Tokens& tokens, std::vector<BlockHash>* remote = nullptr);
+  // Fresh blocks for a load (held by the caller, in no table); nullopt when fewer are free.
+  std::optional<std::vector<int32_t>> reserve_blocks(int64_t n);
+  // Returns blocks reserve_blocks() gave (a load that ended without its request).
+  void release_blocks(std::span<const int32_t> blocks);
+  // A load for `id` (which holds at most its cached prefix, as take_cached_prefix() left it)
+  // ended: the first `loaded` of `blocks` hold keys[0..loaded), the chain continuing the
+  // request's blocks. They join its table, cached under their keys (a key some other block
+  // cached meanwhile takes that block instead); the rest are released. Returns the tokens the
+  // request's table now covers.
+  int64_t adopt_loaded(RequestId id, std::span<const BlockHash> keys, std::span<const int32_t> blocks,
+                       int64_t loaded);
+  KvBlockSource* block_source() const { return source_; }
   // Registers the request's full blocks among its first `num_computed` tokens for reuse.
   void cache_full_blocks(RequestId id, const Tokens& tokens, int64_t num_computed);
   bool prefix_caching() const { return prefix_caching_; }
@@ -98,6 +123,7 @@ class KVCacheManager final {
   int64_t num_pinned_blocks() const { return pinned_blocks_; }
 
   int64_t num_blocks_total() const { return pool_.num_blocks(); }
+  int64_t num_free_blocks() const { return pool_.num_free_blocks(); }
   int64_t num_requests() const { return static_cast<int64_t>(tables_.size()); }
   // Share of the pool in use, 0..1.
   double usage() const;
@@ -115,8 +141,6 @@ class KVCacheManager final {
   std::unordered_map<RequestId, Table> tables_;
   std::vector<int32_t> scratch_;  // one block's token ids, for hashing
   KvBlockSource* source_ = nullptr;
-  std::vector<BlockHash> missing_;  // keys past the pool's hits, for source_
-  std::vector<int32_t> loaded_;
   struct Pin {
     std::vector<int32_t> blocks;
     std::chrono::steady_clock::time_point expiry;

@@ -62,6 +62,13 @@ KvOffloader::KvOffloader(const KvOffloadOptions& options, KvCache& cache, KvStor
 
 KvOffloader::~KvOffloader() {
   {
+    std::lock_guard<std::mutex> lock(load_mutex_);
+    reader_stopping_ = true;
+    for (auto& [ticket, flag] : load_flags_) flag->store(true);
+  }
+  wake_reader_.notify_all();
+  if (reader_.joinable()) reader_.join();
+  {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
@@ -113,13 +120,15 @@ int32_t KvOffloader::offload_cold(BlockPool& pool, int32_t max_blocks) {
   return staged;
 }
 
-int64_t KvOffloader::load(std::span<const BlockHash> keys, BlockPool& pool, std::vector<int32_t>* blocks) {
+int64_t KvOffloader::read_into(std::span<const BlockHash> keys, std::span<const int32_t> blocks,
+                               const std::atomic<bool>* cancel, std::string* error) {
   size_t done = 0;
   for (auto& tier : tiers_) {
-    if (done == keys.size()) break;
+    if (done == keys.size() || (cancel != nullptr && cancel->load())) break;
     if (!tier->up()) continue;
     KvTierStats& stats = tier->stats();
     tier->get(keys.subspan(done), [&](std::span<const std::byte> record) {
+      if (cancel != nullptr && cancel->load()) return false;
       const BlockHash& key = keys[done];
       const KvRecordCheck check = check_kv_record(record, identity_, key, payload_bytes_);
       if (check != KvRecordCheck::kOk) {
@@ -127,20 +136,78 @@ int64_t KvOffloader::load(std::span<const BlockHash> keys, BlockPool& pool, std:
         tier->remove(key);
         return false;
       }
-      auto fresh = pool.allocate(1);
-      if (!fresh) return false;  // the pool is full: the rest is recomputed
-      const int32_t block = (*fresh)[0];
-      cache_.import_block(block, record.data() + kKvRecordHeaderBytes);
-      pool.cache_block(block, key);
-      pool.mark_offloaded(block);
-      blocks->push_back(block);
+      cache_.import_block(blocks[done], record.data() + kKvRecordHeaderBytes);
       ++stats.reads;
       stats.read_bytes += static_cast<int64_t>(record.size());
       ++done;
       return true;
     });
+    if (!tier->up() && error != nullptr && error->empty()) {
+      *error = std::string("the ") + tier->name() + " KV tier failed during the load";
+    }
   }
   return static_cast<int64_t>(done);
+}
+
+int64_t KvOffloader::load(std::span<const BlockHash> keys, BlockPool& pool, std::vector<int32_t>* blocks) {
+  const auto n =
+      static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(keys.size()), pool.num_free_blocks()));
+  if (n == 0) return 0;
+  std::vector<int32_t> fresh = *pool.allocate(n);
+  std::string error;
+  const int64_t done = read_into(keys.first(static_cast<size_t>(n)), fresh, nullptr, &error);
+  for (int64_t i = 0; i < done; ++i) {
+    const int32_t block = fresh[static_cast<size_t>(i)];
+    pool.cache_block(block, keys[static_cast<size_t>(i)]);
+    pool.mark_offloaded(block);
+    blocks->push_back(block);
+  }
+  pool.release(std::span<const int32_t>(fresh).subspan(static_cast<size_t>(done)));
+  return done;
+}
+
+uint64_t KvOffloader::start_load(std::vector<BlockHash> keys, std::vector<int32_t> blocks) {
+  const uint64_t ticket = next_ticket_++;
+  {
+    std::lock_guard<std::mutex> lock(load_mutex_);
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    load_flags_.emplace_back(ticket, flag);
+    loads_.push_back(Load{ticket, std::move(keys), std::move(blocks), std::move(flag)});
+    if (!reader_.joinable()) reader_ = std::thread([this] { reader_loop(); });
+  }
+  wake_reader_.notify_one();
+  return ticket;
+}
+
+void KvOffloader::poll(std::vector<Finished>* finished) {
+  std::lock_guard<std::mutex> lock(load_mutex_);
+  for (Finished& f : finished_) finished->push_back(std::move(f));
+  finished_.clear();
+}
+
+void KvOffloader::cancel(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(load_mutex_);
+  for (auto& [t, flag] : load_flags_) {
+    if (t == ticket) flag->store(true);
+  }
+}
+
+void KvOffloader::reader_loop() {
+  std::unique_lock<std::mutex> lock(load_mutex_);
+  for (;;) {
+    wake_reader_.wait(lock, [&] { return !loads_.empty() || reader_stopping_; });
+    if (loads_.empty()) return;  // stopping, nothing queued
+    Load load = std::move(loads_.front());
+    loads_.erase(loads_.begin());
+    lock.unlock();
+    Finished f;
+    f.ticket = load.ticket;
+    f.loaded = load.cancel->load() ? 0 : read_into(load.keys, load.blocks, load.cancel.get(), &f.error);
+    lock.lock();
+    load_flags_.erase(std::find_if(load_flags_.begin(), load_flags_.end(),
+                                   [&](const auto& e) { return e.first == load.ticket; }));
+    finished_.push_back(std::move(f));
+  }
 }
 
 void KvOffloader::flush() {

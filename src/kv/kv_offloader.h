@@ -4,13 +4,16 @@
 //   after a step, content usage >= watermark:
 //     coldest free cached blocks ──stage()──► staging slots (preallocated) ──put()──► tiers
 //   allocate() reusing a cached block not yet staged: stage() it first (last chance)
-//   take_cached_prefix() past the pool's own hits:
-//     tiers ──get()──► check record ──► import into a fresh block, cache it ──► request's table
+//   take_cached_prefix() past the pool's own hits, start_load() into reserved blocks:
+//                                                   reader thread
+//     the request waits (kWaitingForKv) ◄─poll()─── tiers ──get()──► check ──► import into the blocks
+//     then adopt_loaded() caches the blocks and the request joins the batch
 //
-// Writes never stall a step: a block is copied into a staging slot (a memcpy) and the writer
-// thread stores it; when every slot is busy the block is skipped (counted). Reads are the engine
-// thread's, bounded by the tiers' timeouts; a record that fails its check is a miss (and is
-// removed), so the worst a tier can do is cost a recomputation.
+// Neither direction stalls a step: a block is copied into a staging slot (a memcpy) and the writer
+// thread stores it (when every slot is busy the block is skipped, counted); reads run on the
+// reader thread, bounded by the tiers' timeouts, while the engine steps the other requests. A
+// record that fails its check is a miss (and is removed), so the worst a tier can do is cost a
+// recomputation.
 #pragma once
 
 #include <atomic>
@@ -66,8 +69,13 @@ class KvOffloader final : public KvBlockSource {
   // marks it offloaded; false (nothing changed) when every slot is busy.
   bool stage(BlockPool& pool, int32_t block);
 
-  // KvBlockSource (engine thread): loads consecutive keys from the tiers into fresh pool blocks.
-  int64_t load(std::span<const BlockHash> keys, BlockPool& pool, std::vector<int32_t>* blocks) override;
+  // KvBlockSource (engine thread): loads on the reader thread (started on first use).
+  uint64_t start_load(std::vector<BlockHash> keys, std::vector<int32_t> blocks) override;
+  void poll(std::vector<Finished>* finished) override;
+  void cancel(uint64_t ticket) override;
+  // Engine thread, synchronous: loads consecutive keys into fresh blocks of `pool` (as many as are
+  // free), each cached under its key and appended to `blocks`; returns how many (tests, tools).
+  int64_t load(std::span<const BlockHash> keys, BlockPool& pool, std::vector<int32_t>* blocks);
 
   // Blocks until the writer has stored everything staged so far (tests, benchmarks).
   void flush();
@@ -80,6 +88,12 @@ class KvOffloader final : public KvBlockSource {
  private:
   KvOffloader(const KvOffloadOptions& options, KvCache& cache, KvStoreIdentity identity);
   void writer_loop();
+  void reader_loop();
+  // Fills blocks[i] with keys[i]'s record, in order, until a miss, a bad record or `cancel`.
+  // Returns how many; `error` names a tier that went down meanwhile. The reader side: one thread
+  // at a time (the reader thread, or load()'s caller).
+  int64_t read_into(std::span<const BlockHash> keys, std::span<const int32_t> blocks,
+                    const std::atomic<bool>* cancel, std::string* error);
   std::span<std::byte> slot_bytes(int32_t slot) {
     return {staging_.data() + static_cast<size_t>(slot) * record_bytes_, record_bytes_};
   }
@@ -105,6 +119,21 @@ class KvOffloader final : public KvBlockSource {
   bool stopping_ = false;                // guarded by mutex_
   std::atomic<int64_t> dropped_writes_{0};
   std::thread writer_;
+
+  struct Load {
+    uint64_t ticket;
+    std::vector<BlockHash> keys;
+    std::vector<int32_t> blocks;
+    std::shared_ptr<std::atomic<bool>> cancel;
+  };
+  std::mutex load_mutex_;
+  std::condition_variable wake_reader_;
+  std::vector<Load> loads_;  // guarded by load_mutex_: queued, oldest first
+  std::vector<std::pair<uint64_t, std::shared_ptr<std::atomic<bool>>>> load_flags_;  // ... and in flight
+  std::vector<Finished> finished_;                                                   // guarded by load_mutex_
+  bool reader_stopping_ = false;                                                     // guarded by load_mutex_
+  uint64_t next_ticket_ = 1;                                                         // engine thread
+  std::thread reader_;
 };
 
 }  // namespace inferd

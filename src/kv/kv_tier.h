@@ -34,12 +34,12 @@ class KvTier {
   // Writer thread, while idle (about once a second): reconnect, tidy up.
   virtual void maintain() {}
 
-  // Engine thread. Reads the records of keys[0], keys[1], ... in order and hands each to
-  // `take(record)`, stopping at the first key the tier lacks, at a read error, or when `take`
-  // returns false. Must never block for long: a slow backend times out and counts as a miss.
+  // Reader side (KvOffloader's reader thread, or load()'s caller). Reads the records of keys[0], keys[1], ...
+  // in order and hands each to `take(record)`, stopping at the first key the tier lacks, at a read error, or
+  // when `take` returns false. Must never block for long: a slow backend times out and counts as a miss.
   using Take = std::function<bool(std::span<const std::byte> record)>;
   virtual void get(std::span<const BlockHash> keys, const Take& take) = 0;
-  // Engine thread. Deletes a record that failed its check.
+  // Reader side. Deletes a record that failed its check.
   virtual void remove(const BlockHash& key) = 0;
 
   KvTierStats& stats() { return stats_; }

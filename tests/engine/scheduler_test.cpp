@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
+#include <thread>
 
 namespace inferd {
 namespace {
@@ -186,6 +188,207 @@ TEST(SchedulerTest, RandomWorkloadFreesEveryBlock) {
     ended += static_cast<int64_t>(f.sched.take_finished().size());
     EXPECT_EQ(ended, added);
     EXPECT_EQ(f.pool.num_free_blocks(), 24);
+  }
+}
+
+// A block source whose loads land when the test says (the offload tiers' reader thread, or a
+// prefill instance, stand behind this interface).
+struct FakeSource final : KvBlockSource {
+  struct Started {
+    uint64_t ticket;
+    std::vector<BlockHash> keys;
+    std::vector<int32_t> blocks;
+    bool cancelled = false;
+    bool landed = false;
+  };
+  std::vector<Started> started;
+  std::vector<Finished> ready;
+  uint64_t next = 1;
+  uint64_t start_load(std::vector<BlockHash> keys, std::vector<int32_t> blocks) override {
+    started.push_back({next, std::move(keys), std::move(blocks)});
+    return next++;
+  }
+  void poll(std::vector<Finished>* out) override {
+    for (auto& f : ready) out->push_back(f);
+    ready.clear();
+  }
+  void cancel(uint64_t ticket) override {
+    for (auto& st : started) st.cancelled |= st.ticket == ticket;
+  }
+  void land(size_t i, int64_t loaded, std::string error = "") {
+    ASSERT_FALSE(started[i].landed);
+    started[i].landed = true;
+    ready.push_back({started[i].ticket,
+                     std::min<int64_t>(loaded, static_cast<int64_t>(started[i].keys.size())),
+                     std::move(error)});
+  }
+};
+
+struct LoadFixture {
+  BlockPool pool;
+  KVCacheManager kv;
+  FakeSource source;
+  Scheduler sched;
+  uint64_t next = 1;
+  LoadFixture(int32_t blocks, SchedulerOptions o)
+      : pool(blocks), kv(pool, 4, /*prefix_caching=*/true), sched(o, kv) {
+    kv.set_block_source(&source);
+  }
+  RequestId add(int64_t prompt_len, int64_t max_tokens, int32_t first_token = 7) {
+    auto r = std::make_unique<Request>();
+    r->id = next;
+    r->arrival_order = next++;
+    for (int64_t i = 0; i < prompt_len; ++i) r->prompt.push_back(first_token + static_cast<int32_t>(i));
+    r->limits.max_tokens = max_tokens;
+    const RequestId id = r->id;
+    sched.add(std::move(r));
+    return id;
+  }
+  ScheduledBatch step() {
+    ScheduledBatch b = sched.schedule();
+    std::vector<int32_t> sampled(b.items.size(), 1);
+    sched.update(b, sampled);
+    return b;
+  }
+};
+
+// A request whose prefix is elsewhere waits for it with its blocks reserved while the running
+// requests keep stepping, then joins with the landed blocks counted as computed.
+TEST(SchedulerKvLoadTest, ARequestWaitsForItsKvWhileOthersStep) {
+  LoadFixture f(64, opts(64));
+  const RequestId a = f.add(3, 50, 1000);
+  f.step();
+  const RequestId b = f.add(20, 5);  // 4 full blocks before its last token: 4 keys to load
+  auto s1 = f.step();
+  ASSERT_EQ(f.source.started.size(), 1u);
+  EXPECT_EQ(f.source.started[0].keys.size(), 4u);
+  EXPECT_EQ(tokens_of(s1, b), 0);
+  EXPECT_EQ(tokens_of(s1, a), 1);
+  EXPECT_EQ(f.sched.num_waiting_for_kv(), 1);
+  for (int i = 0; i < 5; ++i) {
+    auto s = f.step();
+    EXPECT_EQ(tokens_of(s, a), 1) << "the running request stalled behind the load";
+    EXPECT_EQ(tokens_of(s, b), 0);
+  }
+  f.source.land(0, 3);  // three of the four blocks arrive
+  auto s2 = f.step();
+  EXPECT_EQ(f.sched.num_waiting_for_kv(), 0);
+  EXPECT_EQ(tokens_of(s2, b), 8);  // 20 - 12 landed
+  EXPECT_EQ(f.kv.prefix_hit_tokens(), 12);
+  while (f.sched.has_work()) f.step();
+  EXPECT_EQ(f.sched.take_finished().size(), 2u);
+  EXPECT_EQ(f.pool.num_used_blocks(), 0);
+}
+
+TEST(SchedulerKvLoadTest, ALoadThatTimesOutIsRecomputedAndItsBlocksReturnWhenItLands) {
+  SchedulerOptions o = opts(64);
+  o.kv_load_timeout_seconds = 0.02;
+  LoadFixture f(64, o);
+  const RequestId b = f.add(20, 3);
+  f.step();
+  ASSERT_EQ(f.source.started.size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  auto s = f.step();
+  EXPECT_EQ(tokens_of(s, b), 20) << "after the timeout the whole prompt is computed";
+  EXPECT_TRUE(f.source.started[0].cancelled);
+  EXPECT_EQ(f.sched.num_kv_load_timeouts(), 1);
+  EXPECT_EQ(f.sched.num_kv_loads(), 1);  // its reserved blocks are still the source's
+  while (f.sched.has_runnable()) f.step();
+  EXPECT_EQ(f.pool.num_used_blocks(), 4);
+  f.source.land(0, 4);  // late: nobody waits for it any more
+  f.step();
+  EXPECT_EQ(f.sched.num_kv_loads(), 0);
+  EXPECT_EQ(f.pool.num_used_blocks(), 0);
+  auto done = f.sched.take_finished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->finish_reason, FinishReason::kLength);
+}
+
+TEST(SchedulerKvLoadTest, AFailedLoadRecomputesOrFailsByPolicy) {
+  for (KvLoadFailure policy : {KvLoadFailure::kRecompute, KvLoadFailure::kFail}) {
+    SchedulerOptions o = opts(64);
+    o.kv_load_failure = policy;
+    LoadFixture f(64, o);
+    const RequestId b = f.add(20, 3);
+    f.step();
+    f.source.land(0, 1, "the redis KV tier failed during the load");
+    auto s = f.step();
+    EXPECT_EQ(f.sched.num_kv_load_failures(), 1);
+    if (policy == KvLoadFailure::kRecompute) {
+      EXPECT_EQ(tokens_of(s, b), 16);  // the one landed block counts; the rest is computed
+      while (f.sched.has_work()) f.step();
+      auto done = f.sched.take_finished();
+      ASSERT_EQ(done.size(), 1u);
+      EXPECT_EQ(done[0]->finish_reason, FinishReason::kLength);
+    } else {
+      auto done = f.sched.take_finished();
+      ASSERT_EQ(done.size(), 1u);
+      EXPECT_EQ(done[0]->finish_reason, FinishReason::kError);
+      EXPECT_NE(done[0]->error.find("KV load failed: the redis KV tier failed"), std::string::npos);
+    }
+    EXPECT_EQ(f.pool.num_used_blocks(), 0);
+  }
+}
+
+TEST(SchedulerKvLoadTest, AbortWhileWaitingForKvFreesEverything) {
+  LoadFixture f(64, opts(64));
+  const RequestId b = f.add(20, 3);
+  f.step();
+  f.sched.abort(b);
+  auto done = f.sched.take_finished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->finish_reason, FinishReason::kAborted);
+  EXPECT_TRUE(f.source.started[0].cancelled);
+  EXPECT_TRUE(f.sched.has_work());  // the load's blocks are still out
+  f.source.land(0, 0);
+  f.step();
+  EXPECT_FALSE(f.sched.has_work());
+  EXPECT_EQ(f.pool.num_used_blocks(), 0);
+}
+
+// Random arrivals, aborts, loads landing whole, partly, failed or late, and timeouts: every
+// request ends and every block comes back.
+TEST(SchedulerKvLoadTest, RandomLoadsLoseNoRequestAndNoBlock) {
+  std::mt19937 rng(3);
+  for (KvLoadFailure policy : {KvLoadFailure::kRecompute, KvLoadFailure::kFail}) {
+    SchedulerOptions o = opts(16);
+    o.kv_load_failure = policy;
+    o.kv_load_timeout_seconds = 0.002;
+    LoadFixture f(40, o);
+    std::vector<RequestId> live;
+    int64_t added = 0, ended = 0;
+    for (int iter = 0; iter < 3000; ++iter) {
+      const unsigned dice = rng() % 12;
+      if (dice < 3) {
+        live.push_back(f.add(1 + static_cast<int64_t>(rng() % 30), 1 + static_cast<int64_t>(rng() % 10),
+                             static_cast<int32_t>(rng() % 4) * 100));
+        ++added;
+      } else if (dice < 4 && !live.empty()) {
+        f.sched.abort(live[rng() % live.size()]);
+      } else if (dice < 7) {
+        for (size_t i = 0; i < f.source.started.size(); ++i) {
+          if (f.source.started[i].landed || rng() % 2) continue;
+          f.source.land(i, static_cast<int64_t>(rng() % 6), rng() % 5 == 0 ? "tier down" : "");
+        }
+      } else if (dice < 8) {
+        std::this_thread::sleep_for(std::chrono::microseconds(2500));
+      } else {
+        f.step();
+      }
+      for (auto& r : f.sched.take_finished()) {
+        ++ended;
+        live.erase(std::find(live.begin(), live.end(), r->id));
+      }
+      ASSERT_LE(f.pool.num_used_blocks(), 40);
+    }
+    for (size_t i = 0; i < f.source.started.size(); ++i) {
+      if (!f.source.started[i].landed) f.source.land(i, 2);
+    }
+    while (f.sched.has_work()) f.step();
+    ended += static_cast<int64_t>(f.sched.take_finished().size());
+    EXPECT_EQ(ended, added);
+    EXPECT_EQ(f.pool.num_free_blocks(), 40);
+    EXPECT_GT(f.source.started.size(), 50u);
   }
 }
 
