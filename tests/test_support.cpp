@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -316,6 +317,8 @@ bool RedisServer::start() {
   const std::string port = std::to_string(port_);
   pid_ = ::fork();
   if (pid_ == 0) {
+    // Dies with the test process (an aborted test must not leave a server holding ctest's pipe).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // No persistence: the test owns everything it stores.
     ::execl(kRedisServer, kRedisServer, "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--loglevel", "warning", static_cast<char*>(nullptr));

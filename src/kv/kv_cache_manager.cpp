@@ -88,8 +88,9 @@ int64_t KVCacheManager::adopt_loaded(RequestId id, std::span<const BlockHash> ke
   if (loaded < static_cast<int64_t>(blocks.size()))
     pool_.release(blocks.subspan(static_cast<size_t>(loaded)));
   hit_tokens_ += loaded * block_size_;
+  const int64_t covered = static_cast<int64_t>(t.blocks.size()) * block_size_;
   if (t.blocks.empty()) tables_.erase(id);
-  return static_cast<int64_t>(t.blocks.size()) * block_size_;
+  return covered;
 }
 
 void KVCacheManager::cache_full_blocks(RequestId id, const Tokens& tokens, int64_t num_computed) {
