@@ -92,6 +92,15 @@ def wait_offloaded(port, min_blocks):
         time.sleep(0.1)
 
 
+def offload_prefix(flags, messages, n):
+    """A first process computes `messages` (an n-token prefix) and offloads it to the tier in `flags`."""
+    p, port = start_server(*flags, "--kv-offload-watermark", "0")
+    ttft_of(port, messages)
+    wait_offloaded(port, (n - 20) // 16)
+    p.terminate()
+    p.wait()
+
+
 def hit(args):
     p, port = start_server()
     system = system_prompt(port, args.prefix_tokens)
@@ -113,11 +122,7 @@ def hit(args):
                 if flags is not None:  # a first process computes and offloads the prefix
                     shutil.rmtree(disk, ignore_errors=True)
                     redis.flush()
-                    p, port = start_server(*flags, "--kv-offload-watermark", "0")
-                    ttft_of(port, messages)
-                    wait_offloaded(port, (n - 20) // 16)
-                    p.terminate()
-                    p.wait()
+                    offload_prefix(flags, messages, n)
                 p, port = start_server(*(flags or []), "--kv-offload-watermark", "0") if flags else start_server()
                 ttfts.append(ttft_of(port, messages))
                 if flags:
@@ -183,11 +188,7 @@ def stall(args):
                             {"role": "user", "content": f"Question {r}: summarise the guide."}]
                 shutil.rmtree(disk, ignore_errors=True)
                 redis.flush()
-                p, port = start_server(*flags, "--kv-offload-watermark", "0")
-                ttft_of(port, messages)
-                wait_offloaded(port, (n - 20) // 16)
-                p.terminate()
-                p.wait()
+                offload_prefix(flags, messages, n)
                 p, port = start_server(*flags, "--kv-offload-watermark", "0")
                 streamed = []
                 t = threading.Thread(target=stream_times,

@@ -133,33 +133,6 @@ def test_tool_round_trip(tool_server):
     check_call("get_time", named.choices[0].message.tool_calls[0].function.arguments)
 
 
-@pytest.mark.parametrize("parallel", [True, False])
-def test_tool_calls_streamed_equal_the_calls(tool_server, parallel):
-    cl = client(tool_server)
-    kw = dict(model="", messages=ASK, tools=[WEATHER, TIME], tool_choice="required", max_tokens=150,
-              temperature=1, seed=7, parallel_tool_calls=parallel)
-    whole = cl.chat.completions.create(**kw).choices[0]
-    calls, finish = {}, None
-    for c in cl.chat.completions.create(stream=True, **kw):
-        if not c.choices:
-            continue
-        finish = c.choices[0].finish_reason or finish
-        for d in c.choices[0].delta.tool_calls or []:
-            if d.id:
-                assert d.index not in calls and d.function.name
-                calls[d.index] = {"name": d.function.name, "arguments": ""}
-            calls[d.index]["arguments"] += d.function.arguments or ""
-    assert finish == "tool_calls"
-    got = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
-    assert got == [(t.function.name, t.function.arguments) for t in whole.message.tool_calls]
-    assert len(got) >= 1 and (parallel or len(got) == 1)
-    for name, arguments in got:
-        check_call(name, arguments)
-
-
-ASK_THREE = [{"role": "user", "content": "What is the weather in Paris and in Tokyo, and what time is it in Tokyo?"}]
-
-
 def streamed_calls(cl, **kw):
     calls, finish = {}, None
     for c in cl.chat.completions.create(stream=True, **kw):
@@ -172,6 +145,24 @@ def streamed_calls(cl, **kw):
                 calls[d.index] = {"id": d.id, "name": d.function.name, "arguments": ""}
             calls[d.index]["arguments"] += d.function.arguments or ""
     return [(calls[i]["id"], calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)], finish
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_tool_calls_streamed_equal_the_calls(tool_server, parallel):
+    cl = client(tool_server)
+    kw = dict(model="", messages=ASK, tools=[WEATHER, TIME], tool_choice="required", max_tokens=150,
+              temperature=1, seed=7, parallel_tool_calls=parallel)
+    whole = cl.chat.completions.create(**kw).choices[0]
+    streamed, finish = streamed_calls(cl, **kw)
+    assert finish == "tool_calls"
+    got = [(name, arguments) for _, name, arguments in streamed]
+    assert got == [(t.function.name, t.function.arguments) for t in whole.message.tool_calls]
+    assert len(got) >= 1 and (parallel or len(got) == 1)
+    for name, arguments in got:
+        check_call(name, arguments)
+
+
+ASK_THREE = [{"role": "user", "content": "What is the weather in Paris and in Tokyo, and what time is it in Tokyo?"}]
 
 
 def test_parallel_tool_calls_in_one_answer(tool_server):

@@ -15,14 +15,16 @@ struct Fixture {
   KVCacheManager kv;
   Scheduler sched;
   uint64_t next = 1;
-  Fixture(int32_t blocks, int32_t block_size, SchedulerOptions o)
-      : pool(blocks), kv(pool, block_size), sched(o, kv) {}
+  Fixture(int32_t blocks, int32_t block_size, SchedulerOptions o, bool prefix_caching = false)
+      : pool(blocks), kv(pool, block_size, prefix_caching), sched(o, kv) {}
 
-  RequestId add(int64_t prompt_len, int64_t max_tokens, int32_t priority = 0) {
+  // A prompt of token 7 repeated, or with `first_token`, of first_token, first_token + 1, ...
+  RequestId add(int64_t prompt_len, int64_t max_tokens, int32_t priority = 0, int32_t first_token = -1) {
     auto r = std::make_unique<Request>();
     r->id = next;
     r->arrival_order = next++;
-    r->prompt.assign(static_cast<size_t>(prompt_len), 7);
+    for (int64_t i = 0; i < prompt_len; ++i)
+      r->prompt.push_back(first_token < 0 ? 7 : first_token + static_cast<int32_t>(i));
     r->limits.max_tokens = max_tokens;
     r->priority = priority;
     const RequestId id = r->id;
@@ -224,31 +226,15 @@ struct FakeSource final : KvBlockSource {
   }
 };
 
-struct LoadFixture {
-  BlockPool pool;
-  KVCacheManager kv;
+// Prefix caching on, blocks of 4 tokens, the fake source behind the KV manager.
+struct LoadFixture : Fixture {
   FakeSource source;
-  Scheduler sched;
-  uint64_t next = 1;
-  LoadFixture(int32_t blocks, SchedulerOptions o)
-      : pool(blocks), kv(pool, 4, /*prefix_caching=*/true), sched(o, kv) {
+  LoadFixture(int32_t blocks, SchedulerOptions o) : Fixture(blocks, 4, o, /*prefix_caching=*/true) {
     kv.set_block_source(&source);
   }
+  // Distinct tokens from `first_token` on, so prompts share prefixes only when they start alike.
   RequestId add(int64_t prompt_len, int64_t max_tokens, int32_t first_token = 7) {
-    auto r = std::make_unique<Request>();
-    r->id = next;
-    r->arrival_order = next++;
-    for (int64_t i = 0; i < prompt_len; ++i) r->prompt.push_back(first_token + static_cast<int32_t>(i));
-    r->limits.max_tokens = max_tokens;
-    const RequestId id = r->id;
-    sched.add(std::move(r));
-    return id;
-  }
-  ScheduledBatch step() {
-    ScheduledBatch b = sched.schedule();
-    std::vector<int32_t> sampled(b.items.size(), 1);
-    sched.update(b, sampled);
-    return b;
+    return Fixture::add(prompt_len, max_tokens, 0, first_token);
   }
 };
 

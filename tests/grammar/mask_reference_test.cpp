@@ -86,6 +86,25 @@ std::string random_grammar(std::mt19937& rng) {
   return out;
 }
 
+// Checks every bit of `mask` (the matcher's after `history`) against brute force: a fresh matcher
+// that replays `history` and tries each token. Appends the allowed ids to `allowed`.
+void expect_mask_is_brute_force(const std::shared_ptr<const Grammar>& g,
+                                const std::shared_ptr<const GrammarVocab>& vocab,
+                                const std::vector<int32_t>& history, const std::vector<uint32_t>& mask,
+                                const std::string& context, std::vector<int32_t>* allowed) {
+  GrammarMatcher reference(g, vocab);
+  for (int32_t id : history) ASSERT_TRUE(reference.accept_token(id));
+  for (int32_t id = 0; id < vocab->size(); ++id) {
+    const bool ok = reference.accept_token(id);
+    if (ok) {
+      allowed->push_back(id);
+      ASSERT_TRUE(reference.rollback(1).is_ok());
+    }
+    ASSERT_EQ(mask_has(mask, id), ok) << context << "token " << id << " '" << vocab->token_bytes(id)
+                                      << "' after " << history.size() << " tokens";
+  }
+}
+
 TEST(GrammarMaskReferenceTest, TrieWalkEqualsBruteForceOnRandomGrammars) {
   std::mt19937 rng(1234);
   int checked_grammars = 0, checked_masks = 0;
@@ -102,19 +121,9 @@ TEST(GrammarMaskReferenceTest, TrieWalkEqualsBruteForceOnRandomGrammars) {
     ++checked_grammars;
     for (int step = 0; step < 12 && !m.is_terminated(); ++step) {
       m.fill_next_token_bitmask(mask);
-      GrammarMatcher reference(g, vocab);
-      for (int32_t id : history) ASSERT_TRUE(reference.accept_token(id));
       std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < n; ++id) {
-        const bool ok = reference.accept_token(id);
-        if (ok) {
-          allowed.push_back(id);
-          ASSERT_TRUE(reference.rollback(1).is_ok());
-        }
-        ASSERT_EQ(mask_has(mask, id), ok) << "grammar:\n"
-                                          << text << "token " << id << " '" << vocab->token_bytes(id)
-                                          << "' after " << history.size() << " tokens";
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          expect_mask_is_brute_force(g, vocab, history, mask, "grammar:\n" + text, &allowed));
       ++checked_masks;
       if (allowed.empty()) break;
       // Mostly text tokens, so walks go deep.
@@ -147,18 +156,8 @@ TEST(GrammarMaskReferenceTest, TrieWalkEqualsBruteForceOnJson) {
     std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(static_cast<size_t>(n)));
     for (int step = 0; step < 25 && !m.is_terminated(); ++step) {
       m.fill_next_token_bitmask(mask);
-      GrammarMatcher reference(g, vocab);
-      for (int32_t id : history) ASSERT_TRUE(reference.accept_token(id));
       std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < n; ++id) {
-        const bool ok = reference.accept_token(id);
-        if (ok) {
-          allowed.push_back(id);
-          ASSERT_TRUE(reference.rollback(1).is_ok());
-        }
-        ASSERT_EQ(mask_has(mask, id), ok)
-            << "token '" << vocab->token_bytes(id) << "' after " << history.size();
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_mask_is_brute_force(g, vocab, history, mask, "", &allowed));
       ASSERT_FALSE(allowed.empty());
       const int32_t pick = allowed[rng() % allowed.size()];
       ASSERT_TRUE(m.accept_token(pick));
@@ -208,18 +207,8 @@ TEST(GrammarMaskReferenceTest, RepetitionChainsPastTheShortTokenHorizon) {
     std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(static_cast<size_t>(n)));
     for (int step = 0; step < 30 && !m.is_terminated(); ++step) {
       m.fill_next_token_bitmask(mask);
-      GrammarMatcher reference(*g, vocab);
-      for (int32_t id : history) ASSERT_TRUE(reference.accept_token(id));
       std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < n; ++id) {
-        const bool ok = reference.accept_token(id);
-        if (ok) {
-          allowed.push_back(id);
-          ASSERT_TRUE(reference.rollback(1).is_ok());
-        }
-        ASSERT_EQ(mask_has(mask, id), ok)
-            << "token '" << vocab->token_bytes(id) << "' after " << history.size() << " tokens";
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_mask_is_brute_force(*g, vocab, history, mask, "", &allowed));
       ++checked;
       if (allowed.empty()) break;
       // Prefer the longest allowed tokens, so chains run out within a walk.
