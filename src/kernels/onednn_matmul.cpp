@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/ops.h"
 #include "tensor/dequantize.h"
 
@@ -79,7 +80,7 @@ Expected<OneDnnWeight> OneDnnWeight::create(std::span<const TensorView* const> p
   w.impl_ = std::make_unique<Impl>();
   Impl& m = *w.impl_;
   m.cols = first.row_length();
-  m.bf16 = first.dtype == DType::kBF16;
+  m.bf16 = first.dtype == DType::kBF16 && bf16_native();
   m.swiglu = swiglu;
   int64_t total = 0;
   for (const TensorView* p : parts) {
@@ -203,7 +204,15 @@ void OneDnnWeight::run(const float* x, int64_t tokens, std::span<const QuantMatm
   });
 }
 
+bool OneDnnWeight::bf16_native() {
+  return detected_isa() >= Isa::kAvx512;
+}
+
 #else  // !INFERD_HAVE_ONEDNN
+
+bool OneDnnWeight::bf16_native() {
+  return false;
+}
 
 struct OneDnnWeight::Impl {};
 

@@ -25,6 +25,9 @@ class OneDnnWeight final {
  public:
   // Whether this build has oneDNN.
   static bool available();
+  // Whether BF16 weights run as BF16 (oneDNN 2.6 has BF16 matmuls from AVX-512 on); elsewhere
+  // they are expanded to f32 at load and run as f32.
+  static bool bf16_native();
   static bool supports(DType dtype) {
     return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
   }
