@@ -24,6 +24,7 @@
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
+#include "router_cmd.h"
 #include "serve.h"
 #include "tensor/quantize.h"
 #include "tokenizer/chat_encoder.h"
@@ -557,6 +558,10 @@ int main(int argc, char** argv) {
   ServeFlags serve;
   add_serve_flags(serve_cmd, &serve);
 
+  auto* router_cmd = app.add_subcommand("router", "an OpenAI-compatible front for inferd instances");
+  RouterFlags router;
+  add_router_flags(router_cmd, &router);
+
   auto* info_cmd = app.add_subcommand("info", "print a model's configuration as JSON");
   add_common(info_cmd, &common);
 
@@ -626,6 +631,7 @@ int main(int argc, char** argv) {
     if (*tokenize_cmd) return run_tokenize(common, tokenize);
     if (*generate_cmd) return run_batch(common, engine_flags, gen);
     if (*serve_cmd) return run_serve(common.model, common.threads, engine_flags, serve);
+    if (*router_cmd) return run_router(router);
     if (*ppl_cmd) return run_perplexity(common, ppl);
     if (*quantize_cmd) return run_quantize(quant);
     if (*bench.serve) return run_bench_serve(bench_serve);

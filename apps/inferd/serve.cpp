@@ -1,6 +1,7 @@
 #include "serve.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "model/model_loader.h"
 #include "model/transformer.h"
 #include "tokenizer/tokenizer_loader.h"
+#include "transfer/ucx_kv_transfer.h"
 
 namespace inferd {
 
@@ -57,6 +59,20 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--shutdown-grace", s.shutdown_grace_seconds,
                   "on SIGTERM, seconds in-flight requests get to finish before they are aborted")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--role", f->role,
+                  "both (prefill and decode here), prefill (keeps each prompt's KV for a decode instance to "
+                  "pull), or decode (pulls prompt KV from prefill instances); see docs/disaggregation.md")
+      ->check(CLI::IsMember({"both", "prefill", "decode"}));
+  cmd->add_option(
+      "--kv-host", f->kv_host,
+      "prefill: address of the KV transfer listener, as decode instances reach it (default: --host)");
+  cmd->add_option("--kv-port", f->kv_port, "prefill: port of the KV transfer listener (0: any free port)");
+  cmd->add_option("--kv-lease", f->kv_lease_seconds,
+                  "prefill: seconds a finished prompt's KV waits to be pulled before it is dropped")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-export-buffer", f->kv_export_buffer,
+                  "prefill: the most prompt KV kept for pulls at once (e.g. 1GiB); beyond, answers carry no "
+                  "kv_transfer_params and decode instances compute the prompt");
 }
 
 namespace {
@@ -74,12 +90,18 @@ struct Loaded {
   std::unique_ptr<ChatTemplate> chat_template;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Transformer> model;
+  std::unique_ptr<KvExportStore> kv_export;
   std::unique_ptr<AsyncEngine> engine;
-  ~Loaded() { engine.reset(); }
+  std::unique_ptr<UcxKvServer> kv_server;  // serves kv_export from the engine's cache layout
+  ~Loaded() {
+    kv_server.reset();
+    engine.reset();
+  }
 };
 
-Status load_all(const std::string& path, const std::string& chat_template_file, int threads,
+Status load_all(const std::string& path, const ServeFlags& flags, int threads,
                 const EngineFlags& engine_flags, Loaded* out, ServingContext* ctx) {
+  const std::string& chat_template_file = flags.chat_template;
   INFERD_ASSIGN_OR_RETURN(out->weights, load_model(path));
   auto tok =
       load_tokenizer(out->weights->gguf.get(), out->weights->source_path, out->weights->config.vocab_size);
@@ -102,7 +124,41 @@ Status load_all(const std::string& path, const std::string& chat_template_file, 
   out->pool = std::make_unique<ThreadPool>(threads);
   out->model =
       std::make_unique<Transformer>(*out->weights, *out->pool, transformer_options(engine_flags.matmul));
+  if (flags.role == "prefill") {
+    auto bytes = parse_byte_size(flags.kv_export_buffer, 0);
+    if (!bytes || *bytes < 1)
+      return invalid_argument("--kv-export-buffer " + flags.kv_export_buffer + ": give a size");
+    out->kv_export = std::make_unique<KvExportStore>(flags.kv_lease_seconds, *bytes);
+    if (const char* fault = std::getenv("INFERD_FAULT_CORRUPT_KV_EXPORT");
+        fault != nullptr && *fault == '1') {
+      log_warning(
+          "INFERD_FAULT_CORRUPT_KV_EXPORT=1: every exported prompt's last KV block is corrupted (tests)");
+      out->kv_export->set_corrupt_for_tests(true);
+    }
+    options.kv_export = out->kv_export.get();
+  }
+  if (flags.role == "decode") {
+    options.remote_kv = [](KvCache& cache,
+                           const KvStoreIdentity& id) -> Expected<std::unique_ptr<RemoteKvSource>> {
+      INFERD_ASSIGN_OR_RETURN(auto client, UcxKvClient::create(cache, id));
+      return std::unique_ptr<RemoteKvSource>(std::move(client));
+    };
+  }
   out->engine = std::make_unique<AsyncEngine>(*out->model, options);
+  if (!out->engine->remote_kv_status().is_ok())
+    return out->engine->remote_kv_status().with_context("--role decode: the KV transfer client");
+  if (out->kv_export) {
+    const std::string host = flags.kv_host.empty() ? flags.server.host : flags.kv_host;
+    INFERD_ASSIGN_OR_RETURN(
+        out->kv_server, UcxKvServer::start(host, flags.kv_port, *out->kv_export, out->engine->kv_identity()));
+    ctx->kv_export = out->kv_export.get();
+    ctx->kv_host = host;
+    ctx->kv_port = out->kv_server->port();
+    ctx->kv_server_stats = &out->kv_server->stats();
+    log_info("KV transfer (prefill): listening on " + host + ":" + std::to_string(ctx->kv_port) +
+             " over UCX");
+  }
+  ctx->role = flags.role;
   ctx->engine = out->engine.get();
   ctx->tokenizer = out->tokenizer.get();
   ctx->chat_template = out->chat_template.get();
@@ -149,7 +205,7 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
   Loaded loaded;
   std::thread loader([&] {
     ServingContext ctx;
-    Status s = load_all(path, flags.chat_template, threads, engine_flags, &loaded, &ctx);
+    Status s = load_all(path, flags, threads, engine_flags, &loaded, &ctx);
     if (!s.is_ok()) {
       server.set_failed(s.message());
       return;

@@ -15,6 +15,12 @@ struct ServeFlags {
   std::string reasoning_parser;  // empty: none
   std::string tool_call_parser;  // empty: none
   std::string chat_template;     // a Jinja file replacing the model's template; empty: the model's
+  // Disaggregation (docs/disaggregation.md).
+  std::string role = "both";              // both, prefill, decode
+  std::string kv_host;                    // prefill: the UCX listener's address (default: --host)
+  uint16_t kv_port = 0;                   // prefill: its port (0: any free port, advertised in answers)
+  double kv_lease_seconds = 30;           // prefill: how long a finished prompt's KV waits for its pull
+  std::string kv_export_buffer = "1GiB";  // prefill: the most KV kept for pulls at once
 };
 
 void add_serve_flags(CLI::App* cmd, ServeFlags* flags);

@@ -91,6 +91,8 @@ void AsyncEngine::loop() {
     num_running_ = engine_.scheduler().num_running();
     // Requests waiting for their KV to arrive count as waiting.
     num_waiting_ = engine_.scheduler().num_waiting() + engine_.scheduler().num_waiting_for_kv();
+    kv_load_failures_ = engine_.scheduler().num_kv_load_failures();
+    kv_load_timeouts_ = engine_.scheduler().num_kv_load_timeouts();
     num_waiting_sequences_ = engine_.scheduler().num_waiting_sequences();
     num_free_blocks_ = engine_.block_pool().num_free_blocks();
     num_preemptions_ = engine_.scheduler().num_preemptions();

@@ -56,6 +56,13 @@ class AsyncEngine final {
   int64_t num_revived_blocks() const { return revived_blocks_.load(); }
   // The offload tiers (nullptr when none); their counters are safe to read from any thread.
   const KvOffloader* offloader() const { return engine_.offloader(); }
+  // Set at construction, then read-only: safe from any thread.
+  const KvStoreIdentity& kv_identity() const { return engine_.kv_identity(); }
+  const Status& remote_kv_status() const { return engine_.remote_kv_status(); }
+  const KvTransferStats* remote_kv_stats() const { return engine_.remote_kv_stats(); }
+  // KV loads that failed / timed out so far (tier loads and pulls). Thread-safe.
+  int64_t num_kv_load_failures() const { return kv_load_failures_.load(); }
+  int64_t num_kv_load_timeouts() const { return kv_load_timeouts_.load(); }
 
  private:
   struct Submission {
@@ -80,7 +87,7 @@ class AsyncEngine final {
   std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
   std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0},
       prefix_queries_{0}, prefix_hits_{0}, sessions_{0}, pinned_blocks_{0}, revived_blocks_{0},
-      num_submitted_sequences_{0}, num_waiting_sequences_{0};
+      num_submitted_sequences_{0}, num_waiting_sequences_{0}, kv_load_failures_{0}, kv_load_timeouts_{0};
   std::thread thread_;
 };
 

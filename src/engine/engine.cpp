@@ -34,9 +34,27 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
       scheduler_(options.scheduler, kv_),
       runner_(model, cache_, kv_) {
   INFERD_CHECK(options.validate().is_ok());
-  if (options.offload.enabled()) {
+  const bool fingerprint_needed =
+      options.offload.enabled() || options.kv_export != nullptr || options.remote_kv;
+  if (fingerprint_needed) {
     const ModelFingerprint fp = model_fingerprint(model.weights());
-    auto offloader = KvOffloader::create(options.offload, cache_, BlockHash{fp.lo, fp.hi});
+    identity_.model = BlockHash{fp.lo, fp.hi};
+  }
+  identity_.num_layers = static_cast<uint32_t>(cache_.num_layers());
+  identity_.block_size = static_cast<uint32_t>(cache_.block_size());
+  identity_.kv_dim = static_cast<uint32_t>(cache_.kv_dim());
+  identity_.dtype = static_cast<uint32_t>(cache_.dtype());
+  if (options.remote_kv) {
+    auto source = options.remote_kv(cache_, identity_);
+    if (source) {
+      remote_ = std::move(*source);
+      scheduler_.set_remote_source(remote_.get());
+    } else {
+      remote_status_ = source.status();
+    }
+  }
+  if (options.offload.enabled()) {
+    auto offloader = KvOffloader::create(options.offload, cache_, identity_.model);
     if (offloader) {
       offloader_ = std::move(*offloader);
       offloader_->attach(pool_);
@@ -78,6 +96,22 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   if (r->error.empty()) {
     Status s = r->sampling.validate();
     if (!s.is_ok()) r->error = s.message();
+  }
+  r->kv_export_id = options_.kv_export != nullptr ? spec.kv_export_id : 0;
+  if (r->error.empty() && spec.remote_kv) {
+    if (spec.first_token < 0 || spec.first_token >= model_.config().vocab_size) {
+      r->error =
+          "kv_transfer_params.first_token " + std::to_string(spec.first_token) + " is outside the vocabulary";
+    } else if (r->num_samples != 1) {
+      r->error = "kv_transfer_params needs n = 1";
+    } else {
+      if (spec.remote_kv->num_tokens == static_cast<int64_t>(r->prompt.size())) r->remote_kv = spec.remote_kv;
+      r->output.push_back(spec.first_token);  // a count that disagrees: the prompt is computed here
+      StepOutput o;
+      o.id = id;
+      o.new_tokens.push_back(spec.first_token);
+      pending_outputs_.push_back(std::move(o));
+    }
   }
   samplers_.emplace(id, Sampler(r->sampling));
   scheduler_.add(std::move(r));
@@ -153,7 +187,7 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 
 std::vector<StepOutput> Engine::step() {
   using Clock = std::chrono::steady_clock;
-  std::vector<StepOutput> out;
+  std::vector<StepOutput> out = std::exchange(pending_outputs_, {});
   const auto t0 = Clock::now();
   const ScheduledBatch batch = scheduler_.schedule();
   const bool decode_only =
@@ -184,6 +218,7 @@ std::vector<StepOutput> Engine::step() {
     for (size_t k = 0; k < items.size(); ++k) {
       const auto item = static_cast<size_t>(items[k]);
       Request& r = *batch.items[item].request;
+      if (r.kv_export_id != 0 && r.output.empty()) export_prompt_kv(r);
       SampleResult res = samplers_.at(r.id).sample(runner_.logits_row(k), r.prompt, r.output);
       sampled_[item] = res.token;
       if (res.grammar_dead_end) dead_ends_.push_back(r.id);
@@ -225,6 +260,26 @@ std::vector<StepOutput> Engine::step() {
   if (batch.empty() && out.empty() && !scheduler_.has_runnable() && scheduler_.num_kv_loads() > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return out;
+}
+
+void Engine::export_prompt_kv(const Request& r) {
+  const auto prompt_len = static_cast<int64_t>(r.prompt.size());
+  const std::vector<BlockHash> keys = kv_.block_keys({r.prompt, {}}, prompt_len);
+  const auto table = kv_.block_table(r.id);
+  INFERD_CHECK(table.size() >= keys.size());
+  const size_t payload = cache_.block_bytes(), record = kv_record_bytes(payload);
+  const size_t bytes = record * keys.size();
+  if (!options_.kv_export->fits(bytes)) {
+    log_warning("KV export buffer full: request " + std::to_string(r.id) + "'s KV is not kept for a pull");
+    return;
+  }
+  std::vector<std::byte> records(bytes);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::span<std::byte> rec(records.data() + i * record, record);
+    cache_.export_block(table[i], rec.data() + kKvRecordHeaderBytes);
+    seal_kv_record(rec, identity_, keys[i]);
+  }
+  options_.kv_export->put(r.kv_export_id, std::move(records), static_cast<int64_t>(keys.size()), record);
 }
 
 void Engine::collect_finished(std::vector<StepOutput>* out) {

@@ -19,7 +19,9 @@
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_export_store.h"
 #include "kv/kv_offloader.h"
+#include "kv/kv_record.h"
 #include "model/transformer.h"
 
 namespace inferd {
@@ -37,6 +39,11 @@ struct EngineOptions {
   // Compute constrained rows' grammar masks on a thread of their own during the forward pass
   // (MaskPrefetcher); off: at sampling time, on the step's critical path (for measuring).
   bool prefetch_grammar_masks = true;
+  // Prefill side of disaggregation: where requests with a kv_export_id leave their prompt's KV
+  // for a pull (not owned; nullptr: no exports).
+  KvExportStore* kv_export = nullptr;
+  // Decode side: makes the source requests with remote_kv pull from, over the engine's cache.
+  std::function<Expected<std::unique_ptr<RemoteKvSource>>(KvCache&, const KvStoreIdentity&)> remote_kv;
 
   Status validate() const;
 };
@@ -77,6 +84,13 @@ struct RequestSpec {
   int32_t priority = 0;
   std::string session_id;  // session context pool: the next turn of this session reuses this one's KV
   int32_t n = 1;           // independent samples of the prompt, sharing its KV blocks (1..kMaxSamples)
+  // Prefill side of disaggregation: non-zero keeps the prompt's KV in EngineOptions::kv_export
+  // under this id once computed.
+  uint64_t kv_export_id = 0;
+  // Decode side: the prompt's KV is pulled from a prefill instance, which sampled `first_token`
+  // (this request's first output, emitted at the next step).
+  std::optional<RemoteKvRef> remote_kv;
+  int32_t first_token = -1;
 };
 
 inline constexpr int32_t kMaxSamples = 128;
@@ -117,12 +131,20 @@ class Engine final {
   void flush_offload() {
     if (offloader_) offloader_->flush();
   }
+  // What this engine's KV blocks are: model fingerprint and cache layout (records, transfers).
+  const KvStoreIdentity& kv_identity() const { return identity_; }
+  // Why the remote KV source could not be made (ok when none was asked for, or it was).
+  const Status& remote_kv_status() const { return remote_status_; }
+  // The remote KV source's counters (nullptr without one); thread-safe.
+  const KvTransferStats* remote_kv_stats() const { return remote_ ? &remote_->stats() : nullptr; }
   int64_t max_tokens_in_cache() const {
     return pool_.num_blocks() * static_cast<int64_t>(options_.block_size);
   }
 
  private:
   void collect_finished(std::vector<StepOutput>* out);
+  // Seals the blocks of r's prompt into the export store under r.kv_export_id.
+  void export_prompt_kv(const Request& r);
   // Forks samples 1..n-1 of `parent` after its prompt was computed, sampling each one's first
   // token from the same logits row; appends their outputs.
   void fork_samples(Request& parent, std::span<const float> logits, std::vector<StepOutput>* out);
@@ -146,6 +168,10 @@ class Engine final {
   uint64_t next_arrival_ = 0;
   std::vector<int32_t> sampled_;
   EngineStats stats_;
+  KvStoreIdentity identity_;
+  std::vector<StepOutput> pending_outputs_;  // first tokens of disaggregated requests, for the next step
+  Status remote_status_;
+  std::unique_ptr<RemoteKvSource> remote_;  // refers to cache_
   std::unique_ptr<KvOffloader> offloader_;  // last: it refers to cache_ and pool_
 };
 

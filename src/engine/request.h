@@ -52,6 +52,10 @@ struct Request {
   std::string error;                          // set with kError
   int64_t num_computed_tokens = 0;            // tokens whose K/V are in the cache
   uint64_t kv_load_ticket = 0;                // kWaitingForKv: its load (KvBlockSource ticket)
+  // Decode side of disaggregation: the prompt's KV is pulled from a prefill instance (the first
+  // output token came with it); reset once a pull ended, so a later admission computes instead.
+  std::optional<RemoteKvRef> remote_kv;
+  uint64_t kv_export_id = 0;  // prefill side: non-zero = keep the prompt's KV for a pull under this id
   bool kv_load_done = false;  // a load ran for this admission: what did not arrive is computed
   int64_t num_preemptions = 0;
   std::optional<int64_t> scheduled_in_step;  // the scheduler's step counter when last scheduled

@@ -52,6 +52,11 @@ void Scheduler::add(std::unique_ptr<Request> request) {
     finish(r, FinishReason::kError);
     return;
   }
+  if (!r->output.empty()) {  // disaggregated: the first output token came from the prefill instance
+    if (is_stop_token(*r, r->output.back())) return finish(r, FinishReason::kStop);
+    if (static_cast<int64_t>(r->output.size()) >= r->limits.max_tokens)
+      return finish(r, FinishReason::kLength);
+  }
   insert_waiting(r);
 }
 
@@ -124,8 +129,19 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     // A request that holds no blocks starts from the longest cached prefix of its tokens.
     const bool fresh = r->num_computed_tokens == 0 && kv_.block_table(r->id).empty() && !r->kv_load_done;
     if (fresh) {
-      r->num_computed_tokens = kv_.take_cached_prefix(r->id, tokens_of(*r), &remote_keys_);
-      if (!remote_keys_.empty() && start_kv_load(r)) continue;  // waits for its KV; the queue goes on
+      r->num_computed_tokens =
+          kv_.take_cached_prefix(r->id, tokens_of(*r), r->remote_kv ? nullptr : &remote_keys_);
+      if (r->remote_kv) {
+        bool no_room = false;
+        if (start_remote_load(r, &no_room)) continue;  // waits for its KV; the queue goes on
+        if (no_room) {                                 // its pull waits for free blocks, in order
+          kv_.free(r->id);
+          r->num_computed_tokens = 0;
+          break;
+        }
+      } else if (!remote_keys_.empty() && start_kv_load(r)) {
+        continue;
+      }
     }
     const int64_t n = std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill});
     bool fits = true;
@@ -163,15 +179,50 @@ bool Scheduler::start_kv_load(Request* r) {
   if (!blocks) return false;
   std::vector<BlockHash> keys(remote_keys_.begin(), remote_keys_.begin() + n);
   const uint64_t ticket = source->start_load(keys, *blocks);
+  track_load(r, false, ticket, std::move(keys), std::move(*blocks), -1);
+  return true;
+}
+
+bool Scheduler::start_remote_load(Request* r, bool* no_room) {
+  const RemoteKvRef ref = *r->remote_kv;
+  const int64_t have_blocks = r->num_computed_tokens / kv_.block_size();
+  std::vector<BlockHash> keys = kv_.block_keys(tokens_of(*r), ref.num_tokens);
+  const auto n = static_cast<int64_t>(keys.size()) - have_blocks;
+  if (remote_ == nullptr || n <= 0) {
+    r->remote_kv.reset();  // nothing to pull (its prompt is cached here): computed like any other
+    return false;
+  }
+  auto blocks = kv_.reserve_blocks(n);
+  if (!blocks) {
+    *no_room = true;
+    return false;
+  }
+  keys.erase(keys.begin(), keys.begin() + have_blocks);
+  const int64_t tail = ref.num_tokens % kv_.block_size();
+  const uint64_t ticket = remote_->start_load(ref, have_blocks, keys, *blocks);
+  track_load(r, true, ticket, std::move(keys), std::move(*blocks), tail > 0 ? tail : -1);
+  return true;
+}
+
+void Scheduler::track_load(Request* r, bool remote, uint64_t ticket, std::vector<BlockHash> keys,
+                           std::vector<int32_t> blocks, int64_t last_block_tokens) {
   const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(options_.kv_load_timeout_seconds));
-  loads_.emplace(ticket,
-                 KvLoad{r, std::move(keys), std::move(*blocks), std::chrono::steady_clock::now() + timeout});
+  const uint64_t key = load_key(remote, ticket);
+  loads_.emplace(key, KvLoad{r, std::move(keys), std::move(blocks),
+                             std::chrono::steady_clock::now() + timeout, last_block_tokens});
   waiting_.pop_front();
   r->state = RequestState::kWaitingForKv;
-  r->kv_load_ticket = ticket;
+  r->kv_load_ticket = key;
   ++num_waiting_for_kv_;
-  return true;
+}
+
+void Scheduler::cancel_load(uint64_t key, bool timed_out) {
+  if (key % 2 == 1) {
+    remote_->cancel(key / 2, timed_out);
+  } else {
+    kv_.block_source()->cancel(key / 2);
+  }
 }
 
 void Scheduler::end_kv_wait(Request* r, int64_t covered_tokens, const std::string& failure) {
@@ -189,29 +240,34 @@ void Scheduler::end_kv_wait(Request* r, int64_t covered_tokens, const std::strin
 }
 
 void Scheduler::poll_kv_loads() {
-  KvBlockSource* source = kv_.block_source();
-  landed_.clear();
-  source->poll(&landed_);
-  for (KvBlockSource::Finished& f : landed_) {
-    auto it = loads_.find(f.ticket);
-    if (it == loads_.end()) continue;
-    KvLoad load = std::move(it->second);
-    loads_.erase(it);
-    if (load.request == nullptr) {  // its request ended or gave up waiting
-      kv_.release_blocks(load.blocks);
-      continue;
+  for (const bool remote : {false, true}) {
+    landed_.clear();
+    if (remote && remote_ != nullptr) remote_->poll(&landed_);
+    if (!remote && kv_.block_source() != nullptr) kv_.block_source()->poll(&landed_);
+    for (KvBlockSource::Finished& f : landed_) {
+      auto it = loads_.find(load_key(remote, f.ticket));
+      if (it == loads_.end()) continue;
+      KvLoad load = std::move(it->second);
+      loads_.erase(it);
+      if (load.request == nullptr) {  // its request ended or gave up waiting
+        kv_.release_blocks(load.blocks);
+        continue;
+      }
+      Request* r = load.request;
+      const int64_t covered =
+          kv_.adopt_loaded(r->id, load.keys, load.blocks, f.loaded, load.last_block_tokens, !remote);
+      if (!f.error.empty()) ++num_kv_load_failures_;
+      r->remote_kv.reset();  // pulled once: a later admission (after a preemption) computes
+      end_kv_wait(r, covered, f.error.empty() ? "" : "KV load failed: " + f.error);
     }
-    Request* r = load.request;
-    const int64_t covered = kv_.adopt_loaded(r->id, load.keys, load.blocks, f.loaded);
-    if (!f.error.empty()) ++num_kv_load_failures_;
-    end_kv_wait(r, covered, f.error.empty() ? "" : "KV load failed: " + f.error);
   }
   const auto now = std::chrono::steady_clock::now();
-  for (auto& [ticket, load] : loads_) {
+  for (auto& [key, load] : loads_) {
     if (load.request == nullptr || now < load.deadline) continue;
     Request* r = load.request;
     load.request = nullptr;
-    source->cancel(ticket);
+    r->remote_kv.reset();
+    cancel_load(key, true);
     ++num_kv_load_timeouts_;
     end_kv_wait(r, static_cast<int64_t>(kv_.block_table(r->id).size()) * kv_.block_size(),
                 "KV load timed out after " + std::to_string(options_.kv_load_timeout_seconds) + " s");
@@ -330,7 +386,7 @@ void Scheduler::finish(Request* r, FinishReason reason) {
   kv_.free(r->id);
   if (r->state == RequestState::kWaitingForKv) {  // its blocks return when the load lands
     loads_.at(r->kv_load_ticket).request = nullptr;
-    kv_.block_source()->cancel(r->kv_load_ticket);
+    cancel_load(r->kv_load_ticket, false);
     --num_waiting_for_kv_;
   }
   if (r->state == RequestState::kRunning) running_.erase(std::find(running_.begin(), running_.end(), r));

@@ -82,6 +82,9 @@ class Scheduler final {
   // Finishes a request wherever it is with kError and `message`, freeing its blocks now.
   void fail(RequestId id, std::string message);
 
+  // Where requests with remote_kv pull their KV from (not owned; nullptr: such requests compute).
+  void set_remote_source(RemoteKvSource* source) { remote_ = source; }
+
   // Plans the next step.
   ScheduledBatch schedule();
 
@@ -128,6 +131,13 @@ class Scheduler final {
   // Starts a load of the request's KV past its cached prefix when the block source may hold it;
   // true when the request now waits for it.
   bool start_kv_load(Request* r);
+  // Starts the pull of a disaggregated request's prompt KV past its cached prefix; false when
+  // there is nothing to pull or no source. Sets *no_room when the pool lacks the blocks now.
+  bool start_remote_load(Request* r, bool* no_room);
+  void track_load(Request* r, bool remote, uint64_t ticket, std::vector<BlockHash> keys,
+                  std::vector<int32_t> blocks, int64_t last_block_tokens);
+  static uint64_t load_key(bool remote, uint64_t ticket) { return ticket * 2 + (remote ? 1 : 0); }
+  void cancel_load(uint64_t key, bool timed_out);
   // Requests whose loads landed, failed or timed out go back to waiting (or fail, by policy).
   void poll_kv_loads();
   // The request stops waiting for its load: back to the waiting queue, or failed by policy.
@@ -155,8 +165,10 @@ class Scheduler final {
     std::vector<BlockHash> keys;
     std::vector<int32_t> blocks;
     std::chrono::steady_clock::time_point deadline;
+    int64_t last_block_tokens = -1;  // a remote pull's partly filled last block (-1: all full)
   };
-  std::unordered_map<uint64_t, KvLoad> loads_;   // by ticket
+  std::unordered_map<uint64_t, KvLoad> loads_;  // by load_key(remote, ticket)
+  RemoteKvSource* remote_ = nullptr;
   std::vector<BlockHash> remote_keys_;           // scratch
   std::vector<KvBlockSource::Finished> landed_;  // scratch
   int64_t num_waiting_for_kv_ = 0, num_kv_load_failures_ = 0, num_kv_load_timeouts_ = 0;

@@ -65,12 +65,39 @@ void KVCacheManager::release_blocks(std::span<const int32_t> blocks) {
   pool_.release(blocks);
 }
 
+std::vector<BlockHash> KVCacheManager::block_keys(const Tokens& tokens, int64_t num_tokens) {
+  INFERD_CHECK(num_tokens >= 0 && num_tokens <= tokens.size());
+  std::vector<BlockHash> keys;
+  const int64_t full = num_tokens / block_size_;
+  for (int64_t b = 0; b < full; ++b) keys.push_back(hash_block(b == 0 ? nullptr : &keys.back(), tokens, b));
+  const int64_t tail = num_tokens - full * block_size_;
+  if (tail > 0) {
+    // Input: the parent's key, a domain word and the count, then the tail's token ids.
+    scratch_.assign(6 + static_cast<size_t>(tail), 0);
+    const BlockHash p = full == 0 ? BlockHash{} : keys.back();
+    std::memcpy(scratch_.data(), &p.lo, 8);
+    std::memcpy(scratch_.data() + 2, &p.hi, 8);
+    scratch_[4] = 0x4b565054;  // "TPVK": a partial block
+    scratch_[5] = static_cast<int32_t>(tail);
+    for (int64_t i = 0; i < tail; ++i)
+      scratch_[6 + static_cast<size_t>(i)] = tokens.at(full * block_size_ + i);
+    const XXH128_hash_t h = XXH3_128bits(scratch_.data(), scratch_.size() * sizeof(int32_t));
+    keys.push_back(BlockHash{h.low64, h.high64});
+  }
+  return keys;
+}
+
 int64_t KVCacheManager::adopt_loaded(RequestId id, std::span<const BlockHash> keys,
-                                     std::span<const int32_t> blocks, int64_t loaded) {
+                                     std::span<const int32_t> blocks, int64_t loaded,
+                                     int64_t last_block_tokens, bool from_tier) {
   INFERD_CHECK(keys.size() == blocks.size() && loaded >= 0 && loaded <= static_cast<int64_t>(keys.size()));
+  INFERD_CHECK(last_block_tokens < block_size_);
   Table& t = tables_[id];
   INFERD_CHECK(t.hashes.size() == t.blocks.size());  // nothing computed past the cached prefix yet
-  for (int64_t i = 0; i < loaded; ++i) {
+  const bool partial_tail =
+      last_block_tokens > 0 && loaded == static_cast<int64_t>(keys.size()) && loaded > 0;
+  const int64_t full = partial_tail ? loaded - 1 : loaded;
+  for (int64_t i = 0; i < full; ++i) {
     const auto k = static_cast<size_t>(i);
     int32_t block = blocks[k];
     const int32_t existing = pool_.find_cached(keys[k]);
@@ -80,15 +107,17 @@ int64_t KVCacheManager::adopt_loaded(RequestId id, std::span<const BlockHash> ke
       block = existing;
     } else {
       pool_.cache_block(block, keys[k]);
-      pool_.mark_offloaded(block);
+      if (from_tier) pool_.mark_offloaded(block);
     }
     t.blocks.push_back(block);
     t.hashes.push_back(keys[k]);
   }
+  if (partial_tail) t.blocks.push_back(blocks[static_cast<size_t>(full)]);  // uncached: it fills up later
   if (loaded < static_cast<int64_t>(blocks.size()))
     pool_.release(blocks.subspan(static_cast<size_t>(loaded)));
-  hit_tokens_ += loaded * block_size_;
-  const int64_t covered = static_cast<int64_t>(t.blocks.size()) * block_size_;
+  const int64_t tail_tokens = partial_tail ? last_block_tokens : 0;
+  hit_tokens_ += full * block_size_ + tail_tokens;
+  const int64_t covered = static_cast<int64_t>(t.hashes.size()) * block_size_ + tail_tokens;
   if (t.blocks.empty()) tables_.erase(id);
   return covered;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/kv_export_store.h"
 
 namespace inferd {
 
@@ -37,6 +38,31 @@ class KvBlockSource {
   // Engine thread. Asks a load to stop early; poll() still reports it (its blocks are written
   // until then).
   virtual void cancel(uint64_t ticket) = 0;
+};
+
+// A prefill instance's KV of one request: the handle its answer carried (docs/disaggregation.md).
+struct RemoteKvRef {
+  std::string host;
+  uint16_t port = 0;
+  uint64_t transfer_id = 0;
+  int64_t num_tokens = 0;  // prompt tokens the transfer holds
+};
+
+// Where a request's KV is pulled from another instance (the decode side of disaggregation), on
+// the source's own thread, as KvBlockSource loads do.
+class RemoteKvSource {
+ public:
+  virtual ~RemoteKvSource() = default;
+  // Engine thread. Pulls blocks first_block, first_block + 1, ... of `from` into blocks[0],
+  // blocks[1], ... (fresh pool blocks the caller holds), checking block i against keys[i].
+  virtual uint64_t start_load(const RemoteKvRef& from, int64_t first_block, std::vector<BlockHash> keys,
+                              std::vector<int32_t> blocks) = 0;
+  // Engine thread, as KvBlockSource::poll / cancel. `timed_out`: given up waiting (the peer may be
+  // unreachable), not aborted.
+  virtual void poll(std::vector<KvBlockSource::Finished>* finished) = 0;
+  virtual void cancel(uint64_t ticket, bool timed_out) = 0;
+  // Its counters (read from any thread).
+  virtual const KvTransferStats& stats() const = 0;
 };
 
 class KVCacheManager final {
@@ -69,8 +95,20 @@ class KVCacheManager final {
   // request's blocks. They join its table, cached under their keys (a key some other block
   // cached meanwhile takes that block instead); the rest are released. Returns the tokens the
   // request's table now covers.
+  // `last_block_tokens` (< block_size): the last of `blocks` is partly filled (a prompt's tail
+  // from a prefill instance); when it landed it joins the table uncached. `from_tier`: the
+  // blocks came from an offload tier, which therefore holds them already.
   int64_t adopt_loaded(RequestId id, std::span<const BlockHash> keys, std::span<const int32_t> blocks,
-                       int64_t loaded);
+                       int64_t loaded, int64_t last_block_tokens = -1, bool from_tier = true);
+  // The keys of the blocks that hold the first `num_tokens` of `tokens`: hash-chain keys of the
+  // full blocks (what prefix caching caches them under), then, when num_tokens is not a multiple
+  // of the block size, a key of the partly filled last block in a domain of its own (its tokens
+  // and their count), which no full block ever has.
+  std::vector<BlockHash> block_keys(const Tokens& tokens, int64_t num_tokens);
+  // Tokens the request's table holds blocks for, as blocks x block_size.
+  int64_t num_table_tokens(RequestId id) const {
+    return static_cast<int64_t>(block_table(id).size()) * block_size_;
+  }
   KvBlockSource* block_source() const { return source_; }
   // Registers the request's full blocks among its first `num_computed` tokens for reuse.
   void cache_full_blocks(RequestId id, const Tokens& tokens, int64_t num_computed);

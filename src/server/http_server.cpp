@@ -47,6 +47,11 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+uint64_t random_u64() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
 std::string random_id(const char* prefix) {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   char buf[40];
@@ -307,6 +312,18 @@ struct HttpServer::Impl {
       }
       metrics->set_offload(tiers, o->num_dropped_writes());
     }
+    metrics->set_kv_loads(ctx.engine->num_kv_load_failures(), ctx.engine->num_kv_load_timeouts());
+    auto transfer = [&](const char* side, const KvTransferStats& st) {
+      metrics->set_transfer({side, st.pulls.load(), st.blocks.load(), st.bytes.load(), st.failures.load(),
+                             st.corrupt.load(), st.micros.load()});
+    };
+    if (ctx.kv_server_stats != nullptr) transfer("prefill", *ctx.kv_server_stats);
+    if (const KvTransferStats* st = ctx.engine->remote_kv_stats()) transfer("decode", *st);
+    if (ctx.kv_export != nullptr) {
+      const KvExportStats& e = ctx.kv_export->stats();
+      metrics->set_kv_export(ctx.kv_export->num_entries(), ctx.kv_export->bytes(), e.expired.load(),
+                             e.refused.load());
+    }
   }
 
   // ---- /tokenize, /detokenize ---------------------------------------------------------------
@@ -384,7 +401,62 @@ struct HttpServer::Impl {
   struct Prepared {
     GenerateRequest api;
     ProcessedInput input;
+    uint64_t kv_export_id = 0;  // prefill: the transfer id its answer names
   };
+
+  // kv_transfer_params onto the engine request (docs/disaggregation.md); an error when this
+  // instance's role cannot serve it.
+  std::optional<ApiError> apply_kv_transfer(Prepared* p) {
+    const KvTransferParams& kv = *p->api.kv_transfer;
+    auto refuse = [](const std::string& message) {
+      return ApiError{400, message, "invalid_request_error", "kv_transfer_params", ""};
+    };
+    if (p->input.requests.size() != 1) return refuse("kv_transfer_params needs a single prompt");
+    RequestSpec& spec = p->input.requests[0];
+    if (kv.do_remote_decode) {
+      if (ctx.kv_export == nullptr)
+        return refuse(
+            "kv_transfer_params.do_remote_decode needs an instance started with --role prefill (this one "
+            "runs --role " +
+            ctx.role + ")");
+      if (spec.n != 1)
+        return ApiError{400, "'n' must be 1 with kv_transfer_params", "invalid_request_error", "n", ""};
+      spec.limits.max_tokens = 1;  // the first token; the decode instance samples the rest
+      while (p->kv_export_id == 0) p->kv_export_id = random_u64();
+      spec.kv_export_id = p->kv_export_id;
+      return std::nullopt;
+    }
+    if (ctx.role != "decode")
+      return refuse(
+          "kv_transfer_params naming a prefill's KV needs an instance started with --role decode (this one "
+          "runs --role " +
+          ctx.role + ")");
+    if (p->input.grammar || p->input.tool_calls)
+      return refuse("kv_transfer_params cannot be combined with structured output or tools");
+    spec.remote_kv = kv.remote;
+    spec.first_token = kv.first_token;
+    if (kv.remote->num_tokens != static_cast<int64_t>(spec.prompt.size()))
+      log_warning("kv_transfer_params.num_tokens " + std::to_string(kv.remote->num_tokens) +
+                  " but the prompt has " + std::to_string(spec.prompt.size()) +
+                  " tokens here: computing it instead of pulling");
+    return std::nullopt;
+  }
+
+  // The prefill answer's handle: where and what to pull (absent when the KV was not kept).
+  std::optional<json> kv_handle(const Prepared& p, const std::vector<OutputProcessor>& choices) {
+    int64_t blocks = 0, bytes = 0;
+    if (p.kv_export_id == 0 || ctx.kv_export == nullptr || choices.empty() ||
+        choices[0].token_ids().empty() || !ctx.kv_export->describe(p.kv_export_id, &blocks, &bytes))
+      return std::nullopt;
+    return json{{"remote_host", ctx.kv_host},
+                {"remote_port", ctx.kv_port},
+                {"transfer_id", transfer_id_text(p.kv_export_id)},
+                {"num_tokens", p.input.num_prompt_tokens},
+                {"first_token", choices[0].token_ids()[0]},
+                {"num_blocks", blocks},
+                {"bytes", bytes},
+                {"lease_seconds", ctx.kv_export->lease_seconds()}};
+  }
 
   // Parses the body, runs the input side of the front end (validation, template, tokenizer,
   // context window) and checks the queue limit. A plain function: no temporaries cross a
@@ -407,6 +479,9 @@ struct HttpServer::Impl {
     InputProcessed processed = inputs->process(std::move(g));
     if (!processed.input) return api_error(processed.error, endpoint);
     out->input = std::move(*processed.input);
+    if (api.kv_transfer) {
+      if (std::optional<ApiError> e = apply_kv_transfer(out)) return e;
+    }
     // The queue limit counts sequences: every prompt, times n.
     const int64_t sequences = out->input.num_sequences();
     if (sequences > options.max_queue)
@@ -546,7 +621,9 @@ struct HttpServer::Impl {
     Usage usage{input.num_prompt_tokens, 0};
     for (const auto& c : choices) usage.completion_tokens += static_cast<int64_t>(c.token_ids().size());
     log_finished(answer.id(), choices, arrival, usage);
-    co_return co_await answer_request(*conn, req, api, answer, choices, usage, stream_ok, ids);
+    const std::optional<json> handle = kv_handle(prepared, choices);
+    const json* extra = handle ? &*handle : nullptr;
+    co_return co_await answer_request(*conn, req, api, answer, choices, usage, stream_ok, ids, extra);
   }
 
   // The end of a generation: an engine-side failure (e.g. more KV than exists) is the request's
@@ -554,7 +631,7 @@ struct HttpServer::Impl {
   awaitable<bool> answer_request(Connection& conn, const http::request<http::string_body>& req,
                                  const GenerateRequest& api, const OpenAiAnswer& answer,
                                  const std::vector<OutputProcessor>& choices, const Usage& usage,
-                                 bool stream_ok, const std::vector<RequestId>& ids) {
+                                 bool stream_ok, const std::vector<RequestId>& ids, const json* kv_handle) {
     for (const auto& c : choices) {
       if (c.error().empty()) continue;
       if (api.stream) {
@@ -574,7 +651,13 @@ struct HttpServer::Impl {
       }
       co_return co_await finish_stream(conn, stream_ok);
     }
-    Response res = make_response(req, http::status::ok, answer.body(choices, usage));
+    std::string body = answer.body(choices, usage);
+    if (kv_handle != nullptr) {  // prefill: the handle the decode instance pulls with
+      json j = json::parse(body);
+      j["kv_transfer_params"] = *kv_handle;
+      body = j.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    Response res = make_response(req, http::status::ok, body);
     co_return co_await send(conn, res);
   }
 

@@ -16,6 +16,7 @@
 #include "engine/reasoning_splitter.h"
 #include "engine/tool_call_parser.h"
 #include "jinja/chat_template.h"
+#include "kv/kv_export_store.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd {
@@ -47,6 +48,12 @@ struct ServingContext {
   const ChatTemplate* chat_template = nullptr;  // may be null: no chat endpoint
   int64_t max_model_len = 0;
   int32_t vocab_size = 0;
+  // Disaggregation (docs/disaggregation.md): "both", "prefill" or "decode".
+  std::string role = "both";
+  KvExportStore* kv_export = nullptr;  // prefill: where prompts' KV waits for a pull
+  std::string kv_host;                 // prefill: the UCX listener, as answers name it
+  uint16_t kv_port = 0;
+  const KvTransferStats* kv_server_stats = nullptr;  // prefill: pulls served
 };
 
 class HttpServer final {

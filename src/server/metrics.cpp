@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <algorithm>
+
 #include <prometheus/text_serializer.h>
 
 namespace inferd {
@@ -99,6 +101,27 @@ ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model
       "kv_offload_failures_total", "Offload tier I/O errors, timeouts and writes skipped while it was down.");
   offload_corrupt_ = counter_family("kv_offload_corrupt_blocks_total",
                                     "Stored KV blocks that failed their check when read back (recomputed).");
+  transfer_pulls_ = counter_family(
+      "kv_transfer_pulls_total",
+      "KV pulls between instances that moved every block (side: prefill served, decode made).");
+  transfer_blocks_ = counter_family("kv_transfer_blocks_total", "KV blocks moved between instances.");
+  transfer_bytes_ = counter_family("kv_transfer_bytes_total", "Bytes of KV records moved between instances.");
+  transfer_failures_ = counter_family("kv_transfer_failures_total",
+                                      "KV pulls that failed (peer gone, unknown transfer, bad record).");
+  transfer_corrupt_ = counter_family("kv_transfer_corrupt_blocks_total",
+                                     "Pulled KV blocks that failed their check (recomputed).");
+  transfer_seconds_ =
+      counter_family("kv_transfer_seconds_total", "Seconds from pull start to blocks imported.");
+  kv_load_failures_ =
+      counter("kv_load_failures_total", "KV loads (tiers, pulls) that failed; handled by --kv-load-failure.");
+  kv_load_timeouts_ =
+      counter("kv_load_timeouts_total", "KV loads (tiers, pulls) given up after --kv-load-timeout.");
+  export_entries_ = gauge("kv_export_entries", "Prefill: prompts whose KV waits for a pull.");
+  export_bytes_ = gauge("kv_export_bytes", "Prefill: bytes of KV waiting for pulls.");
+  export_expired_ =
+      counter("kv_export_expired_total", "Prefill: prompts' KV dropped unpulled at the end of the lease.");
+  export_refused_ =
+      counter("kv_export_refused_total", "Prefill: prompts' KV not kept: the export buffer was full.");
   offload_up_ = &prometheus::BuildGauge()
                      .Name(prefix + ":kv_offload_tier_up")
                      .Help("1 while an offload tier answers, 0 while inferd runs without it.")
@@ -181,6 +204,31 @@ void ServerMetrics::set_offload(std::span<const OffloadTierFigures> tiers, int64
     advance(&offload_corrupt_->Add(labels), t.corrupt, &seen.corrupt);
     offload_up_->Add(labels).Set(t.up ? 1.0 : 0.0);
   }
+}
+
+void ServerMetrics::set_transfer(const TransferFigures& t) {
+  const prometheus::Labels labels = {{"model_name", model_name_}, {"side", t.side}};
+  TransferFigures& seen = transfer_seen_[t.side];
+  advance(&transfer_pulls_->Add(labels), t.pulls, &seen.pulls);
+  advance(&transfer_blocks_->Add(labels), t.blocks, &seen.blocks);
+  advance(&transfer_bytes_->Add(labels), t.bytes, &seen.bytes);
+  advance(&transfer_failures_->Add(labels), t.failures, &seen.failures);
+  advance(&transfer_corrupt_->Add(labels), t.corrupt, &seen.corrupt);
+  auto& seconds = transfer_seconds_->Add(labels);
+  if (t.micros > seen.micros) seconds.Increment(static_cast<double>(t.micros - seen.micros) * 1e-6);
+  seen.micros = std::max(seen.micros, t.micros);
+}
+
+void ServerMetrics::set_kv_loads(int64_t failures, int64_t timeouts) {
+  advance(kv_load_failures_, failures, &kv_load_failures_seen_);
+  advance(kv_load_timeouts_, timeouts, &kv_load_timeouts_seen_);
+}
+
+void ServerMetrics::set_kv_export(int64_t entries, int64_t bytes, int64_t expired, int64_t refused) {
+  export_entries_->Set(static_cast<double>(entries));
+  export_bytes_->Set(static_cast<double>(bytes));
+  advance(export_expired_, expired, &export_expired_seen_);
+  advance(export_refused_, refused, &export_refused_seen_);
 }
 
 void ServerMetrics::set_sessions(int64_t active, int64_t pinned_blocks) {

@@ -37,6 +37,12 @@ struct OffloadTierFigures {
   bool up = true;
 };
 
+// Cumulative figures of KV transfers between instances (docs/disaggregation.md), per side.
+struct TransferFigures {
+  std::string side;  // "prefill" (pulls served) or "decode" (pulls made)
+  int64_t pulls = 0, blocks = 0, bytes = 0, failures = 0, corrupt = 0, micros = 0;
+};
+
 class ServerMetrics final {
  public:
   // prefix: "inferd" or "vllm"; max_model_len bounds the token-count buckets (1-2-5 series).
@@ -53,6 +59,10 @@ class ServerMetrics final {
   void set_sessions(int64_t active, int64_t pinned_blocks);
   void set_revived_blocks(int64_t total);
   void set_offload(std::span<const OffloadTierFigures> tiers, int64_t dropped_writes);
+  void set_transfer(const TransferFigures& t);
+  // KV loads (tiers and pulls) that failed / timed out; prefill: the export buffer's state.
+  void set_kv_loads(int64_t failures, int64_t timeouts);
+  void set_kv_export(int64_t entries, int64_t bytes, int64_t expired, int64_t refused);
 
   // The text exposition format (version 0.0.4).
   std::string render() const;
@@ -73,6 +83,13 @@ class ServerMetrics final {
   int64_t preemptions_seen_ = 0, prefix_queries_seen_ = 0, prefix_hits_seen_ = 0, revived_seen_ = 0,
           offload_dropped_seen_ = 0;
   std::map<std::string, OffloadTierFigures> offload_seen_;  // by tier
+  prometheus::Family<prometheus::Counter>*transfer_pulls_, *transfer_blocks_, *transfer_bytes_,
+      *transfer_failures_, *transfer_corrupt_, *transfer_seconds_;
+  std::map<std::string, TransferFigures> transfer_seen_;  // by side
+  prometheus::Counter *kv_load_failures_, *kv_load_timeouts_, *export_expired_, *export_refused_;
+  prometheus::Gauge *export_entries_, *export_bytes_;
+  int64_t kv_load_failures_seen_ = 0, kv_load_timeouts_seen_ = 0, export_expired_seen_ = 0,
+          export_refused_seen_ = 0;
 };
 
 }  // namespace inferd

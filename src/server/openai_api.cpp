@@ -229,7 +229,8 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "logit_bias",
                                               "include_stop_str_in_output",
                                               "metadata",
-                                              "store"};
+                                              "store",
+                                              "kv_transfer_params"};
 constexpr std::string_view kChatFields[] = {
     "messages", "max_completion_tokens", "top_logprobs",       "chat_template_kwargs",
     "tools",    "tool_choice",           "parallel_tool_calls"};
@@ -487,6 +488,96 @@ void parse_answer_shape(Reader& r, ApiEndpoint endpoint, GenerateRequest* req) {
 
 }  // namespace
 
+std::string transfer_id_text(uint64_t id) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, id >>= 4) out[static_cast<size_t>(i)] = kHex[id & 15];
+  return out;
+}
+
+std::optional<uint64_t> parse_transfer_id(const std::string& text) {
+  if (text.size() != 16) return std::nullopt;
+  uint64_t id = 0;
+  for (char c : text) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    id = id << 4 | static_cast<uint64_t>(d);
+  }
+  return id;
+}
+
+namespace {
+
+// kv_transfer_params: {"do_remote_decode": true} or the prefill answer's handle.
+void parse_kv_transfer(Reader& r, GenerateRequest* req) {
+  const json* v = r.find("kv_transfer_params");
+  if (v == nullptr || r.failed()) return;
+  const std::string field = "kv_transfer_params";
+  if (!v->is_object()) return r.fail(field, "'kv_transfer_params' must be an object");
+  KvTransferParams p;
+  auto bad = [&](const char* key, const std::string& what) {
+    r.fail(field + "." + key, "'kv_transfer_params." + std::string(key) + "' " + what);
+  };
+  if (auto it = v->find("do_remote_decode"); it != v->end() && !it->is_null()) {
+    if (!it->is_boolean()) return bad("do_remote_decode", "must be a boolean");
+    p.do_remote_decode = it->get<bool>();
+  }
+  if (v->contains("remote_host") || v->contains("transfer_id")) {
+    RemoteKvRef ref;
+    auto str = [&](const char* key, std::string* out) {
+      auto it = v->find(key);
+      if (it == v->end() || !it->is_string() || it->get<std::string>().empty()) {
+        bad(key, "must be a non-empty string");
+        return false;
+      }
+      *out = it->get<std::string>();
+      return true;
+    };
+    auto integer = [&](const char* key, int64_t lo, int64_t hi, int64_t* out) {
+      auto it = v->find(key);
+      if (it == v->end() || !it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi) {
+        bad(key, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        return false;
+      }
+      *out = it->get<int64_t>();
+      return true;
+    };
+    std::string id_text;
+    int64_t port = 0, tokens = 0, first = 0;
+    if (!str("remote_host", &ref.host) || !integer("remote_port", 1, 65535, &port) ||
+        !str("transfer_id", &id_text) || !integer("num_tokens", 1, kInt64Max, &tokens) ||
+        !integer("first_token", 0, kInt32Max, &first))
+      return;
+    const auto id = parse_transfer_id(id_text);
+    if (!id) return bad("transfer_id", "must be 16 lower-case hex digits");
+    ref.port = static_cast<uint16_t>(port);
+    ref.transfer_id = *id;
+    ref.num_tokens = tokens;
+    p.remote = std::move(ref);
+    p.first_token = static_cast<int32_t>(first);
+  }
+  if (p.do_remote_decode && p.remote)
+    return r.fail(
+        field, "'kv_transfer_params' asks for a prefill (do_remote_decode) and names a prefill's KV at once");
+  if (p.remote) {
+    // The first token was sampled elsewhere, without these fields' state.
+    for (const char* key : {"n", "logprobs", "response_format", "structured_outputs", "guided_json",
+                            "guided_regex", "guided_choice", "guided_grammar", "tools", "echo"}) {
+      const json* f = r.find(key);
+      if (f == nullptr) continue;
+      const bool off = (f->is_boolean() && !f->get<bool>()) ||
+                       (f->is_number_integer() && f->get<int64_t>() == 1 && std::string_view(key) == "n");
+      if (!off)
+        return r.fail(key, std::string("'") + key +
+                               "' cannot be combined with kv_transfer_params (a decode "
+                               "instance continues from a first token sampled without it)");
+    }
+  }
+  if (p.do_remote_decode || p.remote) req->kv_transfer = std::move(p);
+}
+
+}  // namespace
+
 ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body) {
   ParsedRequest out;
   json j;
@@ -520,6 +611,9 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   parse_structured_output(r, &g);
   r.boolean("include_stop_str_in_output", &g.include_stop_str_in_output);
   if (endpoint == ApiEndpoint::kCompletion) r.boolean("echo", &g.echo);
+  parse_kv_transfer(r, &req);
+  if (req.kv_transfer && req.kv_transfer->do_remote_decode && req.stream)
+    r.fail("stream", "'stream' must be false with kv_transfer_params.do_remote_decode");
   if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {
     if (!kw->is_object()) r.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     g.chat_template_kwargs = *kw;

@@ -31,6 +31,17 @@ std::string error_body(const ApiError& e);
 
 enum class ApiEndpoint { kChat, kCompletion };
 
+// kv_transfer_params (docs/disaggregation.md): to a prefill instance {"do_remote_decode": true};
+// to a decode instance the prefill's answer's handle.
+struct KvTransferParams {
+  bool do_remote_decode = false;
+  std::optional<RemoteKvRef> remote;  // decode: where the prompt's KV waits
+  int32_t first_token = -1;           // decode: the token the prefill instance sampled
+};
+// 16 lower-case hex digits of a transfer id, and back (nullopt: not such a string).
+std::string transfer_id_text(uint64_t id);
+std::optional<uint64_t> parse_transfer_id(const std::string& text);
+
 // A chat or completions request: what to generate (the front end's GenerationRequest, whose
 // bounds InputProcessor checks) and how to answer (stream, usage, logprobs).
 struct GenerateRequest {
@@ -41,6 +52,7 @@ struct GenerateRequest {
   bool include_usage = false;
   bool logprobs = false;  // return logprobs (generation.sampling.logprobs holds how many alternatives)
   std::string user;
+  std::optional<KvTransferParams> kv_transfer;
 };
 
 // Parses a request body: JSON types and shapes, OpenAI's rules between fields (top_logprobs

@@ -378,5 +378,209 @@ TEST(SchedulerKvLoadTest, RandomLoadsLoseNoRequestAndNoBlock) {
   }
 }
 
+// A prefill instance whose pulls land when the test says.
+struct FakeRemote final : RemoteKvSource {
+  struct Started {
+    uint64_t ticket;
+    RemoteKvRef from;
+    int64_t first_block;
+    std::vector<BlockHash> keys;
+    std::vector<int32_t> blocks;
+    bool cancelled = false, timed_out = false, landed = false;
+  };
+  std::vector<Started> started;
+  std::vector<KvBlockSource::Finished> ready;
+  KvTransferStats counters;
+  uint64_t next = 1;
+  uint64_t start_load(const RemoteKvRef& from, int64_t first_block, std::vector<BlockHash> keys,
+                      std::vector<int32_t> blocks) override {
+    started.push_back({next, from, first_block, std::move(keys), std::move(blocks)});
+    return next++;
+  }
+  void poll(std::vector<KvBlockSource::Finished>* out) override {
+    for (auto& f : ready) out->push_back(f);
+    ready.clear();
+  }
+  void cancel(uint64_t ticket, bool timed_out) override {
+    for (auto& st : started) {
+      if (st.ticket != ticket) continue;
+      st.cancelled = true;
+      st.timed_out = timed_out;
+    }
+  }
+  const KvTransferStats& stats() const override { return counters; }
+  void land(size_t i, int64_t loaded, std::string error = "") {
+    ASSERT_FALSE(started[i].landed);
+    started[i].landed = true;
+    ready.push_back({started[i].ticket,
+                     std::min<int64_t>(loaded, static_cast<int64_t>(started[i].keys.size())),
+                     std::move(error)});
+  }
+};
+
+// Prefix caching on, blocks of 4 tokens, the fake prefill instance behind the scheduler.
+struct RemoteFixture : Fixture {
+  FakeRemote remote;
+  explicit RemoteFixture(SchedulerOptions o, int32_t blocks = 64) : Fixture(blocks, 4, o, true) {
+    sched.set_remote_source(&remote);
+  }
+  // A disaggregated request: tokens first_token, first_token + 1, ...; its first output `first`.
+  RequestId add_remote(int64_t prompt_len, int64_t max_tokens, int32_t first = 5, int32_t first_token = 100) {
+    auto r = std::make_unique<Request>();
+    r->id = next;
+    r->arrival_order = next++;
+    for (int64_t i = 0; i < prompt_len; ++i) r->prompt.push_back(first_token + static_cast<int32_t>(i));
+    r->output.push_back(first);
+    r->limits.max_tokens = max_tokens;
+    r->limits.stop_token_ids = {2};
+    r->remote_kv = RemoteKvRef{"10.0.0.2", 4000, 77, prompt_len};
+    const RequestId id = r->id;
+    sched.add(std::move(r));
+    return id;
+  }
+};
+
+// The decode side: a prompt of 18 tokens (4 full blocks and a partial one of 2) is pulled whole,
+// while the running request steps; then only the first token is computed: never the prompt.
+TEST(SchedulerRemoteKvTest, APulledPromptIsNeverRecomputedAndItsPartialBlockStaysUncached) {
+  RemoteFixture f(opts(64));
+  const RequestId a = f.add(3, 40, 0, 1000);
+  f.step();
+  const RequestId b = f.add_remote(18, 3);
+  auto s1 = f.step();
+  ASSERT_EQ(f.remote.started.size(), 1u);
+  const auto& st = f.remote.started[0];
+  EXPECT_EQ(st.first_block, 0);
+  EXPECT_EQ(st.from.transfer_id, 77u);
+  ASSERT_EQ(st.keys.size(), 5u);
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 18; ++i) prompt.push_back(100 + i);
+  EXPECT_EQ(st.keys, f.kv.block_keys({prompt, {}}, 18));
+  EXPECT_EQ(tokens_of(s1, a), 1);
+  EXPECT_EQ(tokens_of(s1, b), 0);
+  f.remote.land(0, 5);
+  auto s2 = f.step();
+  EXPECT_EQ(tokens_of(s2, b), 1) << "only the first token (from the prefill instance) is computed";
+  EXPECT_EQ(f.kv.prefix_hit_tokens(), 18);
+  // The 4 full blocks are cached under the keys a local computation would give them; the partial
+  // block is not (a prompt of 18 with another tail finds 16 tokens).
+  f.sched.abort(a);
+  while (f.sched.has_work()) f.step();
+  auto done = f.sched.take_finished();
+  ASSERT_EQ(done.size(), 2u);
+  for (auto& r : done) {
+    if (r->id != b) continue;
+    EXPECT_EQ(r->output.size(), 3u);
+    EXPECT_EQ(r->output[0], 5);
+  }
+  EXPECT_EQ(f.pool.num_used_blocks(), 0);
+  const RequestId c = f.add(20, 1, 0, 100);  // tokens 100..119: the same first 18
+  auto s3 = f.step();
+  EXPECT_EQ(tokens_of(s3, c), 4) << "16 tokens of full blocks came from the pulled ones";
+}
+
+// What the decode instance already caches is not pulled: the pull starts at the first block past
+// its own prefix hit.
+TEST(SchedulerRemoteKvTest, OnlyTheBlocksPastTheLocalPrefixHitArePulled) {
+  RemoteFixture f(opts(64));
+  f.add(9, 1, 0, 100);  // caches blocks 0 and 1 (tokens 100..107)
+  while (f.sched.has_work()) f.step();
+  f.sched.take_finished();
+  const RequestId b = f.add_remote(18, 2);
+  f.step();
+  ASSERT_EQ(f.remote.started.size(), 1u);
+  EXPECT_EQ(f.remote.started[0].first_block, 2);
+  EXPECT_EQ(f.remote.started[0].keys.size(), 3u);
+  f.remote.land(0, 3);
+  auto s = f.step();
+  EXPECT_EQ(tokens_of(s, b), 1);
+  while (f.sched.has_work()) f.step();
+  EXPECT_EQ(f.pool.num_used_blocks(), 0);
+}
+
+TEST(SchedulerRemoteKvTest, AFailedOrLatePullRecomputesOrFailsByPolicy) {
+  for (KvLoadFailure policy : {KvLoadFailure::kRecompute, KvLoadFailure::kFail}) {
+    SchedulerOptions o = opts(64);
+    o.kv_load_failure = policy;
+    RemoteFixture f(o);
+    const RequestId b = f.add_remote(18, 3);
+    f.step();
+    f.remote.land(0, 2, "connection to the prefill instance 10.0.0.2:4000 failed");
+    auto s = f.step();
+    if (policy == KvLoadFailure::kRecompute) {
+      EXPECT_EQ(tokens_of(s, b), 11)
+          << "the 8 landed tokens are kept; 10 more and the first token are computed";
+      while (f.sched.has_work()) f.step();
+      auto done = f.sched.take_finished();
+      ASSERT_EQ(done.size(), 1u);
+      EXPECT_EQ(done[0]->finish_reason, FinishReason::kLength);
+      EXPECT_EQ(done[0]->output.size(), 3u);
+    } else {
+      auto done = f.sched.take_finished();
+      ASSERT_EQ(done.size(), 1u);
+      EXPECT_EQ(done[0]->finish_reason, FinishReason::kError);
+      EXPECT_NE(done[0]->error.find("10.0.0.2:4000"), std::string::npos) << done[0]->error;
+    }
+    EXPECT_EQ(f.pool.num_used_blocks(), 0);
+  }
+  SchedulerOptions o = opts(64);
+  o.kv_load_timeout_seconds = 0.02;
+  RemoteFixture f(o);
+  const RequestId b = f.add_remote(18, 2);
+  f.step();
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  auto s = f.step();
+  EXPECT_EQ(tokens_of(s, b), 19) << "timed out: the prompt and the first token are computed";
+  EXPECT_TRUE(f.remote.started[0].cancelled);
+  EXPECT_TRUE(f.remote.started[0].timed_out);
+  while (f.sched.has_runnable()) f.step();
+  f.remote.land(0, 5);  // late: its blocks return to the pool
+  f.step();
+  EXPECT_EQ(f.pool.num_used_blocks(), 0);
+}
+
+TEST(SchedulerRemoteKvTest, AFirstTokenThatEndsTheRequestPullsNothing) {
+  RemoteFixture f(opts(64));
+  f.add_remote(18, 5, /*first=*/2);  // 2 is a stop token
+  f.add_remote(18, 1, /*first=*/9);  // max_tokens 1: the first token is all
+  auto done = f.sched.take_finished();
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0]->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(done[1]->finish_reason, FinishReason::kLength);
+  f.step();
+  EXPECT_TRUE(f.remote.started.empty());
+}
+
+TEST(SchedulerRemoteKvTest, AbortWhilePullingCancelsAndFreesTheBlocksWhenItLands) {
+  RemoteFixture f(opts(64));
+  const RequestId b = f.add_remote(18, 3);
+  f.step();
+  EXPECT_EQ(f.pool.num_used_blocks(), 5);
+  f.sched.abort(b);
+  EXPECT_TRUE(f.remote.started[0].cancelled);
+  EXPECT_FALSE(f.remote.started[0].timed_out);
+  f.remote.land(0, 0);
+  f.step();
+  EXPECT_EQ(f.sched.num_kv_loads(), 0);
+  EXPECT_EQ(f.pool.num_used_blocks(), 0);
+}
+
+// A pool too small for the pull right now: the request waits its turn, then pulls.
+TEST(SchedulerRemoteKvTest, APullWaitsForFreeBlocks) {
+  RemoteFixture f(opts(64), /*blocks=*/8);
+  const RequestId a = f.add(20, 2, 0, 1000);  // 6 blocks with its output
+  f.step();
+  const RequestId b = f.add_remote(18, 2);  // needs 5
+  f.step();
+  EXPECT_TRUE(f.remote.started.empty());
+  while (f.sched.contains(a)) f.step();
+  f.step();
+  ASSERT_EQ(f.remote.started.size(), 1u);
+  f.remote.land(0, 5);
+  while (f.sched.has_work()) f.step();
+  EXPECT_FALSE(f.sched.contains(b));
+  EXPECT_EQ(f.pool.num_used_blocks(), 0);
+}
+
 }  // namespace
 }  // namespace inferd

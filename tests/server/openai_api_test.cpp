@@ -141,6 +141,60 @@ TEST(OpenAiApiTest, ErrorsNameTheField) {
   EXPECT_EQ(parse_error(ApiEndpoint::kChat, "[1]").status, 400);
 }
 
+TEST(OpenAiApiTest, ReadsKvTransferParamsAndRefusesWhatCannotGoWithThem) {
+  auto to_prefill = parse_ok(ApiEndpoint::kCompletion,
+                             R"({"prompt": "x", "kv_transfer_params": {"do_remote_decode": true}})");
+  ASSERT_TRUE(to_prefill.kv_transfer.has_value());
+  EXPECT_TRUE(to_prefill.kv_transfer->do_remote_decode);
+  EXPECT_FALSE(to_prefill.kv_transfer->remote.has_value());
+  auto to_decode =
+      parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
+      "kv_transfer_params": {"remote_host": "10.0.0.2", "remote_port": 41234, "transfer_id": "5f0c2a9e1b3d4c77",
+                             "num_tokens": 812, "first_token": 4512, "num_blocks": 51, "bytes": 1, "lease_seconds": 30}})");
+  ASSERT_TRUE(to_decode.kv_transfer.has_value());
+  ASSERT_TRUE(to_decode.kv_transfer->remote.has_value());
+  EXPECT_EQ(to_decode.kv_transfer->remote->host, "10.0.0.2");
+  EXPECT_EQ(to_decode.kv_transfer->remote->port, 41234);
+  EXPECT_EQ(to_decode.kv_transfer->remote->transfer_id, 0x5f0c2a9e1b3d4c77u);
+  EXPECT_EQ(to_decode.kv_transfer->remote->num_tokens, 812);
+  EXPECT_EQ(to_decode.kv_transfer->first_token, 4512);
+  EXPECT_EQ(transfer_id_text(0x5f0c2a9e1b3d4c77u), "5f0c2a9e1b3d4c77");
+  EXPECT_EQ(transfer_id_text(1), "0000000000000001");
+  EXPECT_FALSE(parse_transfer_id("5F0C2A9E1B3D4C77").has_value());
+  EXPECT_FALSE(parse_transfer_id("123").has_value());
+  EXPECT_FALSE(
+      parse_generate_request(ApiEndpoint::kCompletion, R"({"prompt": "x", "kv_transfer_params": {}})")
+          .request->kv_transfer.has_value());
+  const std::string handle =
+      R"("kv_transfer_params": {"remote_host": "h", "remote_port": 1, "transfer_id": "0000000000000001", "num_tokens": 3, "first_token": 2})";
+  struct Case {
+    std::string body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "x", "kv_transfer_params": 1})", "kv_transfer_params"},
+      {R"({"prompt": "x", "kv_transfer_params": {"do_remote_decode": 1}})",
+       "kv_transfer_params.do_remote_decode"},
+      {R"({"prompt": "x", "stream": true, "kv_transfer_params": {"do_remote_decode": true}})", "stream"},
+      {R"({"prompt": "x", "kv_transfer_params": {"remote_host": "h", "remote_port": 0, "transfer_id": "0000000000000001", "num_tokens": 3, "first_token": 2}})",
+       "kv_transfer_params.remote_port"},
+      {R"({"prompt": "x", "kv_transfer_params": {"remote_host": "h", "remote_port": 1, "transfer_id": "xyz", "num_tokens": 3, "first_token": 2}})",
+       "kv_transfer_params.transfer_id"},
+      {R"({"prompt": "x", "kv_transfer_params": {"remote_host": "h", "remote_port": 1, "transfer_id": "0000000000000001", "first_token": 2}})",
+       "kv_transfer_params.num_tokens"},
+      {R"({"prompt": "x", "kv_transfer_params": {"remote_host": "", "remote_port": 1}})",
+       "kv_transfer_params.remote_host"},
+      {R"({"prompt": "x", "n": 2, )" + handle + "}", "n"},
+      {R"({"prompt": "x", "logprobs": 2, )" + handle + "}", "logprobs"},
+      {R"({"prompt": "x", "guided_regex": "a+", )" + handle + "}", "guided_regex"},
+      {R"({"prompt": "x", "kv_transfer_params": {"do_remote_decode": true, "remote_host": "h", "remote_port": 1, "transfer_id": "0000000000000001", "num_tokens": 3, "first_token": 2}})",
+       "kv_transfer_params"},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(parse_error(ApiEndpoint::kCompletion, c.body).param, c.param) << c.body;
+  parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "n": 1, "logprobs": null, )" + handle + "}");
+}
+
 TEST(OpenAiApiTest, ErrorBodyHasOpenAisShape) {
   auto j = nlohmann::json::parse(
       error_body(ApiError{404, "no", "invalid_request_error", "model", "model_not_found"}));

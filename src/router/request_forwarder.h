@@ -1,0 +1,72 @@
+// RequestForwarder: one completions / chat request through the fleet, as the RoutePlanner
+// planned it: the prefill leg when disaggregated (its kv_transfer_params handed to the decode
+// leg; a failed prefill ejects the instance and the decode instance recomputes), then the
+// answering leg, retried once on another instance of its kind when it fails before the client
+// got a byte; streams passed through event by event as they arrive, and a stream that breaks
+// after that ended with an error event and [DONE]. I/O thread only.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>  // before Asio's awaitable.hpp, which uses std::exchange
+
+#include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "router/client_connection.h"
+#include "router/routed_request.h"
+#include "router/router_state.h"
+#include "router/upstream_client.h"
+
+namespace inferd {
+
+class RequestForwarder final {
+ public:
+  // state: not owned, outlives the forwarder.
+  explicit RequestForwarder(RouterState* state) : state_(state) {}
+
+  // Answers one request on `conn`; returns whether the connection may be kept.
+  boost::asio::awaitable<bool> handle(std::shared_ptr<ClientConnection> conn, const ClientRequest& req,
+                                      RouteEndpoint endpoint);
+
+ private:
+  // The answering leg: where it goes and with which body.
+  struct Leg {
+    uint64_t target_id = 0;
+    InstanceRole role = InstanceRole::kBoth;
+    std::string body;
+    bool with_transfer = false;  // body carries a prefill's kv_transfer_params
+    std::string failures;        // "instance A: error; instance B: error" for the 502
+    // The router's own time (overhead): accumulated up to each upstream write since `mark`.
+    std::chrono::steady_clock::time_point mark;
+    double overhead_seconds = 0;
+  };
+  enum class Outcome { kAnswered, kFailedBeforeBytes, kFailedMidStream, kClientGone };
+  struct Attempt {
+    Outcome outcome = Outcome::kAnswered;
+    UpstreamFailure failure;
+    bool keep = false;  // the client connection may be kept
+  };
+  enum class PrefillOutcome { kTransfer, kRecompute, kClientError };
+  struct Prefilled {
+    PrefillOutcome outcome = PrefillOutcome::kRecompute;
+    nlohmann::json kv_transfer_params;  // kTransfer
+    UpstreamResponse reply;             // kClientError: the prefill instance's 4xx, for the client
+  };
+
+  boost::asio::awaitable<Prefilled> prefill(const ClientRequest& req, const RoutedRequest& request,
+                                            uint64_t prefill_id, Leg& leg);
+  boost::asio::awaitable<bool> answer(std::shared_ptr<ClientConnection> conn, const ClientRequest& req,
+                                      const RoutedRequest& request, Leg& leg);
+  boost::asio::awaitable<Attempt> attempt(const std::shared_ptr<ClientConnection>& conn,
+                                          const ClientRequest& req, const RoutedRequest& request,
+                                          const InstanceSpec& spec, Leg& leg);
+  boost::asio::awaitable<Attempt> pass_stream(ClientConnection& conn, const ClientRequest& req,
+                                              const InstanceSpec& spec, UpstreamStream& upstream);
+  UpstreamRequest upstream_request(const ClientRequest& req, std::string body, bool stream) const;
+
+  RouterState* state_;
+};
+
+}  // namespace inferd
