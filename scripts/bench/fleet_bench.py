@@ -33,16 +33,16 @@ WORDS = ("river mill autumn heron village evening shallow bank stone bridge lant
 
 
 def mixed_dataset(path, n, seed):
-    """One in four requests a ~1,500-token document to summarise, the rest ~150-token chat turns."""
+    """One in four requests a ~1,000-token document to summarise, the rest ~100-token chat turns."""
     rng = random.Random(seed)
     with open(path, "w") as f:
         for i in range(n):
             if i % 4 == 1:
-                doc = " ".join(rng.choice(WORDS) for _ in range(1400))
-                f.write(json.dumps({"prompt": f"Summarise this report.\n{doc}\nSummary:", "max_tokens": 64}) + "\n")
+                doc = " ".join(rng.choice(WORDS) for _ in range(950))
+                f.write(json.dumps({"prompt": f"Summarise this report.\n{doc}\nSummary:", "max_tokens": 32}) + "\n")
             else:
-                q = " ".join(rng.choice(WORDS) for _ in range(130))
-                f.write(json.dumps({"prompt": f"Question {i}: {q}?\nAnswer:", "max_tokens": 64}) + "\n")
+                q = " ".join(rng.choice(WORDS) for _ in range(90))
+                f.write(json.dumps({"prompt": f"Question {i}: {q}?\nAnswer:", "max_tokens": 32}) + "\n")
 
 
 class Proc:
@@ -77,6 +77,13 @@ class Proc:
             self.p.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.p.kill()
+
+
+def post(base, body):
+    req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read())
 
 
 def metric(m, pattern):
@@ -116,8 +123,8 @@ def bench(url, workload, args, out):
     if workload == "mixed":
         cmd += ["--dataset", "jsonl:" + args.mixed]
     else:
-        cmd += ["--dataset", "shared-prefix", "--prefix-len", "1024", "--num-prefixes", "4", "--suffix-len", "48",
-                "--output-len", "64"]
+        cmd += ["--dataset", "shared-prefix", "--prefix-len", "768", "--num-prefixes", "4", "--suffix-len", "48",
+                "--output-len", "32"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)
@@ -131,6 +138,7 @@ def main():
     ap.add_argument("--topologies", default="colocated,2xboth,1P+1D")
     ap.add_argument("--workloads", default="mixed,shared-prefix")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     args.mixed = os.path.join(args.out, "mixed.jsonl")
     mixed_dataset(args.mixed, args.num_prompts, 7)
     rows, extra = [], []
@@ -182,6 +190,35 @@ def main():
         finally:
             for proc in procs:
                 proc.stop()
+    # Transfer against recomputation, on idle instances: one ~1,000-token prompt through 1P+1D (the
+    # decode instance pulls it), then the same prompt's twin (another first word: no prefix hit) to
+    # the decode instance directly (it computes it), each with -t 1.
+    url, procs, p, d, r = topology("1P+1D")
+    try:
+        rng = random.Random(5)
+        doc = " ".join(rng.choice(WORDS) for _ in range(950))
+        for i in range(3):
+            body = {"prompt": f"Report {i}.\n{doc}\nSummary:", "max_tokens": 2, "temperature": 0}
+            post(url, body)
+        dm, pm = d.metrics(), p.metrics()
+        blocks = metric(dm, r'kv_transfer_blocks_total\{.*side="decode"')
+        secs = metric(dm, r'kv_transfer_seconds_total\{.*side="decode"')
+        pre_s = metric(pm, r"request_prefill_time_seconds_sum")
+        pre_tok = metric(pm, r"prompt_tokens_total")
+        before_s, before_tok = metric(dm, r"request_prefill_time_seconds_sum"), metric(dm, r"prompt_tokens_total")
+        for i in range(3):
+            post(d.base, {"prompt": f"Memo {i}.\n{doc}\nSummary:", "max_tokens": 2, "temperature": 0})
+        dm2 = d.metrics()
+        recompute = (metric(dm2, r"request_prefill_time_seconds_sum") - before_s) / (
+            (metric(dm2, r"prompt_tokens_total") - before_tok) / 1000)
+        extra.append({"idle_transfer_ms_per_1k": 1e3 * secs / (blocks * 16 / 1000),
+                      "idle_prefill_instance_ms_per_1k": 1e3 * pre_s / (pre_tok / 1000),
+                      "idle_decode_recompute_ms_per_1k": 1e3 * recompute,
+                      "bytes_per_1k_tokens": metric(dm, r'kv_transfer_bytes_total\{.*side="decode"') / (blocks * 16 / 1000)})
+        print(json.dumps(extra[-1]), flush=True)
+    finally:
+        for proc in procs:
+            proc.stop()
     with open(os.path.join(args.out, "fleet.json"), "w") as f:
         json.dump({"rows": rows, "overhead": extra}, f, indent=1)
     print("| workload | topology | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | ITL p50 / p99 (ms) | goodput (req/s) | "
