@@ -103,9 +103,10 @@ def topology(name):
         b = Proc(SERVE + ["-t", "2"])
         r = Proc(["router", "--instance", b.base, "--health-interval", "0.5"])
         return r.base, [r, b], None, None, r
-    if name == "2xboth":
+    if name.startswith("2xboth"):  # 2xboth (cache-aware), 2xboth:round-robin, 2xboth:least-load
+        policy = name.split(":")[1] if ":" in name else "cache-aware"
         a, b = Proc(SERVE + ["-t", "1"]), Proc(SERVE + ["-t", "1"])
-        r = Proc(["router", "--instance", a.base, "--instance", b.base, "--policy", "cache-aware",
+        r = Proc(["router", "--instance", a.base, "--instance", b.base, "--policy", policy,
                   "--health-interval", "0.5"])
         return r.base, [r, a, b], None, None, r
     if name == "1P+1D":
@@ -137,6 +138,7 @@ def main():
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="fleet-bench-"))
     ap.add_argument("--topologies", default="colocated,2xboth,1P+1D")
     ap.add_argument("--workloads", default="mixed,shared-prefix")
+    ap.add_argument("--no-extras", action="store_true", help="skip the overhead and transfer measurements")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     args.mixed = os.path.join(args.out, "mixed.jsonl")
@@ -176,7 +178,7 @@ def main():
                     proc.stop()
     # Router overhead as the client sees it: TTFT of short chat turns through a router in front of one
     # instance against the same instance directly, one request at a time.
-    for topo in ("colocated", "router+colocated"):
+    for topo in () if args.no_extras else ("colocated", "router+colocated"):
         url, procs, _, _, _ = topology(topo)
         try:
             cmd = [INFERD, "bench", "serve", "--base-url", url, "--num-prompts", "30", "--max-concurrency", "1",
@@ -193,9 +195,11 @@ def main():
     # Transfer against recomputation, on idle instances: one ~1,000-token prompt through 1P+1D (the
     # decode instance pulls it), then the same prompt's twin (another first word: no prefix hit) to
     # the decode instance directly (it computes it), each with -t 1.
-    url, procs, p, d, r = topology("1P+1D")
+    url, procs, p, d, r = topology("1P+1D") if not args.no_extras else (None, [], None, None, None)
     try:
         rng = random.Random(5)
+        if args.no_extras:
+            raise StopIteration
         doc = " ".join(rng.choice(WORDS) for _ in range(950))
         for i in range(3):
             body = {"prompt": f"Report {i}.\n{doc}\nSummary:", "max_tokens": 2, "temperature": 0}
@@ -216,6 +220,8 @@ def main():
                       "idle_decode_recompute_ms_per_1k": 1e3 * recompute,
                       "bytes_per_1k_tokens": metric(dm, r'kv_transfer_bytes_total\{.*side="decode"') / (blocks * 16 / 1000)})
         print(json.dumps(extra[-1]), flush=True)
+    except StopIteration:
+        pass
     finally:
         for proc in procs:
             proc.stop()
