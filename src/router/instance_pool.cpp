@@ -67,6 +67,11 @@ bool InstancePool::any_healthy(InstanceRole role) const {
                      [&](const auto& kv) { return kv.second.spec.role == role && kv.second.serving(); });
 }
 
+bool InstancePool::all_checked() const {
+  return std::all_of(instances_.begin(), instances_.end(),
+                     [](const auto& kv) { return kv.second.retired || kv.second.checked; });
+}
+
 std::vector<uint64_t> InstancePool::checked_ids() const {
   std::vector<uint64_t> ids;
   for (const auto& [id, s] : instances_) {
@@ -78,6 +83,7 @@ std::vector<uint64_t> InstancePool::checked_ids() const {
 HealthTransition InstancePool::record_check(uint64_t id, bool ok, const std::string& error) {
   InstanceState* s = find(id);
   if (s == nullptr) return HealthTransition::kNone;
+  s->checked = true;
   if (ok) {
     s->failed_checks = 0;
     if (s->up) return HealthTransition::kNone;

@@ -25,6 +25,7 @@ struct InstanceState {
   InstanceSpec spec;
   bool from_file;
   bool up = false;        // down until its first successful health check
+  bool checked = false;   // its first health check has an outcome, good or bad
   bool retired = false;   // no longer in the instances file
   bool checking = false;  // a health check is in flight
   int failed_checks = 0;  // in a row
@@ -65,6 +66,9 @@ class InstancePool final {
   // Instances of `role` that are up and not retired, in id order, without `exclude`.
   std::vector<InstanceState*> healthy(InstanceRole role, std::optional<uint64_t> exclude = std::nullopt);
   bool any_healthy(InstanceRole role) const;
+  // Every instance not retired has had its first health check answered (or failed): until
+  // then the router cannot tell a prefill instance that is down from one not asked yet.
+  bool all_checked() const;
   // Instances to health-check (all but the retired), in id order.
   std::vector<uint64_t> checked_ids() const;
 

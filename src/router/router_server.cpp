@@ -60,6 +60,7 @@ struct RouterServer::Impl {
   // I/O thread only from here on.
   bool draining = false;
   int64_t in_flight = 0;
+  bool first_round_done = false;  // every instance listed at start has had one health check
 
   const RouterOptions& options() const { return state.options; }
 
@@ -173,7 +174,10 @@ struct RouterServer::Impl {
     co_return co_await forwarder.handle(conn, req, endpoint);
   }
 
-  // 200 while an instance that can answer (both, or decode) is up; the instances either way.
+  // 200 once every instance listed at start has had its first check and while one that can
+  // answer (both, or decode) is up; the instances either way. Before that first round a request
+  // could go direct only because its prefill instance was not asked yet. The gate is passed
+  // once: an instance added later to the file does not turn a running router unready.
   ClientResponse health(const ClientRequest& req) {
     json instances = json::array();
     for (const auto& [id, s] : state.pool.instances()) {
@@ -181,8 +185,16 @@ struct RouterServer::Impl {
       instances.push_back({{"url", s.spec.url},
                            {"role", role_name(s.spec.role)},
                            {"up", s.up},
+                           {"checked", s.checked},
                            {"in_flight", s.in_flight},
                            {"error", s.up ? "" : s.last_error}});
+    }
+    if (!first_round_done) first_round_done = state.pool.all_checked();
+    if (!first_round_done) {
+      json body = json::parse(error_body(503, "starting: not every instance has had its first health check",
+                                         "service_unavailable"));
+      body["instances"] = instances;
+      return make_response(req, 503, body.dump(-1, ' ', false, json::error_handler_t::replace));
     }
     const bool ok =
         state.pool.any_healthy(InstanceRole::kBoth) || state.pool.any_healthy(InstanceRole::kDecode);

@@ -321,7 +321,11 @@ TEST(InstancePoolTest, EjectsAfterTwoFailedChecksOrAtOnceAndComesBack) {
   pool.add_fixed({spec(InstanceRole::kBoth, 1), spec(InstanceRole::kBoth, 2), spec(InstanceRole::kBoth, 1)});
   ASSERT_EQ(pool.instances().size(), 2u);               // the duplicate is ignored
   EXPECT_FALSE(pool.any_healthy(InstanceRole::kBoth));  // down until checked
+  EXPECT_FALSE(pool.all_checked());
   EXPECT_EQ(pool.record_check(1, true, ""), HealthTransition::kCameUp);
+  EXPECT_FALSE(pool.all_checked());  // instance 2 not asked yet
+  EXPECT_EQ(pool.record_check(2, false, "refused"), HealthTransition::kNone);
+  EXPECT_TRUE(pool.all_checked());  // a failed first check is an outcome too
   EXPECT_EQ(pool.record_check(1, false, "refused"), HealthTransition::kNone);
   EXPECT_EQ(pool.record_check(1, false, "refused"), HealthTransition::kWentDown);
   EXPECT_FALSE(pool.find(1)->up);
