@@ -193,29 +193,36 @@ TEST(SchedulerTest, RandomWorkloadFreesEveryBlock) {
   }
 }
 
-// A block source whose loads land when the test says (the offload tiers' reader thread, or a
-// prefill instance, stand behind this interface).
-struct FakeSource final : KvBlockSource {
+// Loads that land when the test says: the bookkeeping of both fakes below (the offload tiers'
+// reader thread, or a prefill instance, stand behind their interfaces).
+struct FakeLoads {
   struct Started {
     uint64_t ticket;
+    RemoteKvRef from;         // the remote fake's only
+    int64_t first_block = 0;  // the remote fake's only
     std::vector<BlockHash> keys;
     std::vector<int32_t> blocks;
-    bool cancelled = false;
-    bool landed = false;
+    bool cancelled = false, timed_out = false, landed = false;
   };
   std::vector<Started> started;
-  std::vector<Finished> ready;
+  std::vector<KvBlockSource::Finished> ready;
   uint64_t next = 1;
-  uint64_t start_load(std::vector<BlockHash> keys, std::vector<int32_t> blocks) override {
-    started.push_back({next, std::move(keys), std::move(blocks)});
+
+  uint64_t record(RemoteKvRef from, int64_t first_block, std::vector<BlockHash> keys,
+                  std::vector<int32_t> blocks) {
+    started.push_back({next, std::move(from), first_block, std::move(keys), std::move(blocks)});
     return next++;
   }
-  void poll(std::vector<Finished>* out) override {
+  void drain(std::vector<KvBlockSource::Finished>* out) {
     for (auto& f : ready) out->push_back(f);
     ready.clear();
   }
-  void cancel(uint64_t ticket) override {
-    for (auto& st : started) st.cancelled |= st.ticket == ticket;
+  void mark_cancelled(uint64_t ticket, bool timed_out) {
+    for (auto& st : started) {
+      if (st.ticket != ticket) continue;
+      st.cancelled = true;
+      st.timed_out = timed_out;
+    }
   }
   void land(size_t i, int64_t loaded, std::string error = "") {
     ASSERT_FALSE(started[i].landed);
@@ -224,6 +231,15 @@ struct FakeSource final : KvBlockSource {
                      std::min<int64_t>(loaded, static_cast<int64_t>(started[i].keys.size())),
                      std::move(error)});
   }
+};
+
+// An offload tier's block source.
+struct FakeSource final : KvBlockSource, FakeLoads {
+  uint64_t start_load(std::vector<BlockHash> keys, std::vector<int32_t> blocks) override {
+    return record({}, 0, std::move(keys), std::move(blocks));
+  }
+  void poll(std::vector<Finished>* out) override { drain(out); }
+  void cancel(uint64_t ticket) override { mark_cancelled(ticket, false); }
 };
 
 // Prefix caching on, blocks of 4 tokens, the fake source behind the KV manager.
@@ -379,43 +395,15 @@ TEST(SchedulerKvLoadTest, RandomLoadsLoseNoRequestAndNoBlock) {
 }
 
 // A prefill instance whose pulls land when the test says.
-struct FakeRemote final : RemoteKvSource {
-  struct Started {
-    uint64_t ticket;
-    RemoteKvRef from;
-    int64_t first_block;
-    std::vector<BlockHash> keys;
-    std::vector<int32_t> blocks;
-    bool cancelled = false, timed_out = false, landed = false;
-  };
-  std::vector<Started> started;
-  std::vector<KvBlockSource::Finished> ready;
+struct FakeRemote final : RemoteKvSource, FakeLoads {
   KvTransferStats counters;
-  uint64_t next = 1;
   uint64_t start_load(const RemoteKvRef& from, int64_t first_block, std::vector<BlockHash> keys,
                       std::vector<int32_t> blocks) override {
-    started.push_back({next, from, first_block, std::move(keys), std::move(blocks)});
-    return next++;
+    return record(from, first_block, std::move(keys), std::move(blocks));
   }
-  void poll(std::vector<KvBlockSource::Finished>* out) override {
-    for (auto& f : ready) out->push_back(f);
-    ready.clear();
-  }
-  void cancel(uint64_t ticket, bool timed_out) override {
-    for (auto& st : started) {
-      if (st.ticket != ticket) continue;
-      st.cancelled = true;
-      st.timed_out = timed_out;
-    }
-  }
+  void poll(std::vector<KvBlockSource::Finished>* out) override { drain(out); }
+  void cancel(uint64_t ticket, bool timed_out) override { mark_cancelled(ticket, timed_out); }
   const KvTransferStats& stats() const override { return counters; }
-  void land(size_t i, int64_t loaded, std::string error = "") {
-    ASSERT_FALSE(started[i].landed);
-    started[i].landed = true;
-    ready.push_back({started[i].ticket,
-                     std::min<int64_t>(loaded, static_cast<int64_t>(started[i].keys.size())),
-                     std::move(error)});
-  }
 };
 
 // Prefix caching on, blocks of 4 tokens, the fake prefill instance behind the scheduler.
