@@ -1,6 +1,7 @@
 // inferd: the command-line entry point. Parses flags and wires library components; no logic.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
+#include "parallel.h"
 #include "router_cmd.h"
 #include "serve.h"
 #include "tensor/quantize.h"
@@ -155,12 +157,15 @@ Expected<GenerationRequest> run_request(const RunFlags& run) {
 
 // One request through the front end and the engine (the same path as `serve` and `generate`),
 // streamed to stdout as text, or as ids for --prompt-ids; timings to stderr.
-int run_generate(const CommonFlags& flags, const RunFlags& run) {
+int run_generate(const CommonFlags& flags, const RunFlags& run, Parallel* parallel) {
   auto request = run_request(run);
   if (!request) return fail(request.status().message());
   double load_secs = 0;
   auto m = load(flags, &load_secs);
   if (!m) return fail(m.status().message());
+  if (parallel != nullptr) {
+    if (Status s = parallel->split(**m); !s.is_ok()) return fail(s.message());
+  }
   const ModelConfig& config = (*m)->config;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> chat_template;
@@ -187,6 +192,9 @@ int run_generate(const CommonFlags& flags, const RunFlags& run) {
       (prompt_tokens + spec.limits.max_tokens + options.block_size - 1) / options.block_size;
   ThreadPool pool(flags.threads);
   Transformer model(**m, pool, transformer_options(run.matmul));
+  if (parallel != nullptr) {
+    if (Status s = parallel->attach(model, options); !s.is_ok()) return fail(s.message());
+  }
   Engine engine(model, options);
   const bool print_ids = !run.prompt_ids.empty();
   OutputProcessor choice(print_ids ? nullptr : tokenizer.get(), OutputOptions{in.input->stop});
@@ -280,7 +288,8 @@ void progress_bar(size_t done, size_t total, double seconds) {
   if (done == total) std::fputc('\n', stderr);
 }
 
-int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const GenerateFlags& g) {
+int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const GenerateFlags& g,
+              Parallel* parallel) {
   std::ifstream in(g.input);
   if (!in) return fail(g.input + ": cannot open");
   std::vector<GenerationRequest> items;
@@ -297,6 +306,9 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   double load_secs = 0;
   auto m = load(flags, &load_secs);
   if (!m) return fail(m.status().message());
+  if (parallel != nullptr) {
+    if (Status s = parallel->split(**m); !s.is_ok()) return fail(s.message());
+  }
   auto tok = load_tokenizer((*m)->gguf.get(), (*m)->source_path, (*m)->config.vocab_size);
   std::unique_ptr<ChatTemplate> chat_template;
   if (tok) {
@@ -308,6 +320,9 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   if (!options) return fail(options.status().message());
   ThreadPool pool(flags.threads);
   Transformer model(**m, pool, transformer_options(engine_flags.matmul));
+  if (parallel != nullptr) {
+    if (Status s = parallel->attach(model, *options); !s.is_ok()) return fail(s.message());
+  }
   Engine engine(model, *options);
   std::fprintf(stderr, "%s\n", describe_kv_cache(*options, engine_flags, (*m)->config).c_str());
   // Lines that did not parse are reported as errors without reaching the engine.
@@ -487,6 +502,26 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
   return 0;
 }
 
+// A rank other than 0 of a tensor-parallel job: its slice of the model, mirroring rank 0's steps.
+int run_parallel_worker(const CommonFlags& flags, BackendKind matmul, Parallel& parallel) {
+  // mpirun hands a Ctrl-C or SIGTERM to every rank: rank 0 drains its requests and then stops the
+  // workers, which must keep computing its steps until then.
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGINT, SIG_IGN);
+  double load_secs = 0;
+  auto m = load(flags, &load_secs);
+  if (!m) return fail(m.status().message());
+  if (Status s = parallel.split(**m); !s.is_ok()) {
+    // Rank 0 reports the reason; give it the time to, before this exit ends the job.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    return fail(s.message());
+  }
+  ThreadPool pool(flags.threads);
+  Transformer model(**m, pool, transformer_options(matmul));
+  if (Status s = parallel.run_worker(model); !s.is_ok()) return fail(s.message());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"inferd: LLM inference engine"};
   app.require_subcommand(1);
@@ -510,6 +545,8 @@ int main(int argc, char** argv) {
 
   auto* run_cmd = app.add_subcommand("run", "generate tokens for one prompt");
   add_common(run_cmd, &common);
+  ParallelFlags par;  // run, generate and serve
+  add_parallel_flags(run_cmd, &par);
   RunFlags run;
   auto* ids_opt = run_cmd->add_option("--prompt-ids", run.prompt_ids, "prompt as comma-separated token ids");
   auto* prompt_opt =
@@ -541,6 +578,7 @@ int main(int argc, char** argv) {
   auto* generate_cmd =
       app.add_subcommand("generate", "run a JSONL file of requests through the engine at once");
   add_common(generate_cmd, &common);
+  add_parallel_flags(generate_cmd, &par);
   EngineFlags engine_flags;
   add_engine_flags(generate_cmd, &engine_flags);
   GenerateFlags gen;
@@ -554,6 +592,7 @@ int main(int argc, char** argv) {
 
   auto* serve_cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
   add_common(serve_cmd, &common);
+  add_parallel_flags(serve_cmd, &par);
   add_engine_flags(serve_cmd, &engine_flags);
   ServeFlags serve;
   add_serve_flags(serve_cmd, &serve);
@@ -626,11 +665,19 @@ int main(int argc, char** argv) {
     if (*run_cmd && run.prompt.empty() && run.prompt_ids.empty() && run.chat.empty()) {
       return fail("run needs --chat, --prompt or --prompt-ids");
     }
-    if (*run_cmd) return run_generate(common, run);
+    std::unique_ptr<Parallel> parallel;
+    if (*run_cmd || *generate_cmd || *serve_cmd) {
+      auto p = Parallel::start(par);
+      if (!p) return fail(p.status().message());
+      parallel = std::move(*p);
+      if (parallel != nullptr && parallel->worker())
+        return run_parallel_worker(common, *run_cmd ? run.matmul : engine_flags.matmul, *parallel);
+    }
+    if (*run_cmd) return run_generate(common, run, parallel.get());
     if (*info_cmd) return run_info(common);
     if (*tokenize_cmd) return run_tokenize(common, tokenize);
-    if (*generate_cmd) return run_batch(common, engine_flags, gen);
-    if (*serve_cmd) return run_serve(common.model, common.threads, engine_flags, serve);
+    if (*generate_cmd) return run_batch(common, engine_flags, gen, parallel.get());
+    if (*serve_cmd) return run_serve(common.model, common.threads, engine_flags, serve, parallel.get());
     if (*router_cmd) return run_router(router);
     if (*ppl_cmd) return run_perplexity(common, ppl);
     if (*quantize_cmd) return run_quantize(quant);

@@ -100,9 +100,10 @@ struct Loaded {
 };
 
 Status load_all(const std::string& path, const ServeFlags& flags, int threads,
-                const EngineFlags& engine_flags, Loaded* out, ServingContext* ctx) {
+                const EngineFlags& engine_flags, Parallel* parallel, Loaded* out, ServingContext* ctx) {
   const std::string& chat_template_file = flags.chat_template;
   INFERD_ASSIGN_OR_RETURN(out->weights, load_model(path));
+  if (parallel != nullptr) INFERD_RETURN_IF_ERROR(parallel->split(*out->weights));
   auto tok =
       load_tokenizer(out->weights->gguf.get(), out->weights->source_path, out->weights->config.vocab_size);
   if (tok) {
@@ -144,6 +145,7 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
       return std::unique_ptr<RemoteKvSource>(std::move(client));
     };
   }
+  if (parallel != nullptr) INFERD_RETURN_IF_ERROR(parallel->attach(*out->model, options));
   out->engine = std::make_unique<AsyncEngine>(*out->model, options);
   if (!out->engine->remote_kv_status().is_ok())
     return out->engine->remote_kv_status().with_context("--role decode: the KV transfer client");
@@ -169,7 +171,8 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
 
 }  // namespace
 
-int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags) {
+int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags,
+              Parallel* parallel) {
   std::string path = model_path;
   if (path.empty()) {
     auto p = default_model_path();
@@ -205,7 +208,7 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
   Loaded loaded;
   std::thread loader([&] {
     ServingContext ctx;
-    Status s = load_all(path, flags, threads, engine_flags, &loaded, &ctx);
+    Status s = load_all(path, flags, threads, engine_flags, parallel, &loaded, &ctx);
     if (!s.is_ok()) {
       server.set_failed(s.message());
       return;

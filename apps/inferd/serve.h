@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine_flags.h"
+#include "parallel.h"
 #include "server/http_server.h"
 
 namespace inferd {
@@ -26,6 +27,8 @@ struct ServeFlags {
 void add_serve_flags(CLI::App* cmd, ServeFlags* flags);
 
 // model_path empty: the default model. Returns the process exit code.
-int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags);
+// parallel: rank 0 of a tensor-parallel job, or nullptr.
+int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags,
+              Parallel* parallel = nullptr);
 
 }  // namespace inferd

@@ -21,6 +21,12 @@ Status EngineOptions::validate() const {
       return invalid_argument("KV offload tiers need prefix caching (drop --no-prefix-caching)");
     INFERD_RETURN_IF_ERROR(offload.validate());
   }
+  if (step_mirror != nullptr) {
+    if (offload.enabled())
+      return invalid_argument("KV offload tiers do not work with tensor parallelism yet");
+    if (kv_export != nullptr || remote_kv)
+      return invalid_argument("prefill/decode disaggregation does not work with tensor parallelism yet");
+  }
   return Status::ok();
 }
 
@@ -34,6 +40,7 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
       scheduler_(options.scheduler, kv_),
       runner_(model, cache_, kv_) {
   INFERD_CHECK(options.validate().is_ok());
+  runner_.set_mirror(options.step_mirror);
   const bool fingerprint_needed =
       options.offload.enabled() || options.kv_export != nullptr || options.remote_kv;
   if (fingerprint_needed) {
@@ -161,7 +168,10 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
       scheduler_.add(std::move(r));
       continue;
     }
-    if (copy) cache_.copy_block(copy->src, copy->dst);
+    if (copy) {
+      const Status s = runner_.copy_block(copy->src, copy->dst);
+      INFERD_CHECK_MSG(s.is_ok(), s.message().c_str());  // the group is gone: nothing can go on
+    }
     r->num_computed_tokens = prompt_len;
     SampleResult res = sampler.sample(logits, r->prompt, r->output);
     samplers_.emplace(r->id, std::move(sampler));

@@ -16,6 +16,7 @@
 #include "engine/mask_prefetcher.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
+#include "engine/step_mirror.h"
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_manager.h"
@@ -44,6 +45,10 @@ struct EngineOptions {
   KvExportStore* kv_export = nullptr;
   // Decode side: makes the source requests with remote_kv pull from, over the engine's cache.
   std::function<Expected<std::unique_ptr<RemoteKvSource>>(KvCache&, const KvStoreIdentity&)> remote_kv;
+  // Tensor parallelism: the other ranks, which mirror every forward pass and KV block copy (not
+  // owned; nullptr: one process). Each rank's cache holds only its heads, so the KV paths that
+  // move whole blocks (offload tiers, disaggregation) are refused with it for now.
+  StepMirror* step_mirror = nullptr;
 
   Status validate() const;
 };

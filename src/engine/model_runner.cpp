@@ -32,7 +32,14 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   if (logits_.size() < logit_rows_.size() * vocab) logits_.resize(logit_rows_.size() * vocab);
   ForwardBatch fb{ids_, positions_, slots_, token_sequence_, sequences_, logit_rows_};
+  if (mirror_ != nullptr) INFERD_RETURN_IF_ERROR(mirror_->forward(fb));
   return model_.forward(fb, cache_, logits_);
+}
+
+Status ModelRunner::copy_block(int32_t src, int32_t dst) {
+  if (mirror_ != nullptr) INFERD_RETURN_IF_ERROR(mirror_->copy_block(src, dst));
+  cache_.copy_block(src, dst);
+  return Status::ok();
 }
 
 std::span<const float> ModelRunner::logits_row(size_t i) const {

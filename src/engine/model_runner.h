@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "engine/step_mirror.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_manager.h"
 #include "model/transformer.h"
@@ -23,11 +24,17 @@ class ModelRunner final {
   Status execute(const ScheduledBatch& batch);
   std::span<const int32_t> sample_items() const { return sample_items_; }
   std::span<const float> logits_row(size_t i) const;
+  // Copies KV block src to dst (a forked sample's copy of its prompt's last block), on every rank.
+  Status copy_block(int32_t src, int32_t dst);
+
+  // The other ranks of a tensor-parallel group (not owned; nullptr: none).
+  void set_mirror(StepMirror* mirror) { mirror_ = mirror; }
 
  private:
   Transformer& model_;
   KvCache& cache_;
   const KVCacheManager& kv_;
+  StepMirror* mirror_ = nullptr;
   // Reused across steps: no allocation once the largest batch has been seen.
   std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, sample_items_;
   std::vector<int64_t> slots_;

@@ -49,6 +49,17 @@ struct LayerWeights {
   bool is_moe() const { return !moe.expert_gate.empty(); }
 };
 
+// What one rank of a tensor-parallel group holds (model/tensor_parallel.h), as half-open ranges
+// of the whole model's; a model not split holds everything (size 1).
+struct TensorShard {
+  int rank = 0;
+  int size = 1;
+  int64_t kv_head_begin = 0, kv_head_end = 0;  // its KV heads (and their query heads)
+  int64_t head_begin = 0, head_end = 0;        // its query heads
+  int64_t inter_begin = 0, inter_end = 0;      // its intermediate channels of the dense MLP
+  int64_t vocab_begin = 0, vocab_end = 0;      // its rows of the vocabulary projection
+};
+
 struct ModelWeights {
   ModelConfig config;
   std::string source_path;     // the .gguf file or the Hugging Face directory
@@ -57,7 +68,10 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [hidden]
   TensorView lm_head;             // [vocab, hidden]; the embedding itself when tied
-  size_t weight_bytes = 0;        // bytes of all weights the model reads
+  size_t weight_bytes = 0;        // bytes of all weights the model reads (this rank's slice)
+  TensorShard shard;              // size 1 unless split by shard_weights
+  // Column slices of a split model (model/tensor_parallel.cpp): the views above point into them.
+  std::vector<std::vector<std::byte>> owned;
 
   // Keep the memory maps alive for the views above.
   std::unique_ptr<GgufFile> gguf;  // also holds tokenizer metadata

@@ -94,7 +94,8 @@ Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t
   if (b.positions.size() != n || b.slot_mapping.size() != n || b.token_sequence.size() != n) {
     return invalid_argument("batch arrays differ in length");
   }
-  if (logits_size < b.logit_rows.size() * static_cast<size_t>(c.vocab_size)) {
+  const bool writes_logits = tp_ == nullptr || tp_->rank() == 0;
+  if (writes_logits && logits_size < b.logit_rows.size() * static_cast<size_t>(c.vocab_size)) {
     return invalid_argument("logits buffer too small");
   }
   if (cache.num_layers() != c.num_layers || cache.kv_dim() != c.kv_dim()) {
@@ -138,8 +139,65 @@ Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t
   return Status::ok();
 }
 
-void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, const ForwardBatch& b,
-                                  KvCache& cache) {
+Status Transformer::set_tensor_parallel(TensorParallelGroup* group) {
+  if (group == nullptr || group->size() == 1) {
+    tp_ = nullptr;
+    return Status::ok();
+  }
+  const TensorShard& s = weights_.shard;
+  if (s.size != group->size() || s.rank != group->rank()) {
+    return invalid_argument("tensor parallel: the weights are split for rank " + std::to_string(s.rank) +
+                            " of " + std::to_string(s.size) + ", the group is rank " +
+                            std::to_string(group->rank()) + " of " + std::to_string(group->size()));
+  }
+  tp_ = group;
+  tp_vocab_begin_.clear();
+  tp_vocab_count_.clear();
+  for (int r = 0; r < s.size; ++r) {
+    const auto [begin, end] = tensor_shard_vocab_range(config().vocab_size, r, s.size);
+    tp_vocab_begin_.push_back(begin);
+    tp_vocab_count_.push_back(end - begin);
+  }
+  tp_counts_.assign(static_cast<size_t>(s.size), 0);
+  return Status::ok();
+}
+
+Status Transformer::reduce_proj(int64_t n) {
+  if (tp_ == nullptr) return Status::ok();
+  return tp_->all_reduce_sum(std::span<float>(proj_.data(), static_cast<size_t>(n * config().hidden_size)));
+}
+
+Status Transformer::vocab_projection(int64_t num_rows, std::span<float> logits) {
+  const ModelConfig& c = config();
+  if (tp_ == nullptr) {
+    const LinearOutput out{logits.data(), c.vocab_size, nullptr};
+    backend_->linear(normed_.data(), num_rows, c.hidden_size, nullptr, 0.0f, *lm_head_, {&out, 1});
+    return Status::ok();
+  }
+  const int64_t local = weights_.lm_head.num_rows();
+  if (tp_local_logits_.size() < static_cast<size_t>(num_rows * local))
+    tp_local_logits_.resize(static_cast<size_t>(num_rows * local));
+  const LinearOutput out{tp_local_logits_.data(), local, nullptr};
+  backend_->linear(normed_.data(), num_rows, c.hidden_size, nullptr, 0.0f, *lm_head_, {&out, 1});
+  for (size_t r = 0; r < tp_counts_.size(); ++r) tp_counts_[r] = num_rows * tp_vocab_count_[r];
+  if (tp_gathered_.size() < static_cast<size_t>(num_rows * c.vocab_size))
+    tp_gathered_.resize(static_cast<size_t>(num_rows * c.vocab_size));
+  INFERD_RETURN_IF_ERROR(
+      tp_->gather(std::span<const float>(tp_local_logits_.data(), static_cast<size_t>(num_rows * local)),
+                  tp_counts_, tp_gathered_));
+  if (tp_->rank() != 0) return Status::ok();
+  // Rank r's block is [num_rows, count_r]: each row's piece goes to its columns of the logits.
+  const float* src = tp_gathered_.data();
+  for (size_t r = 0; r < tp_counts_.size(); ++r) {
+    const int64_t count = tp_vocab_count_[r];
+    for (int64_t row = 0; row < num_rows; ++row, src += count)
+      std::copy(src, src + count, logits.data() + row * c.vocab_size + tp_vocab_begin_[r]);
+  }
+  return Status::ok();
+}
+
+Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, const ForwardBatch& b,
+                                    KvCache& cache) {
   const ModelConfig& c = config();
   const auto n = static_cast<int64_t>(b.token_ids.size());
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -167,11 +225,13 @@ void Transformer::attention_block(const LayerWeights& l, int64_t layer_index, co
                       attn_.data());
   linear(attn_.data(), c.q_dim(), layer_index, LinearInput::kOutput, *p.wo,
          {proj_.data(), c.hidden_size, nullptr}, n);
+  INFERD_RETURN_IF_ERROR(reduce_proj(n));
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
+  return Status::ok();
 }
 
-void Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
+Status Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
   const ModelConfig& c = config();
   const LayerLinears& p = layers_[static_cast<size_t>(layer)];
   if (p.moe != nullptr) {
@@ -181,15 +241,17 @@ void Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
     p.moe->forward(normed_.data(), n, proj_.data());
     for (int64_t i = 0; i < n * c.hidden_size; ++i)
       hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
-    return;
+    return Status::ok();
   }
   // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices where the backend can.
   const LinearOutput gate{gate_.data(), c.intermediate_size, nullptr};
   norm_linear(l.ffn_norm, layer, LinearInput::kMlp, *p.gate_up, {&gate, 1}, n);
   linear(gate_.data(), c.intermediate_size, layer, LinearInput::kDown, *p.down,
          {proj_.data(), c.hidden_size, nullptr}, n);
+  INFERD_RETURN_IF_ERROR(reduce_proj(n));
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
+  return Status::ok();
 }
 
 Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<float> logits) {
@@ -202,8 +264,8 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
   backend_->embed(weights_.token_embedding, b.token_ids, hidden_.data());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];
-    attention_block(l, i, b, cache);
-    mlp_block(l, i, n);
+    INFERD_RETURN_IF_ERROR(attention_block(l, i, b, cache));
+    INFERD_RETURN_IF_ERROR(mlp_block(l, i, n));
   }
   // Final norm of the rows that want logits, gathered to the front of normed_.
   const auto num_rows = static_cast<int64_t>(b.logit_rows.size());
@@ -212,9 +274,7 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
     backend_->rms_norm(&hidden_[t * c.hidden_size], weights_.final_norm.data(), &normed_[r * c.hidden_size],
                        1, c.hidden_size, static_cast<float>(c.rms_norm_eps));
   }
-  const LinearOutput out{logits.data(), c.vocab_size, nullptr};
-  backend_->linear(normed_.data(), num_rows, c.hidden_size, nullptr, 0.0f, *lm_head_, {&out, 1});
-  return Status::ok();
+  return vocab_projection(num_rows, logits);
 }
 
 }  // namespace inferd

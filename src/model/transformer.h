@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "model/model_weights.h"
 #include "model/moe_mlp.h"
+#include "model/tensor_parallel.h"
 
 namespace inferd {
 
@@ -73,14 +74,23 @@ class Transformer final {
   // Engine thread only. Allocates only when the batch is larger than any before.
   Status forward(const ForwardBatch& batch, KvCache& cache, std::span<float> logits);
 
+  // Runs as one rank of `group` (not owned; must outlive the Transformer) on weights split by
+  // shard_weights for that rank: forward() then is collective (every rank calls it with the same
+  // batch) and only rank 0's logits are written (the others may pass an empty span).
+  Status set_tensor_parallel(TensorParallelGroup* group);
+
   // Calls `observer` (not owned; null to stop) with every linear layer's input during forward.
   void set_observer(LinearObserver* observer) { observer_ = observer; }
 
  private:
   Status validate(const ForwardBatch& batch, const KvCache& cache, size_t logits_size) const;
-  void attention_block(const LayerWeights& layer, int64_t layer_index, const ForwardBatch& batch,
-                       KvCache& cache);
-  void mlp_block(const LayerWeights& layer, int64_t layer_index, int64_t num_tokens);
+  Status attention_block(const LayerWeights& layer, int64_t layer_index, const ForwardBatch& batch,
+                         KvCache& cache);
+  Status mlp_block(const LayerWeights& layer, int64_t layer_index, int64_t num_tokens);
+  // proj_ = the sum of every rank's proj_ (a row-parallel layer's partial results).
+  Status reduce_proj(int64_t num_tokens);
+  // The logits of the vocabulary projection: rank 0 assembles every rank's rows.
+  Status vocab_projection(int64_t num_rows, std::span<float> logits);
   // outputs = rms_norm(hidden_) W (the backend fuses the norm; with an observer it is computed
   // here, so the observer sees the normalized rows).
   void norm_linear(const std::vector<float>& norm_weight, int64_t layer, LinearInput input,
@@ -108,6 +118,10 @@ class Transformer final {
   std::vector<LayerLinears> layers_;
   std::unique_ptr<LinearWeights> lm_head_;
   LinearObserver* observer_ = nullptr;
+  TensorParallelGroup* tp_ = nullptr;
+  std::vector<int64_t> tp_vocab_begin_, tp_vocab_count_;  // [ranks] their rows of lm_head
+  std::vector<int64_t> tp_counts_;                        // [ranks] floats each sends to gather
+  std::vector<float> tp_local_logits_, tp_gathered_;
   int64_t capacity_ = 0;       // tokens the buffers below hold
   std::vector<float> hidden_;  // [T, hidden] residual stream
   std::vector<float> normed_;  // [T, hidden]

@@ -1,0 +1,84 @@
+#include "parallel.h"
+
+#include "common/log.h"
+#include "model/model_fingerprint.h"
+
+namespace inferd {
+
+void add_parallel_flags(CLI::App* cmd, ParallelFlags* f) {
+  cmd->add_option("--tensor-parallel-size", f->tensor_parallel_size,
+                  "split the model's heads and MLP channels across this many MPI ranks (run under "
+                  "mpirun -np N; docs/parallelism.md)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--pipeline-parallel-size", f->pipeline_parallel_size,
+                  "split the model's layers into this many stages (not built yet: only 1)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--collective-timeout", f->collective_timeout,
+                  "seconds one collective may wait for the other ranks before the job is ended")
+      ->check(CLI::PositiveNumber);
+}
+
+Expected<std::unique_ptr<Parallel>> Parallel::start(const ParallelFlags& flags) {
+  if (flags.pipeline_parallel_size != 1)
+    return unsupported("--pipeline-parallel-size: pipeline parallelism is not built yet (give 1)");
+  if (flags.tensor_parallel_size == 1) {
+    if (launched_by_mpi() && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr &&
+        std::string(std::getenv("OMPI_COMM_WORLD_SIZE")) != "1")
+      return invalid_argument(
+          "started by mpirun with several ranks but --tensor-parallel-size 1: give "
+          "--tensor-parallel-size N for mpirun -np N");
+    return std::unique_ptr<Parallel>();
+  }
+  if (!launched_by_mpi()) {
+    return invalid_argument("--tensor-parallel-size " + std::to_string(flags.tensor_parallel_size) +
+                            ": run under mpirun -np " + std::to_string(flags.tensor_parallel_size));
+  }
+  std::unique_ptr<Parallel> p(new Parallel());
+  INFERD_ASSIGN_OR_RETURN(p->mpi_, MpiRuntime::init());
+  if (p->mpi_->size() != flags.tensor_parallel_size) {
+    return invalid_argument("mpirun started " + std::to_string(p->mpi_->size()) +
+                            " ranks but --tensor-parallel-size is " +
+                            std::to_string(flags.tensor_parallel_size));
+  }
+  p->group_ = std::make_unique<MpiTensorGroup>(*p->mpi_, flags.collective_timeout);
+  return p;
+}
+
+Parallel::~Parallel() {
+  mirror_.reset();  // the workers' stop, before MPI_Finalize
+  group_.reset();
+}
+
+Status Parallel::split(ModelWeights& weights) {
+  INFERD_RETURN_IF_ERROR(group_->check_same_model(model_fingerprint(weights), weights.source_path));
+  INFERD_ASSIGN_OR_RETURN(TensorShard shard, plan_tensor_shard(weights, group_->rank(), group_->size()));
+  INFERD_RETURN_IF_ERROR(shard_weights(weights, shard));
+  log_info("tensor parallel: rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.size) +
+               " holds its slice",
+           {{"kv_heads", std::to_string(shard.kv_head_begin) + ".." + std::to_string(shard.kv_head_end)},
+            {"intermediate", std::to_string(shard.inter_begin) + ".." + std::to_string(shard.inter_end)},
+            {"vocab", std::to_string(shard.vocab_begin) + ".." + std::to_string(shard.vocab_end)},
+            {"weight_bytes", static_cast<int64_t>(weights.weight_bytes)}});
+  return Status::ok();
+}
+
+Status Parallel::attach(Transformer& model, EngineOptions& options) {
+  INFERD_RETURN_IF_ERROR(model.set_tensor_parallel(group_.get()));
+  int64_t shape[3] = {options.num_kv_blocks, options.block_size, static_cast<int64_t>(options.kv_dtype)};
+  INFERD_RETURN_IF_ERROR(group_->broadcast(shape));
+  mirror_ = std::make_unique<MpiStepMirror>(*group_);
+  options.step_mirror = mirror_.get();
+  return options.validate();
+}
+
+Status Parallel::run_worker(Transformer& model) {
+  INFERD_RETURN_IF_ERROR(model.set_tensor_parallel(group_.get()));
+  int64_t shape[3] = {0, 0, 0};
+  INFERD_RETURN_IF_ERROR(group_->broadcast(shape));
+  KvCache cache(model.config().num_layers, shape[0], shape[1], model.config().kv_dim(),
+                static_cast<KvDType>(shape[2]));
+  MpiWorker worker(*group_, model, cache);
+  return worker.run();
+}
+
+}  // namespace inferd

@@ -1,0 +1,52 @@
+// --tensor-parallel-size: a command run as the ranks of an MPI job (docs/parallelism.md).
+//   mpirun -np 2 inferd serve --tensor-parallel-size 2 ...
+// Rank 0 runs the command as usual on its slice of the model; the other ranks only load their
+// slice and mirror rank 0's forward passes (run_parallel_worker).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "common/status.h"
+#include "engine/engine.h"
+#include "model/transformer.h"
+#include "parallel/mpi_parallel.h"
+
+namespace inferd {
+
+struct ParallelFlags {
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  double collective_timeout = 120;
+};
+
+void add_parallel_flags(CLI::App* cmd, ParallelFlags* flags);
+
+class Parallel final {
+ public:
+  // Nothing (nullptr) when the flags ask for one process; else MPI started and the job's size
+  // checked against the flags.
+  static Expected<std::unique_ptr<Parallel>> start(const ParallelFlags& flags);
+  ~Parallel();
+
+  bool worker() const { return mpi_->rank() != 0; }
+  int rank() const { return mpi_->rank(); }
+  // Every rank, right after loading: the same model everywhere, then this rank's slice of it.
+  Status split(ModelWeights& weights);
+  // Rank 0, once the model is made and before the engine: the group on the model, the KV
+  // cache's shape to the workers, and options.step_mirror.
+  Status attach(Transformer& model, EngineOptions& options);
+  // The other ranks: their KV cache (rank 0's shape, their heads) and the step loop, until
+  // rank 0 stops.
+  Status run_worker(Transformer& model);
+
+  const MpiTensorGroup& group() const { return *group_; }
+
+ private:
+  Parallel() = default;
+  std::unique_ptr<MpiRuntime> mpi_;
+  std::unique_ptr<MpiTensorGroup> group_;
+  std::unique_ptr<MpiStepMirror> mirror_;
+};
+
+}  // namespace inferd

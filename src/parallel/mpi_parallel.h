@@ -1,0 +1,116 @@
+// Tensor parallelism over MPI (Open MPI from Debian; docs/parallelism.md). One process per
+// rank, launched by `mpirun -np T inferd ... --tensor-parallel-size T`. Rank 0 owns the server,
+// the scheduler and sampling; the other ranks run MpiWorker::run, which mirrors each forward
+// pass and KV block copy rank 0's MpiStepMirror sends. MPI's own collectives do the sums (its
+// shared-memory transport within a host, TCP or RDMA across).
+//
+// No collective waits forever: every wait is MPI_Test in a loop against a deadline, and a rank
+// that misses it ends the whole job (MPI_Abort) with a message naming what it waited for. A rank
+// that dies is seen by mpirun, which ends the job; rank 0 logs why it is being stopped.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/step_mirror.h"
+#include "kv/kv_cache.h"
+#include "model/model_fingerprint.h"
+#include "model/tensor_parallel.h"
+#include "model/transformer.h"
+
+namespace inferd {
+
+// Whether this process was started by mpirun (Open MPI's or PMIx's environment is set).
+bool launched_by_mpi();
+
+// MPI_Init_thread (MPI_THREAD_SERIALIZED: the engine thread makes the calls) and, at the end,
+// MPI_Finalize. One per process.
+class MpiRuntime final {
+ public:
+  static Expected<std::unique_ptr<MpiRuntime>> init();
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Ends every rank of the job at once, after logging `message` here.
+  [[noreturn]] static void abort_job(const std::string& message);
+
+ private:
+  MpiRuntime(int rank, int size) : rank_(rank), size_(size) {}
+  int rank_, size_;
+};
+
+// The tensor-parallel group of all ranks. `timeout_seconds`: the longest one collective waits.
+class MpiTensorGroup final : public TensorParallelGroup {
+ public:
+  explicit MpiTensorGroup(const MpiRuntime& mpi, double timeout_seconds = 120);
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status all_reduce_sum(std::span<float> data) override;
+  Status gather(std::span<const float> local, std::span<const int64_t> counts, std::span<float> all) override;
+
+  // Seconds spent in collectives so far (all_reduce_sum and gather, waiting included).
+  double collective_seconds() const { return collective_seconds_; }
+  int64_t collective_calls() const { return collective_calls_; }
+
+  // Start-up checks, collective: every rank loaded the same model (fingerprints of the whole
+  // weights, before splitting). Rank 0 gets an error naming the first rank that differs; the
+  // other ranks an error saying rank 0 refused the group.
+  Status check_same_model(const ModelFingerprint& fp, const std::string& model_path);
+  // Rank 0 sends `values`, the others receive them into it (same size everywhere).
+  Status broadcast(std::span<int64_t> values);
+
+ private:
+  // Waits for `request` (an MPI_Request) until the deadline, yielding the CPU between tests;
+  // `idle`: a wait for work, which may last (it sleeps longer and never times out).
+  void wait(void* request, const char* what, bool idle);
+  friend class MpiStepMirror;
+  friend class MpiWorker;
+
+  int rank_ = 0, size_ = 1;
+  double timeout_seconds_;
+  double collective_seconds_ = 0;
+  int64_t collective_calls_ = 0;
+  std::vector<int> counts_, displs_;
+};
+
+// Rank 0's side: sends each step to the other ranks.
+class MpiStepMirror final : public StepMirror {
+ public:
+  explicit MpiStepMirror(MpiTensorGroup& group) : group_(group) {}
+  // Sends the stop message: the workers return from run().
+  ~MpiStepMirror() override;
+  Status forward(const ForwardBatch& batch) override;
+  Status copy_block(int32_t src, int32_t dst) override;
+
+ private:
+  Status send(const std::vector<int64_t>& header, const std::vector<int64_t>& payload);
+  MpiTensorGroup& group_;
+  std::vector<int64_t> header_, payload_;
+  bool stopped_ = false;
+};
+
+// A rank other than 0: runs what rank 0's mirror sends until it says stop.
+class MpiWorker final {
+ public:
+  MpiWorker(MpiTensorGroup& group, Transformer& model, KvCache& cache)
+      : group_(group), model_(model), cache_(cache) {}
+  // Returns at rank 0's stop; an error when a step failed here (the job is then ended).
+  Status run();
+
+ private:
+  MpiTensorGroup& group_;
+  Transformer& model_;
+  KvCache& cache_;
+  std::vector<int64_t> header_, payload_;
+  std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, tables_;
+  std::vector<int64_t> slots_, lens_;
+  std::vector<AttentionSequence> sequences_;
+};
+
+}  // namespace inferd

@@ -1,0 +1,174 @@
+// Tensor parallelism's math without MPI: the ranks are threads of this process joined by an
+// in-memory group, each with its own slice of a tiny fixture (model/tensor_parallel.h). Their
+// logits must equal one process's within the rounding of summing partial results in another
+// order; the MPI transport itself is tested end to end in tests/e2e/test_tensor_parallel.py.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <thread>
+
+#include "model/model_loader.h"
+#include "model/tensor_parallel.h"
+#include "model/transformer.h"
+#include "model_test_util.h"
+#include "test_support.h"
+
+namespace inferd {
+namespace {
+
+// The ranks of one group, as threads: every collective meets at a barrier and sums in rank order.
+struct SharedGroup {
+  explicit SharedGroup(int size) : size(size), barrier(size), data(static_cast<size_t>(size)) {}
+  int size;
+  std::barrier<> barrier;
+  std::vector<std::span<const float>> data;
+};
+
+class ThreadGroup final : public TensorParallelGroup {
+ public:
+  ThreadGroup(SharedGroup& shared, int rank) : shared_(shared), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return shared_.size; }
+  Status all_reduce_sum(std::span<float> data) override {
+    shared_.data[static_cast<size_t>(rank_)] = data;
+    shared_.barrier.arrive_and_wait();
+    sum_.assign(data.size(), 0.0f);
+    for (const auto& d : shared_.data) {
+      if (d.size() != data.size()) return invalid_argument("all-reduce sizes differ");
+      for (size_t i = 0; i < d.size(); ++i) sum_[i] += d[i];
+    }
+    shared_.barrier.arrive_and_wait();
+    std::copy(sum_.begin(), sum_.end(), data.begin());
+    return Status::ok();
+  }
+  Status gather(std::span<const float> local, std::span<const int64_t> counts,
+                std::span<float> all) override {
+    if (static_cast<int64_t>(local.size()) != counts[static_cast<size_t>(rank_)])
+      return invalid_argument("gather count differs");
+    shared_.data[static_cast<size_t>(rank_)] = local;
+    shared_.barrier.arrive_and_wait();
+    if (rank_ == 0) {
+      size_t at = 0;
+      for (const auto& d : shared_.data)
+        at = static_cast<size_t>(
+            std::copy(d.begin(), d.end(), all.begin() + static_cast<std::ptrdiff_t>(at)) - all.begin());
+    }
+    shared_.barrier.arrive_and_wait();
+    return Status::ok();
+  }
+
+ private:
+  SharedGroup& shared_;
+  int rank_;
+  std::vector<float> sum_;
+};
+
+const std::vector<std::vector<int32_t>> kPrompts = {
+    {1, 5, 9, 14, 2, 7, 33, 4, 8}, {3, 3, 60, 12, 5}, {11, 2, 6, 40, 9, 1, 17}};
+
+// Rank 0's logits of kPrompts on `ranks` slices of `path`, in chunks of 3 tokens, all prompts
+// batched together.
+std::vector<float> split_logits(const std::string& path, int ranks,
+                                std::vector<TensorShard>* shards = nullptr) {
+  SharedGroup shared(ranks);
+  std::vector<std::vector<float>> out(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  if (shards) shards->resize(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      auto fail = [&](const Status& s) {
+        std::fprintf(stderr, "rank %d: %s\n", r, s.message().c_str());
+        std::abort();  // the other ranks would wait at the barrier forever
+      };
+      auto w = load_model(path);
+      if (!w) fail(w.status());
+      auto shard = plan_tensor_shard(**w, r, ranks);
+      if (!shard) fail(shard.status());
+      if (shards) (*shards)[static_cast<size_t>(r)] = *shard;
+      if (Status s = shard_weights(**w, *shard); !s.is_ok()) fail(s);
+      ThreadPool pool(1);
+      Transformer model(**w, pool);
+      ThreadGroup group(shared, r);
+      if (Status s = model.set_tensor_parallel(&group); !s.is_ok()) fail(s);
+      out[static_cast<size_t>(r)] = test::all_logits(model, kPrompts, 3, true);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out[0];
+}
+
+struct SplitCase {
+  std::string file;  // under tests/fixtures/tiny
+  int ranks;
+};
+
+class TensorParallelTest : public ::testing::TestWithParam<SplitCase> {};
+
+TEST_P(TensorParallelTest, RankZerosLogitsEqualOneProcess) {
+  const std::string path = test::fixture_path("tiny/" + GetParam().file);
+  auto whole = load_model(path);
+  ASSERT_TRUE(whole.has_value()) << whole.status().message();
+  ThreadPool pool(1);
+  Transformer model(**whole, pool);
+  const std::vector<float> want = test::all_logits(model, kPrompts, 3, true);
+  ASSERT_FALSE(want.empty());
+  const std::vector<float> got = split_logits(path, GetParam().ranks);
+  ASSERT_EQ(got.size(), want.size());
+  const double err = test::relative_max_error(got.data(), want.data(), got.size());
+  std::printf("[ figures  ]   %s on %d ranks: max |diff| / max |logit| = %.2e\n", GetParam().file.c_str(),
+              GetParam().ranks, err);
+  EXPECT_LT(err, 1e-5);
+  // Greedy choices are the same at every position.
+  const auto vocab = static_cast<size_t>((*whole)->config.vocab_size);
+  for (size_t p = 0; p < want.size() / vocab; ++p) {
+    const auto row = [&](const std::vector<float>& v) {
+      return std::max_element(v.begin() + static_cast<std::ptrdiff_t>(p * vocab),
+                              v.begin() + static_cast<std::ptrdiff_t>((p + 1) * vocab)) -
+             v.begin();
+    };
+    EXPECT_EQ(row(got), row(want)) << "position " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, TensorParallelTest,
+                         ::testing::Values(SplitCase{"qwen2", 2}, SplitCase{"qwen2/model-q8_0.gguf", 2},
+                                           SplitCase{"qwen3", 2}, SplitCase{"qwen3/model-f16.gguf", 2},
+                                           SplitCase{"llama_untied", 2}, SplitCase{"llama_tied", 2},
+                                           SplitCase{"qwen2_bf16", 2}),
+                         [](const auto& info) {
+                           std::string n = info.param.file + "_" + std::to_string(info.param.ranks);
+                           for (auto& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// Every rank's slice covers the model once: heads, channels and vocabulary rows without gaps.
+TEST(TensorParallelPlanTest, SlicesCoverTheModelAndRefuseWhatCannotSplit) {
+  auto w = load_model(test::fixture_path("tiny/qwen2/model-q8_0.gguf"));
+  ASSERT_TRUE(w.has_value());
+  const ModelConfig& c = (*w)->config;
+  int64_t kv = 0, inter = 0, vocab = 0;
+  for (int r = 0; r < 2; ++r) {
+    auto s = plan_tensor_shard(**w, r, 2);
+    ASSERT_TRUE(s.has_value()) << s.status().message();
+    EXPECT_EQ(s->kv_head_begin, kv);
+    EXPECT_EQ(s->inter_begin, inter);
+    EXPECT_EQ(s->vocab_begin, vocab);
+    EXPECT_EQ(s->inter_begin % 32, 0) << "a Q8_0 down projection splits on whole blocks";
+    kv = s->kv_head_end, inter = s->inter_end, vocab = s->vocab_end;
+  }
+  EXPECT_EQ(kv, c.num_kv_heads);
+  EXPECT_EQ(inter, c.intermediate_size);
+  EXPECT_EQ(vocab, c.vocab_size);
+  auto too_many = plan_tensor_shard(**w, 0, static_cast<int>(c.num_kv_heads) + 1);
+  ASSERT_FALSE(too_many.has_value());
+  EXPECT_NE(too_many.status().message().find("KV heads"), std::string::npos);
+  auto moe = load_model(test::fixture_path("tiny/qwen2_moe"));
+  ASSERT_TRUE(moe.has_value());
+  auto refused = plan_tensor_shard(**moe, 0, 2);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.status().message().find("mixture-of-experts"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace inferd
