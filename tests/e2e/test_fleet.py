@@ -343,9 +343,14 @@ def test_decode_killed_mid_stream_ends_streams_clearly(fleet):
     p, d, r = start_roles(fleet)
     try:
         results = []
-        t = threading.Thread(target=lambda: results.extend(run_many(r.base, 4, streamed=True, max_tokens=200)))
+        # Long answers, and the kill waits until the decode instance is streaming them: a fixed sleep
+        # let fast machines finish every stream before the kill (CI saw four "ok").
+        t = threading.Thread(target=lambda: results.extend(run_many(r.base, 4, streamed=True, max_tokens=1500)))
         t.start()
-        time.sleep(4)
+        deadline = time.time() + 90
+        while time.time() < deadline and d.metric("generation_tokens_total") < 16:
+            time.sleep(0.05)
+        assert d.metric("generation_tokens_total") >= 16, "the decode instance never started streaming"
         d.kill()
         t.join(timeout=120)
         assert not t.is_alive(), "streams hung after the decode instance died"
