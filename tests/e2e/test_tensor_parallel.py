@@ -48,16 +48,19 @@ def run_ids(model, *flags, ranks=1, timeout=300):
     return p.stdout.strip()
 
 
-@pytest.mark.parametrize("model", ["tiny/qwen2/model-q8_0.gguf", "tiny/qwen3", "tiny/llama_untied",
-                                   None])
-def test_greedy_run_on_two_ranks_equals_one_process(model):
-    """None: the default model, SmolLM2 (3 KV heads: 2 on rank 0, 1 on rank 1)."""
+@pytest.mark.parametrize("model,flags", [("tiny/qwen2/model-q8_0.gguf", ()), ("tiny/qwen3", ()),
+                                         ("tiny/llama_untied", ()), (None, ("--matmul", "f32"))])
+def test_greedy_run_on_two_ranks_equals_one_process(model, flags):
+    """None: the default model, SmolLM2 (3 KV heads: 2 on rank 0, 1 on rank 1), with f32 matmuls:
+    in the default mode its 30 layers' 8-bit activations turn the reordered sums into other
+    roundings, and near-ties then go either way (docs/parallelism.md); the tiny fixtures' logits
+    stay within 1e-6 either way."""
     path = os.path.join(FIXTURES, model) if model else None
-    one = run_ids(path)
+    one = run_ids(path, *flags)
     assert len(one.split(",")) >= 1
-    two = run_ids(path, ranks=2)
+    two = run_ids(path, *flags, ranks=2)
     assert two == one
-    assert run_ids(path, ranks=2) == two  # deterministic run to run
+    assert run_ids(path, *flags, ranks=2) == two  # deterministic run to run
 
 
 def test_a_rank_with_another_model_ends_the_job_with_a_message_on_rank_zero():
@@ -124,24 +127,36 @@ def stop(proc):
         proc.wait()
 
 
-@pytest.mark.skipif(sanitized(), reason="open (issue 18): under the ASan build one answer of the two-rank server "
-                    "differed from one process's (seen 2026-12-02, not yet diagnosed); the Release pass asserts it")
+# Bound on |logprob at T = 2 - logprob at T = 1| of each chosen token with f32 matmuls and f32 KV, where
+# the ranks' partial sums added in another order are the only difference (docs/parallelism.md).
+F32_LOGPROB_BOUND = 1e-4
+
+
 def test_serve_on_two_ranks_answers_as_one_process_with_batching_and_n():
     """Concurrent requests (continuous batching, chunked prefill of a long prompt, a shared
     prefix for the prefix cache, n = 2 for forked KV blocks) through a two-rank server equal one
-    process's greedy answers."""
+    process's greedy answers, with each token's logprob within the bound. The f32 matmul mode:
+    in the default mode activations are rounded to 8 bits, which turns the reordered sums into
+    other roundings (docs/parallelism.md measures it); a near-tie there can pick another token,
+    as a build at another optimisation level does at T = 1."""
     shared = "The history of the city goes back many centuries, and its old town is full of " * 6
     prompts = [shared + "churches.", shared + "markets and", "Once upon a time", "The three primary colours are"]
-    bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0} for p in prompts]
-    bodies.append({"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2})
-    answers = []
+    bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1} for p in prompts]
+    bodies.append({"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2, "logprobs": 1})
+    answers, logprobs = [], []
     for ranks in (1, 2):
-        proc, port = start_serve("--max-num-batched-tokens", "64", ranks=ranks)  # the default model
+        proc, port = start_serve("--max-num-batched-tokens", "64", "--matmul", "f32", "--kv-cache-dtype", "f32", ranks=ranks)  # SmolLM2
         try:
             import concurrent.futures
             with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
                 got = list(pool.map(lambda b: post(port, b), bodies))
-            answers.append([[c["text"] for c in sorted(r["choices"], key=lambda c: c["index"])] for r in got])
+            choices = [sorted(r["choices"], key=lambda c: c["index"]) for r in got]
+            answers.append([[c["text"] for c in cs] for cs in choices])
+            logprobs.append([lp for cs in choices for c in cs for lp in c["logprobs"]["token_logprobs"]])
         finally:
             stop(proc)
     assert answers[1] == answers[0]
+    assert len(logprobs[0]) == len(logprobs[1]) == 4 * 16 + 2 * 8
+    worst = max(abs(a - b) for a, b in zip(*logprobs))
+    print(f"max |logprob T=2 - T=1| over {len(logprobs[0])} tokens: {worst:.2e}")
+    assert worst <= F32_LOGPROB_BOUND
