@@ -13,6 +13,7 @@
 #include "engine_flags.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
+#include "parallel.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace inferd {
@@ -214,7 +215,8 @@ int run_bench_serve(const BenchServeFlags& flags_in) {
   return 0;
 }
 
-int run_bench_latency(const BenchLatencyFlags& f) {
+int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
+  BenchLatencyFlags f = f_in;
   const int threads = f.threads;
   std::string path = f.model;
   if (path.empty()) {
@@ -224,8 +226,16 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   }
   auto weights = load_model(path);
   if (!weights) return fail(weights.status().message());
+  if (parallel != nullptr) {
+    if (Status s = parallel->split(**weights); !s.is_ok()) return fail(s.message());
+  }
   ThreadPool pool(threads);
   Transformer model(**weights, pool, transformer_options(f.matmul));
+  if (parallel != nullptr) {
+    f.options.prepare_engine = [&](EngineOptions& e) { return parallel->attach(model, e); };
+    f.options.collective_seconds = [parallel] { return parallel->group().collective_seconds(); };
+  }
+  const int ranks = parallel != nullptr ? parallel->size() : 1;
   auto r = run_latency_benchmark(model, f.options);
   if (!r) return fail(r.status().message());
   const std::string name = std::filesystem::path(path).filename().string();
@@ -240,8 +250,19 @@ int run_bench_latency(const BenchLatencyFlags& f) {
                         {"generation_tokens_per_second", tg.is_null() ? tg : tg["mean"]},
                         {"prompt", pp},
                         {"generation", tg}};
+    if (parallel != nullptr) {
+      j["tensor_parallel_size"] = ranks;
+      j["prompt_collective_share"] = r->prompt_collective_share;
+      j["generation_collective_share"] = r->generation_collective_share;
+    }
     std::printf("%s\n", j.dump().c_str());
     return 0;
+  }
+  if (parallel != nullptr) {
+    std::printf(
+        "tensor parallel over %d ranks (threads per rank); rank 0's time in collectives: pp %.1f %%, tg %.1f "
+        "%%\n",
+        ranks, 100 * r->prompt_collective_share, 100 * r->generation_collective_share);
   }
   std::printf("| model | threads | test | t/s |\n|---|---|---|---|\n");
   if (!r->prompt_tokens_per_second.empty())

@@ -12,6 +12,8 @@
 
 namespace inferd {
 
+class Parallel;
+
 struct BenchServeFlags {
   ServeBenchOptions options;
   DatasetOptions dataset;
@@ -40,6 +42,6 @@ struct BenchCommands {
 BenchCommands add_bench_commands(CLI::App* bench, BenchServeFlags* serve, BenchLatencyFlags* latency);
 
 int run_bench_serve(const BenchServeFlags& flags);
-int run_bench_latency(const BenchLatencyFlags& flags);
+int run_bench_latency(const BenchLatencyFlags& flags, Parallel* parallel);
 
 }  // namespace inferd

@@ -545,7 +545,7 @@ int main(int argc, char** argv) {
 
   auto* run_cmd = app.add_subcommand("run", "generate tokens for one prompt");
   add_common(run_cmd, &common);
-  ParallelFlags par;  // run, generate and serve
+  ParallelFlags par;  // run, generate, serve and bench latency
   add_parallel_flags(run_cmd, &par);
   RunFlags run;
   auto* ids_opt = run_cmd->add_option("--prompt-ids", run.prompt_ids, "prompt as comma-separated token ids");
@@ -654,6 +654,7 @@ int main(int argc, char** argv) {
   BenchServeFlags bench_serve;
   BenchLatencyFlags bench_latency;
   const BenchCommands bench = add_bench_commands(bench_cmd, &bench_serve, &bench_latency);
+  add_parallel_flags(bench.latency, &par);
 
   try {
     app.parse(argc, argv);
@@ -666,12 +667,17 @@ int main(int argc, char** argv) {
       return fail("run needs --chat, --prompt or --prompt-ids");
     }
     std::unique_ptr<Parallel> parallel;
-    if (*run_cmd || *generate_cmd || *serve_cmd) {
+    if (*run_cmd || *generate_cmd || *serve_cmd || *bench.latency) {
       auto p = Parallel::start(par);
       if (!p) return fail(p.status().message());
       parallel = std::move(*p);
-      if (parallel != nullptr && parallel->worker())
+      if (parallel != nullptr && parallel->worker()) {
+        if (*bench.latency) {
+          return run_parallel_worker(CommonFlags{bench_latency.model, bench_latency.threads},
+                                     bench_latency.matmul, *parallel);
+        }
         return run_parallel_worker(common, *run_cmd ? run.matmul : engine_flags.matmul, *parallel);
+      }
     }
     if (*run_cmd) return run_generate(common, run, parallel.get());
     if (*info_cmd) return run_info(common);
@@ -682,7 +688,7 @@ int main(int argc, char** argv) {
     if (*ppl_cmd) return run_perplexity(common, ppl);
     if (*quantize_cmd) return run_quantize(quant);
     if (*bench.serve) return run_bench_serve(bench_serve);
-    if (*bench.latency) return run_bench_latency(bench_latency);
+    if (*bench.latency) return run_bench_latency(bench_latency, parallel.get());
   } catch (const std::exception& e) {
     return fail(e.what());
   }

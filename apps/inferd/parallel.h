@@ -31,6 +31,7 @@ class Parallel final {
 
   bool worker() const { return mpi_->rank() != 0; }
   int rank() const { return mpi_->rank(); }
+  int size() const { return mpi_->size(); }
   // Every rank, right after loading: the same model everywhere, then this rank's slice of it.
   Status split(ModelWeights& weights);
   // Rank 0, once the model is made and before the engine: the group on the model, the KV
@@ -41,6 +42,10 @@ class Parallel final {
   Status run_worker(Transformer& model);
 
   const MpiTensorGroup& group() const { return *group_; }
+  // What rank 0 does on the thread that finds a rank gone, before the job ends (MpiRuntime).
+  void set_before_abort(std::function<void(const std::string&)> hook) {
+    MpiRuntime::set_before_abort(std::move(hook));
+  }
 
  private:
   Parallel() = default;

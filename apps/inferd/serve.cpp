@@ -93,9 +93,11 @@ struct Loaded {
   std::unique_ptr<KvExportStore> kv_export;
   std::unique_ptr<AsyncEngine> engine;
   std::unique_ptr<UcxKvServer> kv_server;  // serves kv_export from the engine's cache layout
+  Parallel* parallel = nullptr;            // its before-abort hook points at engine
   ~Loaded() {
     kv_server.reset();
-    engine.reset();
+    engine.reset();  // joins the engine thread, the only one that calls the hook
+    if (parallel != nullptr) parallel->set_before_abort(nullptr);
   }
 };
 
@@ -147,6 +149,15 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
   }
   if (parallel != nullptr) INFERD_RETURN_IF_ERROR(parallel->attach(*out->model, options));
   out->engine = std::make_unique<AsyncEngine>(*out->model, options);
+  if (parallel != nullptr) {
+    // A rank that stops answering ends the job: first every open request gets the reason (500),
+    // with a moment for the HTTP threads to write it.
+    out->parallel = parallel;
+    parallel->set_before_abort([engine = out->engine.get()](const std::string& why) {
+      engine->fail_all("the tensor-parallel job is ending: " + why);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    });
+  }
   if (!out->engine->remote_kv_status().is_ok())
     return out->engine->remote_kv_status().with_context("--role decode: the KV transfer client");
   if (out->kv_export) {

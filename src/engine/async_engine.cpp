@@ -1,5 +1,7 @@
 #include "engine/async_engine.h"
 
+#include "common/log.h"
+
 namespace inferd {
 
 AsyncEngine::AsyncEngine(Transformer& model, const EngineOptions& options) : engine_(model, options) {
@@ -39,6 +41,36 @@ void AsyncEngine::abort(RequestId id, int32_t index) {
   wake_.notify_one();
 }
 
+void AsyncEngine::fail_all(const std::string& message) {
+  if (std::this_thread::get_id() != thread_.get_id()) {
+    log_error("fail_all called off the engine thread: " + message);
+    return;
+  }
+  std::vector<Submission> subs;  // submissions not yet taken get their answer too
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    subs.swap(submissions_);
+  }
+  for (auto& sub : subs) {
+    callbacks_.emplace(sub.id, Listener{std::move(sub.callback), num_finished_outputs(sub.spec),
+                                        num_finished_outputs(sub.spec)});
+  }
+  for (auto& [id, listener] : callbacks_) {
+    // Every sample: a finished one ignores it (OutputProcessor keeps its first finish).
+    for (int32_t index = 0; index < listener.samples; ++index) {
+      StepOutput out;
+      out.id = id;
+      out.index = index;
+      out.finished = true;
+      out.finish_reason = FinishReason::kError;
+      out.error = message;
+      out.internal = true;
+      listener.callback(out);
+    }
+  }
+  callbacks_.clear();
+}
+
 void AsyncEngine::take_commands() {
   std::vector<Submission> subs;
   std::vector<std::pair<RequestId, int32_t>> aborts;
@@ -50,7 +82,8 @@ void AsyncEngine::take_commands() {
   int64_t taken_sequences = 0;
   for (auto& s : subs) {
     taken_sequences += num_finished_outputs(s.spec);
-    callbacks_.emplace(s.id, Listener{std::move(s.callback), num_finished_outputs(s.spec)});
+    callbacks_.emplace(
+        s.id, Listener{std::move(s.callback), num_finished_outputs(s.spec), num_finished_outputs(s.spec)});
     engine_.add(std::move(s.spec), s.id);
   }
   // Counted as waiting before they leave the submission count: never in neither.

@@ -37,6 +37,11 @@ class AsyncEngine final {
   // Ends one sample of a request (n > 1), e.g. when a stop string matched in it. Thread-safe.
   void abort(RequestId id, int32_t index);
 
+  // Ends every request with `message` as a server error (500): what a job that can not go on
+  // tells its clients before it ends (a tensor-parallel rank stopped answering). The engine
+  // thread only (it is where a forward pass finds out); elsewhere it only logs.
+  void fail_all(const std::string& message);
+
   // Counters for metrics, updated after every step. Thread-safe.
   int64_t num_running() const { return num_running_.load(); }
   int64_t num_waiting() const { return num_waiting_.load(); }
@@ -83,6 +88,7 @@ class AsyncEngine final {
   struct Listener {
     OutputCallback callback;
     int32_t unfinished;  // samples still running
+    int32_t samples;     // n
   };
   std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
   std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0},

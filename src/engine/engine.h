@@ -64,6 +64,7 @@ struct StepOutput {
   bool finished = false;                      // this sample is done; with n > 1 each sample finishes once
   std::optional<FinishReason> finish_reason;  // set exactly when finished
   std::string error;
+  bool internal = false;  // with error: the server failed (500), not the request (400)
 };
 
 // Where the engine thread's time went (seconds, summed over steps).

@@ -51,6 +51,7 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
   if (out.finished && !finished()) {
     finish_reason_ = out.finish_reason.value_or(FinishReason::kError);
     error_ = out.error;
+    internal_error_ = out.internal;
     if (detok_) text += detok_->finish().text;  // text held back as a possible stop-string start
   }
   d.finished = finished();

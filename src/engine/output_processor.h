@@ -61,7 +61,8 @@ class OutputProcessor final {
   bool finished() const { return finish_reason_.has_value(); }
   // Set once finished: kStop (stop token or string), kLength, kAborted or kError.
   std::optional<FinishReason> finish_reason() const { return finish_reason_; }
-  const std::string& error() const { return error_; }  // with kError
+  const std::string& error() const { return error_; }      // with kError
+  bool internal_error() const { return internal_error_; }  // the server failed, not the request
   const std::vector<int32_t>& token_ids() const { return ids_; }
   const std::string& text() const { return text_; }
   const std::string& reasoning() const { return reasoning_; }
@@ -89,6 +90,7 @@ class OutputProcessor final {
   std::string text_, reasoning_;
   std::optional<FinishReason> finish_reason_;
   std::string error_;
+  bool internal_error_ = false;
   std::optional<Clock::time_point> first_token_, last_token_, first_scheduled_;
   std::vector<double> gaps_;
 };

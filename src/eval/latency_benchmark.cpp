@@ -19,15 +19,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs one request to completion; returns the seconds of its steps after the first `skip`.
-double run_request(Engine& engine, RequestSpec spec, int64_t skip) {
+// Runs one request to completion; returns the seconds of its steps after the first `skip`, and
+// adds the collectives' seconds of those steps (by `collectives`, when given) to *in_collectives.
+double run_request(Engine& engine, RequestSpec spec, int64_t skip,
+                   const std::function<double()>& collectives = {}, double* in_collectives = nullptr) {
+  const auto clock = [&] { return collectives ? collectives() : 0.0; };
   engine.add(std::move(spec));
   int64_t step = 0;
   Clock::time_point t0 = Clock::now();
+  double c0 = clock();
   while (engine.has_work()) {
-    if (step++ == skip) t0 = Clock::now();
+    if (step++ == skip) {
+      t0 = Clock::now();
+      c0 = clock();
+    }
     engine.step();
   }
+  if (in_collectives != nullptr) *in_collectives += clock() - c0;
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
@@ -57,6 +65,7 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
   e.scheduler.max_prefill_tokens = e.scheduler.max_num_batched_tokens;
   e.scheduler.max_num_seqs = 1;
   e.scheduler.max_model_len = context;
+  if (o.prepare_engine) INFERD_RETURN_IF_ERROR(o.prepare_engine(e));
   INFERD_RETURN_IF_ERROR(e.validate());
   Engine engine(model, e);
   std::mt19937_64 rng(o.seed);
@@ -64,18 +73,25 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
   // step of that size uses are touched before the timed runs.
   run_request(engine, spec_of(std::max<int64_t>(o.prompt_tokens, 1), 2, c.vocab_size, rng), 0);
   LatencyBenchResult r;
+  double pp_seconds = 0, pp_collectives = 0, tg_seconds = 0, tg_collectives = 0;
   for (int32_t rep = 0; rep < o.repetitions; ++rep) {
     if (o.prompt_tokens > 0) {
       // max_tokens 1: the request ends in the step that computes the prompt.
-      const double s = run_request(engine, spec_of(o.prompt_tokens, 1, c.vocab_size, rng), 0);
+      const double s = run_request(engine, spec_of(o.prompt_tokens, 1, c.vocab_size, rng), 0,
+                                   o.collective_seconds, &pp_collectives);
+      pp_seconds += s;
       r.prompt_tokens_per_second.push_back(static_cast<double>(o.prompt_tokens) / s);
     }
     if (o.gen_tokens > 0) {
       // Step 0 computes the 1-token context (and samples token 1); steps 1..n decode one token each.
-      const double s = run_request(engine, spec_of(1, o.gen_tokens + 1, c.vocab_size, rng), 1);
+      const double s = run_request(engine, spec_of(1, o.gen_tokens + 1, c.vocab_size, rng), 1,
+                                   o.collective_seconds, &tg_collectives);
+      tg_seconds += s;
       r.generation_tokens_per_second.push_back(static_cast<double>(o.gen_tokens) / s);
     }
   }
+  if (pp_seconds > 0) r.prompt_collective_share = pp_collectives / pp_seconds;
+  if (tg_seconds > 0) r.generation_collective_share = tg_collectives / tg_seconds;
   return r;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -11,17 +12,28 @@
 
 namespace inferd {
 
+struct EngineOptions;
+
 struct LatencyBenchOptions {
   int64_t prompt_tokens = 512;  // -p (0 = skip pp)
   int64_t gen_tokens = 128;     // -n (0 = skip tg)
   int32_t repetitions = 5;      // -r
   uint64_t seed = 0;
+  // Tensor parallelism (docs/parallelism.md): called on the engine's options before the engine is
+  // made (the group attaches its step mirror there), and a clock of the seconds this rank has
+  // spent in collectives, sampled around each timed run.
+  std::function<Status(EngineOptions&)> prepare_engine;
+  std::function<double()> collective_seconds;
   Status validate() const;
 };
 
 struct LatencyBenchResult {
   std::vector<double> prompt_tokens_per_second;      // one per repetition
   std::vector<double> generation_tokens_per_second;  // one per repetition
+  // With collective_seconds: the share of each phase's time spent in collectives (0..1, over
+  // all repetitions).
+  double prompt_collective_share = 0;
+  double generation_collective_share = 0;
 };
 
 // Runs a warm-up, then the repetitions. model: not owned.

@@ -4,7 +4,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -55,10 +57,23 @@ MpiRuntime::~MpiRuntime() {
   MPI_Finalize();
 }
 
+namespace {
+std::function<void(const std::string&)>& before_abort_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+}  // namespace
+
+void MpiRuntime::set_before_abort(std::function<void(const std::string&)> hook) {
+  before_abort_hook() = std::move(hook);
+}
+
 void MpiRuntime::abort_job(const std::string& message) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   log_error("tensor parallel: rank " + std::to_string(rank) + ": " + message + "; ending the MPI job");
+  static std::atomic<bool> aborting{false};
+  if (!aborting.exchange(true) && before_abort_hook()) before_abort_hook()(message);
   MPI_Abort(MPI_COMM_WORLD, 3);
   std::abort();  // MPI_Abort does not return
 }
@@ -86,8 +101,10 @@ void MpiTensorGroup::wait(void* request, const char* what, bool idle) {
     }
     sched_yield();
     if ((i & 255) == 255 && seconds_since(start) > timeout_seconds_) {
-      MpiRuntime::abort_job(std::string(what) + " did not complete within " +
-                            std::to_string(timeout_seconds_) + " s (a rank stopped answering)");
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", timeout_seconds_);
+      MpiRuntime::abort_job(std::string(what) + " did not complete within " + limit +
+                            " s (a rank stopped answering)");
     }
   }
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,8 +38,11 @@ class MpiRuntime final {
   MpiRuntime& operator=(const MpiRuntime&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // Ends every rank of the job at once, after logging `message` here.
+  // Ends every rank of the job at once, after logging `message` here and calling the hook.
   [[noreturn]] static void abort_job(const std::string& message);
+  // Called by abort_job on the thread that found the fault, before the job ends: e.g. the server
+  // answering its open requests with the reason. Set once, before the engine runs.
+  static void set_before_abort(std::function<void(const std::string&)> hook);
 
  private:
   MpiRuntime(int rank, int size) : rank_(rank), size_(size) {}

@@ -636,11 +636,13 @@ struct HttpServer::Impl {
       if (c.error().empty()) continue;
       if (api.stream) {
         if (!stream_ok || conn.client_gone) co_return false;
-        const std::string event = OpenAiAnswer::error_event(c.error());
+        const std::string event = OpenAiAnswer::error_event(c.error(), c.internal_error());
         co_await send_event(conn, event, stream_ok, ids);
         co_return co_await finish_stream(conn, stream_ok);
       }
-      Response res = error_response(req, ApiError{400, c.error(), "invalid_request_error", "", ""});
+      Response res = c.internal_error()
+                         ? error_response(req, ApiError{500, c.error(), "server_error", "", ""})
+                         : error_response(req, ApiError{400, c.error(), "invalid_request_error", "", ""});
       co_return co_await send(conn, res);
     }
     if (conn.client_gone) co_return false;

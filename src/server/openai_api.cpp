@@ -785,9 +785,10 @@ std::string OpenAiAnswer::usage_event(const Usage& u) const {
                 {"total_tokens", u.prompt_tokens + u.completion_tokens}}}});
 }
 
-std::string OpenAiAnswer::error_event(const std::string& message) {
-  return sse({{"error", nlohmann::json::parse(
-                            error_body(ApiError{400, message, "invalid_request_error", "", ""}))["error"]}});
+std::string OpenAiAnswer::error_event(const std::string& message, bool internal) {
+  const ApiError e = internal ? ApiError{500, message, "server_error", "", ""}
+                              : ApiError{400, message, "invalid_request_error", "", ""};
+  return sse({{"error", nlohmann::json::parse(error_body(e))["error"]}});
 }
 
 std::string OpenAiAnswer::body(const std::vector<OutputProcessor>& choices, const Usage& u) const {

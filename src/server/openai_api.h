@@ -102,7 +102,8 @@ class OpenAiAnswer final {
                             bool first_output) const;
   std::string usage_event(const Usage& usage) const;
   static std::string done_event() { return "data: [DONE]\n\n"; }
-  static std::string error_event(const std::string& message);
+  // internal: the server failed (type server_error), not the request (invalid_request_error).
+  static std::string error_event(const std::string& message, bool internal = false);
   // The non-streamed body: every choice, in index order, and the usage.
   std::string body(const std::vector<OutputProcessor>& choices, const Usage& usage) const;
 

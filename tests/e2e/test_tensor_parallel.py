@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -160,3 +161,227 @@ def test_serve_on_two_ranks_answers_as_one_process_with_batching_and_n():
     worst = max(abs(a - b) for a, b in zip(*logprobs))
     print(f"max |logprob T=2 - T=1| over {len(logprobs[0])} tokens: {worst:.2e}")
     assert worst <= F32_LOGPROB_BOUND
+
+
+def rank_pid(port, rank):
+    """The pid of the given rank of the job serving on `port` (this machine's ranks)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and str(port).encode() in cmdline and \
+                os.path.basename(cmdline[0]) == b"inferd":
+            return int(pid)
+    raise AssertionError(f"no rank {rank} serving on {port}")
+
+
+def start_job(*mpi_flags, timeout="3"):
+    """A two-rank server with a short collective timeout; its output piped."""
+    port = free_port()
+    cmd = mpirun(BINARY, "serve", "--port", str(port), "-t", "1", "--kv-cache-memory", "64MiB",
+                 "--collective-timeout", timeout, "--tensor-parallel-size", "2")
+    cmd = cmd[:1] + list(mpi_flags) + cmd[1:]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env=ENV)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, port
+        except Exception:
+            pass
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.2)
+    raise AssertionError("the server never became ready")
+
+
+def stream_until_fault(port, fault):
+    """Streams a long answer; calls fault() once tokens flow; returns (tokens seen, error event)."""
+    body = {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0, "ignore_eos": True, "stream": True}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    chunks, error = 0, None
+    with urllib.request.urlopen(req, timeout=120) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                error = event["error"]
+                continue
+            chunks += 1
+            if chunks == 3:
+                fault()
+    return chunks, error
+
+
+def finish(proc, within):
+    try:
+        out, _ = proc.communicate(timeout=within)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError("the job did not end:\n" + out[-3000:])
+    return proc.returncode, out
+
+
+def test_a_rank_that_stops_answering_ends_the_job_and_the_open_stream_gets_the_reason():
+    """A streamed and a whole-body request are open when rank 1 stops: both get the reason."""
+    proc, port = start_job()
+    try:
+        start = time.time()
+        whole = {}
+
+        def post_whole():
+            try:
+                whole["body"] = post(port, {"prompt": "The three primary colours are", "max_tokens": 2000,
+                                            "temperature": 0, "ignore_eos": True})
+            except urllib.error.HTTPError as e:
+                whole["status"], whole["body"] = e.code, json.loads(e.read())
+
+        import threading
+        other = threading.Thread(target=post_whole)
+        other.start()
+        chunks, error = stream_until_fault(port, lambda: os.kill(rank_pid(port, 1), signal.SIGSTOP))
+        other.join(60)
+        assert chunks >= 3
+        assert error is not None and "a rank stopped answering" in error["message"], error
+        assert error["type"] == "server_error"
+        assert whole.get("status") == 500, whole
+        assert whole["body"]["error"]["type"] == "server_error"
+        assert "a rank stopped answering" in whole["body"]["error"]["message"]
+        rc, out = finish(proc, 60)
+        assert rc != 0
+        assert "rank 0: all-reduce did not complete within 3 s (a rank stopped answering)" in out, out[-3000:]
+        assert time.time() - start < 60
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_killed_rank_ends_the_job():
+    """mpirun ends the job at once (naming the rank) and the open stream is cut; with Open MPI's
+    recovery on, rank 0 outlives it until the collective timeout and answers with the reason."""
+    proc, port = start_job()
+    try:
+        try:
+            stream_until_fault(port, lambda: os.kill(rank_pid(port, 1), signal.SIGKILL))
+        except Exception:
+            pass  # the connection closed without an answer: mpirun ended rank 0
+        rc, out = finish(proc, 60)
+        assert rc != 0
+        assert "rank 1" in out and "exited on signal 9" in out, out[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    proc, port = start_job("--mca", "orte_enable_recovery", "1")
+    try:
+        chunks, error = stream_until_fault(port, lambda: os.kill(rank_pid(port, 1), signal.SIGKILL))
+        assert error is not None and "a rank stopped answering" in error["message"], error
+        _, out = finish(proc, 60)
+        assert "rank 0: all-reduce did not complete within 3 s" in out, out[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_bench_latency_on_two_ranks_reports_the_collectives_share():
+    model = os.path.join(FIXTURES, "tiny/qwen2/model-q8_0.gguf")
+    p = subprocess.run(mpirun(BINARY, "bench", "latency", "-m", model, "-t", "1", "-p", "32", "-n", "8", "-r", "2",
+                              "--json", "--tensor-parallel-size", "2"), capture_output=True, text=True, timeout=300,
+                       env=ENV)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, p.stdout  # rank 0 prints; the other rank only computes
+    j = lines[0]
+    assert j["tensor_parallel_size"] == 2
+    assert j["prompt_tokens_per_second"] > 0 and j["generation_tokens_per_second"] > 0
+    assert 0 < j["prompt_collective_share"] < 1 and 0 < j["generation_collective_share"] < 1
+
+
+def sh(*args, check=True):
+    return subprocess.run(list(args), check=check, capture_output=True, text=True)
+
+
+class Hosts:
+    """Two hosts: network namespaces with a veth link each to a bridge in the root namespace,
+    where mpirun runs; an rsh agent that starts mpirun's daemons in the host's namespace."""
+
+    def __init__(self, tmp_path):
+        require(shutil.which("ip") is not None, "ip (Debian iproute2)")
+        self.prefix = f"itp{os.getpid() % 10000}"
+        self.subnet = f"10.214.{os.getpid() % 200 + 20}."
+        self.namespaces = {}
+        sh("ip", "link", "add", self.prefix + "br", "type", "bridge")
+        sh("ip", "addr", "add", self.subnet + "1/24", "dev", self.prefix + "br")
+        sh("ip", "link", "set", self.prefix + "br", "up")
+        for index, name in ((2, "a"), (3, "b")):
+            ns, veth = self.prefix + name, self.prefix + name + "v"
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ip", "link", "set", veth, "master", self.prefix + "br", "up")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.subnet}{index}/24", "dev", "eth0")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            self.namespaces[self.subnet + str(index)] = (ns, veth)
+        self.agent = tmp_path / "netns-rsh"
+        cases = "".join(f"  {addr}) ns={ns} ;;\n" for addr, (ns, _) in self.namespaces.items())
+        self.agent.write_text("#!/bin/sh\n# mpirun's rsh agent: HOST COMMAND... runs COMMAND in HOST's namespace.\n"
+                              f'host="$1"; shift\ncase "$host" in\n{cases}'
+                              '  *) echo "netns-rsh: unknown host $host" >&2; exit 1 ;;\nesac\n'
+                              'exec ip netns exec "$ns" /bin/sh -c "$*"\n')
+        self.agent.chmod(0o755)
+
+    def link_bytes(self, addr):
+        veth = self.namespaces[addr][1]
+        total = 0
+        for d in ("rx_bytes", "tx_bytes"):
+            with open(f"/sys/class/net/{veth}/statistics/{d}") as f:
+                total += int(f.read())
+        return total
+
+    def mpirun(self, *args):
+        """One rank per host, every byte between them (daemons and ranks) on the hosts' subnet."""
+        require(shutil.which("mpirun") is not None, "mpirun (Debian openmpi-bin)")
+        hosts = ",".join(f"{addr}:1" for addr in self.namespaces)
+        return ["mpirun", "--allow-run-as-root", "-np", "2", "--host", hosts, "--mca", "plm_rsh_agent",
+                str(self.agent), "--mca", "oob_tcp_if_include", self.subnet + "0/24", "--mca", "btl", "self,tcp",
+                "--mca", "btl_tcp_if_include", self.subnet + "0/24"] + list(args)
+
+    def close(self):
+        for ns, veth in self.namespaces.values():
+            sh("ip", "link", "del", veth, check=False)
+            sh("ip", "netns", "del", ns, check=False)
+        sh("ip", "link", "del", self.prefix + "br", check=False)
+
+
+def test_ranks_on_two_hosts_over_tcp_equal_one_process(tmp_path):
+    """The ranks in separate network namespaces (hosts), launched by mpirun through an rsh agent
+    that enters them, talking TCP over their veth links: the same greedy tokens as one process."""
+    hosts = Hosts(tmp_path)
+    try:
+        for model, flags in (("tiny/qwen2/model-q8_0.gguf", ()), (None, ("--matmul", "f32"))):
+            path = os.path.join(FIXTURES, model) if model else None
+            one = run_ids(path, *flags)
+            second = list(hosts.namespaces)[1]
+            before = hosts.link_bytes(second)
+            cmd = [BINARY, "run"] + (["-m", path] if path else []) + \
+                ["--prompt-ids", PROMPT, "-n", "24", "-t", "1", *flags, "--tensor-parallel-size", "2"]
+            p = subprocess.run(hosts.mpirun(*cmd), capture_output=True, text=True, timeout=300, env=ENV)
+            assert p.returncode == 0, p.stderr[-3000:]
+            assert p.stdout.strip() == one
+            moved = hosts.link_bytes(second) - before
+            # 24 steps x layers x 2 all-reduces of a hidden row at least, over the second host's link.
+            assert moved > 24 * 2 * 64 * 4, moved
+            print(f"{model or 'SmolLM2'}: {moved} bytes over the second host's link")
+    finally:
+        hosts.close()

@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <random>
 
+#include "engine/step_mirror.h"
 #include "model/model_loader.h"
 #include "test_support.h"
 
@@ -135,6 +137,66 @@ TEST(AsyncEngineTest, AbortMidDecodeFreesBlocks) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(engine.num_free_blocks(), engine.num_blocks());
+}
+
+// A step mirror that, on its 4th forward pass, finds the group gone: it calls fail_all on the engine
+// thread, as MpiRuntime's before-abort hook does in a tensor-parallel server.
+class FailingMirror final : public StepMirror {
+ public:
+  std::atomic<AsyncEngine*> engine{nullptr};
+  Status forward(const ForwardBatch&) override {
+    if (++calls_ == 4 && engine.load() != nullptr) engine.load()->fail_all("rank 1 stopped answering");
+    return Status::ok();
+  }
+  Status copy_block(int32_t, int32_t) override { return Status::ok(); }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(AsyncEngineTest, FailAllEndsEverySampleOfEveryRequestWithAServerError) {
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(1);
+  Transformer model(**weights, pool);
+  FailingMirror mirror;
+  EngineOptions options = small_options();
+  options.step_mirror = &mirror;
+  AsyncEngine engine(model, options);
+  struct Seen {
+    int finished = 0;
+    std::string error;
+    bool internal = false;
+  };
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::map<std::pair<RequestId, int32_t>, Seen> seen;
+  auto collect = [&](const StepOutput& out) {
+    std::lock_guard<std::mutex> lock(mutex);
+    Seen& s = seen[{out.id, out.index}];
+    if (out.finished) {
+      ++s.finished;
+      s.error = out.error;
+      s.internal = out.internal;
+    }
+    cv.notify_all();
+  };
+  engine.fail_all("off the engine thread");  // only logged: nothing is ended
+  RequestSpec one{{1, 2, 3, 4}, {}, {200, {}, true}, 0};
+  RequestSpec two = one;
+  two.n = 2;
+  mirror.engine = &engine;
+  const RequestId a = engine.submit(one, collect), b = engine.submit(two, collect);
+  std::unique_lock<std::mutex> lock(mutex);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] {
+    return seen[{a, 0}].finished + seen[{b, 0}].finished + seen[{b, 1}].finished >= 3;
+  }));
+  for (const auto& key : {std::pair{a, 0}, std::pair{b, 0}, std::pair{b, 1}}) {
+    const Seen& s = seen[key];
+    EXPECT_EQ(s.finished, 1) << key.first << "/" << key.second;
+    EXPECT_EQ(s.error, "rank 1 stopped answering");
+    EXPECT_TRUE(s.internal);
+  }
 }
 
 }  // namespace
