@@ -251,7 +251,7 @@ int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
                         {"prompt", pp},
                         {"generation", tg}};
     if (parallel != nullptr) {
-      j["tensor_parallel_size"] = ranks;
+      j[parallel->pipeline() ? "pipeline_parallel_size" : "tensor_parallel_size"] = ranks;
       j["prompt_collective_share"] = r->prompt_collective_share;
       j["generation_collective_share"] = r->generation_collective_share;
     }
@@ -260,9 +260,10 @@ int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
   }
   if (parallel != nullptr) {
     std::printf(
-        "tensor parallel over %d ranks (threads per rank); rank 0's time in collectives: pp %.1f %%, tg %.1f "
+        "%s parallel over %d ranks (threads per rank); rank 0's time in collectives: pp %.1f %%, tg %.1f "
         "%%\n",
-        ranks, 100 * r->prompt_collective_share, 100 * r->generation_collective_share);
+        parallel->pipeline() ? "pipeline" : "tensor", ranks, 100 * r->prompt_collective_share,
+        100 * r->generation_collective_share);
   }
   std::printf("| model | threads | test | t/s |\n|---|---|---|---|\n");
   if (!r->prompt_tokens_per_second.empty())

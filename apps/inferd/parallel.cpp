@@ -11,7 +11,8 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags* f) {
                   "mpirun -np N; docs/parallelism.md)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--pipeline-parallel-size", f->pipeline_parallel_size,
-                  "split the model's layers into this many stages (not built yet: only 1)")
+                  "split the model's layers into this many stages, one per MPI rank (run under mpirun -np N; "
+                  "not with --tensor-parallel-size yet)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--collective-timeout", f->collective_timeout,
                   "seconds one collective may wait for the other ranks before the job is ended")
@@ -19,9 +20,13 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags* f) {
 }
 
 Expected<std::unique_ptr<Parallel>> Parallel::start(const ParallelFlags& flags) {
-  if (flags.pipeline_parallel_size != 1)
-    return unsupported("--pipeline-parallel-size: pipeline parallelism is not built yet (give 1)");
-  if (flags.tensor_parallel_size == 1) {
+  if (flags.pipeline_parallel_size != 1 && flags.tensor_parallel_size != 1)
+    return unsupported(
+        "--pipeline-parallel-size with --tensor-parallel-size: not built yet (give one of them)");
+  const int ranks = flags.tensor_parallel_size * flags.pipeline_parallel_size;
+  const std::string flag =
+      flags.pipeline_parallel_size != 1 ? "--pipeline-parallel-size" : "--tensor-parallel-size";
+  if (ranks == 1) {
     if (launched_by_mpi() && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr &&
         std::string(std::getenv("OMPI_COMM_WORLD_SIZE")) != "1")
       return invalid_argument(
@@ -29,17 +34,16 @@ Expected<std::unique_ptr<Parallel>> Parallel::start(const ParallelFlags& flags) 
           "--tensor-parallel-size N for mpirun -np N");
     return std::unique_ptr<Parallel>();
   }
-  if (!launched_by_mpi()) {
-    return invalid_argument("--tensor-parallel-size " + std::to_string(flags.tensor_parallel_size) +
-                            ": run under mpirun -np " + std::to_string(flags.tensor_parallel_size));
-  }
+  if (!launched_by_mpi())
+    return invalid_argument(flag + " " + std::to_string(ranks) + ": run under mpirun -np " +
+                            std::to_string(ranks));
   std::unique_ptr<Parallel> p(new Parallel());
   INFERD_ASSIGN_OR_RETURN(p->mpi_, MpiRuntime::init());
-  if (p->mpi_->size() != flags.tensor_parallel_size) {
-    return invalid_argument("mpirun started " + std::to_string(p->mpi_->size()) +
-                            " ranks but --tensor-parallel-size is " +
-                            std::to_string(flags.tensor_parallel_size));
+  if (p->mpi_->size() != ranks) {
+    return invalid_argument("mpirun started " + std::to_string(p->mpi_->size()) + " ranks but " + flag +
+                            " is " + std::to_string(ranks));
   }
+  p->pipeline_ = flags.pipeline_parallel_size != 1;
   p->group_ = std::make_unique<MpiTensorGroup>(*p->mpi_, flags.collective_timeout);
   return p;
 }
@@ -51,6 +55,16 @@ Parallel::~Parallel() {
 
 Status Parallel::split(ModelWeights& weights) {
   INFERD_RETURN_IF_ERROR(group_->check_same_model(model_fingerprint(weights), weights.source_path));
+  if (pipeline_) {
+    INFERD_ASSIGN_OR_RETURN(PipelineStage stage,
+                            plan_pipeline_stage(weights, group_->rank(), group_->size()));
+    INFERD_RETURN_IF_ERROR(pipeline_weights(weights, stage));
+    log_info("pipeline parallel: stage " + std::to_string(stage.stage) + " of " +
+                 std::to_string(stage.stages) + " holds its layers",
+             {{"layers", std::to_string(stage.layer_begin) + ".." + std::to_string(stage.layer_end)},
+              {"weight_bytes", static_cast<int64_t>(weights.weight_bytes)}});
+    return Status::ok();
+  }
   INFERD_ASSIGN_OR_RETURN(TensorShard shard, plan_tensor_shard(weights, group_->rank(), group_->size()));
   INFERD_RETURN_IF_ERROR(shard_weights(weights, shard));
   log_info("tensor parallel: rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.size) +
@@ -62,8 +76,12 @@ Status Parallel::split(ModelWeights& weights) {
   return Status::ok();
 }
 
+Status Parallel::join(Transformer& model) {
+  return pipeline_ ? model.set_pipeline(group_.get()) : model.set_tensor_parallel(group_.get());
+}
+
 Status Parallel::attach(Transformer& model, EngineOptions& options) {
-  INFERD_RETURN_IF_ERROR(model.set_tensor_parallel(group_.get()));
+  INFERD_RETURN_IF_ERROR(join(model));
   int64_t shape[3] = {options.num_kv_blocks, options.block_size, static_cast<int64_t>(options.kv_dtype)};
   INFERD_RETURN_IF_ERROR(group_->broadcast(shape));
   mirror_ = std::make_unique<MpiStepMirror>(*group_);
@@ -72,7 +90,7 @@ Status Parallel::attach(Transformer& model, EngineOptions& options) {
 }
 
 Status Parallel::run_worker(Transformer& model) {
-  INFERD_RETURN_IF_ERROR(model.set_tensor_parallel(group_.get()));
+  INFERD_RETURN_IF_ERROR(join(model));
   int64_t shape[3] = {0, 0, 0};
   INFERD_RETURN_IF_ERROR(group_->broadcast(shape));
   KvCache cache(model.config().num_layers, shape[0], shape[1], model.config().kv_dim(),

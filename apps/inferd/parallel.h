@@ -32,7 +32,9 @@ class Parallel final {
   bool worker() const { return mpi_->rank() != 0; }
   int rank() const { return mpi_->rank(); }
   int size() const { return mpi_->size(); }
-  // Every rank, right after loading: the same model everywhere, then this rank's slice of it.
+  bool pipeline() const { return pipeline_; }
+  // Every rank, right after loading: the same model everywhere, then this rank's slice of it
+  // (tensor parallel) or its layers (pipeline parallel).
   Status split(ModelWeights& weights);
   // Rank 0, once the model is made and before the engine: the group on the model, the KV
   // cache's shape to the workers, and options.step_mirror.
@@ -49,6 +51,9 @@ class Parallel final {
 
  private:
   Parallel() = default;
+  // The model as this rank's part of the group: its slice (tensor) or its stage (pipeline).
+  Status join(Transformer& model);
+  bool pipeline_ = false;
   std::unique_ptr<MpiRuntime> mpi_;
   std::unique_ptr<MpiTensorGroup> group_;
   std::unique_ptr<MpiStepMirror> mirror_;

@@ -8,7 +8,7 @@ as one process with 2 threads (T = 1) or as two MPI ranks of 1 thread (T = 2), o
 
   scripts/bench/tp_bench.py [-m MODEL] [-r 5]
 MODEL defaults to the Qwen2.5-0.5B shapes at Q8_0 (scripts/peer/make_models.py --types q8_0).
-Pipeline parallelism (P = 2) is not built yet: its rows say so.
+P = 2: two pipeline stages of 1 thread each.
 """
 import argparse
 import json
@@ -26,21 +26,21 @@ MPI = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self
        "btl_vader_single_copy_mechanism", "none"]
 
 
-def with_ranks(cmd, ranks):
-    return cmd if ranks == 1 else MPI + ["-np", str(ranks)] + cmd + ["--tensor-parallel-size", str(ranks)]
+def with_ranks(cmd, ranks, split="--tensor-parallel-size"):
+    return cmd if ranks == 1 else MPI + ["-np", str(ranks)] + cmd + [split, str(ranks)]
 
 
-def latency(model, ranks, reps):
+def latency(model, ranks, reps, split):
     cmd = [INFERD, "bench", "latency", "-m", model, "-t", str(2 // ranks), "-p", "512", "-n", "128", "-r", str(reps),
            "--json"]
-    p = subprocess.run(with_ranks(cmd, ranks), capture_output=True, text=True, check=True, timeout=1800)
+    p = subprocess.run(with_ranks(cmd, ranks, split), capture_output=True, text=True, check=True, timeout=1800)
     return json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][0])
 
 
-def batched(model, ranks):
+def batched(model, ranks, split):
     port = free_port()
     cmd = with_ranks([INFERD, "serve", "-m", model, "--port", str(port), "-t", str(2 // ranks), "--kv-cache-memory",
-                      "256MiB", "--max-num-seqs", "8"], ranks)
+                      "256MiB", "--max-num-seqs", "8"], ranks, split)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
@@ -77,20 +77,24 @@ def main():
         raise SystemExit(f"tp_bench: {a.model}: no such file (scripts/peer/make_models.py --types q8_0 writes it)")
     print(f"model {Path(a.model).name}; {os.cpu_count()} CPUs")
     print("| layout | pp512 t/s | tg128 t/s | batched decode out t/s (8 in flight) | TPOT p50 ms | "
-          "collectives: pp / tg |")
+          "waits in collectives / messages: pp / tg |")
     print("|---|---|---|---|---|---|")
     rows = {}
-    for ranks, name in ((1, "T = 1, 2 threads"), (2, "T = 2 x 1 thread")):
-        lat = latency(a.model, ranks, a.repetitions)
-        b = batched(a.model, ranks)
+    layouts = ((1, "T = 1, 2 threads", None), (2, "T = 2 x 1 thread", "--tensor-parallel-size"),
+               (3, "P = 2 x 1 thread", "--pipeline-parallel-size"))
+    for key, name, split in layouts:
+        ranks = 1 if key == 1 else 2
+        lat = latency(a.model, ranks, a.repetitions, split)
+        b = batched(a.model, ranks, split)
         share = (f"{100 * lat['prompt_collective_share']:.1f} % / {100 * lat['generation_collective_share']:.1f} %"
                  if ranks > 1 else "-")
-        rows[ranks] = (lat["prompt_tokens_per_second"], lat["generation_tokens_per_second"], b["output_throughput"])
+        rows[key] = (lat["prompt_tokens_per_second"], lat["generation_tokens_per_second"], b["output_throughput"])
         print(f"| {name} | {lat['prompt_tokens_per_second']:.1f} | {lat['generation_tokens_per_second']:.1f} | "
               f"{b['output_throughput']:.1f} | {b['median_tpot_ms']:.1f} | {share} |", flush=True)
-    print("| P = 2 x 1 thread | not built (pipeline parallelism) | | | | |")
-    r1, r2 = rows[1], rows[2]
-    print(f"T = 2 / T = 1: pp {r2[0] / r1[0]:.2f}x, tg {r2[1] / r1[1]:.2f}x, batched decode {r2[2] / r1[2]:.2f}x")
+    r1 = rows[1]
+    for key, label in ((2, "T = 2"), (3, "P = 2")):
+        r = rows[key]
+        print(f"{label} / T = 1: pp {r[0] / r1[0]:.2f}x, tg {r[1] / r1[1]:.2f}x, batched decode {r[2] / r1[2]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ tokens compared, max |logprob A - logprob B| over the tokens before each answer'
 divergence, and how many answers diverged.
 
   scripts/bench/tp_divergence.py                          # T = 1 against T = 2 (mpirun -np 2)
+  scripts/bench/tp_divergence.py --pipeline               # P = 1 against P = 2 stages
   scripts/bench/tp_divergence.py --other-binary build-asan/inferd   # two builds, both T = 1
   scripts/bench/tp_divergence.py -- --matmul f32 --kv-cache-dtype f32   # serve flags for both
 """
@@ -25,12 +26,13 @@ MPI = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self
        "btl_vader_single_copy_mechanism", "none"]
 
 
-def serve(binary, ranks, flags):
+def serve(binary, ranks, flags, pipeline=False):
     port = free_port()
     cmd = [binary, "serve", "--port", str(port), "-t", "1", "--kv-cache-memory", "64MiB", *flags]
     env = dict(os.environ)
     if ranks > 1:
-        cmd = MPI + ["-np", str(ranks)] + cmd + ["--tensor-parallel-size", str(ranks)]
+        cmd = MPI + ["-np", str(ranks)] + cmd + [
+            "--pipeline-parallel-size" if pipeline else "--tensor-parallel-size", str(ranks)]
         env["OMPI_MCA_memory"] = "^patcher"  # harmless in Release; needed by an ASan build
         env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -49,8 +51,8 @@ def serve(binary, ranks, flags):
     raise SystemExit("the server never became ready")
 
 
-def answers(binary, ranks, flags, max_tokens):
-    proc, port = serve(binary, ranks, flags)
+def answers(binary, ranks, flags, max_tokens, pipeline=False):
+    proc, port = serve(binary, ranks, flags, pipeline)
     try:
         out = []
         for p in PROMPTS:
@@ -71,13 +73,15 @@ def main():
     ap.add_argument("--other-binary", help="compare with this build at T = 1 instead of T = 2")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--pipeline", action="store_true", help="P = ranks stages instead of T = ranks")
     ap.add_argument("flags", nargs="*", help="serve flags for both sides (after --)")
     a = ap.parse_args()
     first = answers(a.binary, 1, a.flags, a.max_tokens)
     if a.other_binary:
         second, what = answers(a.other_binary, 1, a.flags, a.max_tokens), f"{a.binary} vs {a.other_binary}, T = 1"
     else:
-        second, what = answers(a.binary, a.ranks, a.flags, a.max_tokens), f"T = 1 vs T = {a.ranks}"
+        second = answers(a.binary, a.ranks, a.flags, a.max_tokens, a.pipeline)
+        what = f"P = 1 vs P = {a.ranks}" if a.pipeline else f"T = 1 vs T = {a.ranks}"
     worst, diverged, n = 0.0, 0, 0
     for x, y in zip(first, second):
         for tx, ty, lx, ly in zip(x["tokens"], y["tokens"], x["token_logprobs"], y["token_logprobs"]):

@@ -60,6 +60,16 @@ struct TensorShard {
   int64_t vocab_begin = 0, vocab_end = 0;      // its rows of the vocabulary projection
 };
 
+// What one stage of a pipeline-parallel group holds (model/pipeline_parallel.h): layers
+// [layer_begin, layer_end) of the whole model's; a model not split is its own single stage.
+struct PipelineStage {
+  int stage = 0;
+  int stages = 1;
+  int64_t layer_begin = 0, layer_end = 0;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+};
+
 struct ModelWeights {
   ModelConfig config;
   std::string source_path;     // the .gguf file or the Hugging Face directory
@@ -70,6 +80,7 @@ struct ModelWeights {
   TensorView lm_head;             // [vocab, hidden]; the embedding itself when tied
   size_t weight_bytes = 0;        // bytes of all weights the model reads (this rank's slice)
   TensorShard shard;              // size 1 unless split by shard_weights
+  PipelineStage stage;            // stages 1 unless split by pipeline_weights
   // Column slices of a split model (model/tensor_parallel.cpp): the views above point into them.
   std::vector<std::vector<std::byte>> owned;
 

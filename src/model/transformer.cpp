@@ -39,7 +39,8 @@ Transformer::Transformer(const ModelWeights& weights, std::unique_ptr<Backend> b
     p.gate_up = prepare({&l.w_gate, &l.w_up}, true);
     p.down = prepare({&l.w_down}, false);
   }
-  lm_head_ = prepare({&weights.lm_head}, false);
+  // A pipeline stage other than the last never projects onto the vocabulary.
+  if (weights.stage.last()) lm_head_ = prepare({&weights.lm_head}, false);
 }
 
 void Transformer::norm_linear(const std::vector<float>& norm_weight, int64_t layer, LinearInput input,
@@ -94,7 +95,7 @@ Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t
   if (b.positions.size() != n || b.slot_mapping.size() != n || b.token_sequence.size() != n) {
     return invalid_argument("batch arrays differ in length");
   }
-  const bool writes_logits = tp_ == nullptr || tp_->rank() == 0;
+  const bool writes_logits = (tp_ == nullptr || tp_->rank() == 0) && (pp_ == nullptr || pp_->stage() == 0);
   if (writes_logits && logits_size < b.logit_rows.size() * static_cast<size_t>(c.vocab_size)) {
     return invalid_argument("logits buffer too small");
   }
@@ -159,6 +160,22 @@ Status Transformer::set_tensor_parallel(TensorParallelGroup* group) {
     tp_vocab_count_.push_back(end - begin);
   }
   tp_counts_.assign(static_cast<size_t>(s.size), 0);
+  return Status::ok();
+}
+
+Status Transformer::set_pipeline(PipelineGroup* group) {
+  if (group == nullptr || group->stages() == 1) {
+    pp_ = nullptr;
+    return Status::ok();
+  }
+  const PipelineStage& s = weights_.stage;
+  if (s.stages != group->stages() || s.stage != group->stage()) {
+    return invalid_argument("pipeline parallel: the weights are split for stage " + std::to_string(s.stage) +
+                            " of " + std::to_string(s.stages) + ", the group is stage " +
+                            std::to_string(group->stage()) + " of " + std::to_string(group->stages()));
+  }
+  if (tp_ != nullptr) return unsupported("pipeline parallel: with tensor parallelism is not built yet");
+  pp_ = group;
   return Status::ok();
 }
 
@@ -254,8 +271,140 @@ Status Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
   return Status::ok();
 }
 
+bool Transformer::micro_batch(const ForwardBatch& b, int64_t t0, int64_t t1, ForwardBatch* out) {
+  const auto s0 = static_cast<size_t>(b.token_sequence[static_cast<size_t>(t0)]);
+  const auto s1 = static_cast<size_t>(b.token_sequence[static_cast<size_t>(t1 - 1)]);
+  if (s1 < s0) return false;
+  mb_sequences_.clear();
+  for (size_t s = s0; s <= s1; ++s) {
+    const AttentionSequence& a = b.sequences[s];
+    const int64_t lo = std::max(a.query_start, t0), hi = std::min(a.query_start + a.num_queries, t1);
+    if (hi <= lo) return false;  // a sequence between the two with no row here: not in order
+    AttentionSequence part = a;
+    part.query_start = lo - t0;
+    part.num_queries = hi - lo;
+    part.context_len = a.context_len - (a.query_start + a.num_queries - hi);  // its later rows: not yet
+    mb_sequences_.push_back(part);
+  }
+  mb_token_sequence_.resize(static_cast<size_t>(t1 - t0));
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t s = b.token_sequence[static_cast<size_t>(t)];
+    if (static_cast<size_t>(s) < s0 || static_cast<size_t>(s) > s1) return false;
+    mb_token_sequence_[static_cast<size_t>(t - t0)] = s - static_cast<int32_t>(s0);
+  }
+  mb_logit_rows_.clear();
+  for (int32_t r : b.logit_rows) {
+    if (r >= t0 && r < t1) mb_logit_rows_.push_back(static_cast<int32_t>(r - t0));
+  }
+  const auto o = static_cast<size_t>(t0), len = static_cast<size_t>(t1 - t0);
+  *out = ForwardBatch{b.token_ids.subspan(o, len),
+                      b.positions.subspan(o, len),
+                      b.slot_mapping.subspan(o, len),
+                      mb_token_sequence_,
+                      mb_sequences_,
+                      mb_logit_rows_};
+  return true;
+}
+
+// Micro-batches of at least this many tokens: a decode step of a few sequences goes through the
+// stages whole (a micro-batch rereads the stage's weights: splitting a bandwidth-bound step
+// only adds reads), a prefill chunk in several pieces that overlap across the stages.
+constexpr int64_t kMinMicroBatchTokens = 32;
+
+Status Transformer::forward_pipeline(const ForwardBatch& b, KvCache& cache, std::span<float> logits) {
+  const ModelConfig& c = config();
+  const PipelineStage& st = weights_.stage;
+  const auto n = static_cast<int64_t>(b.token_ids.size());
+  const int64_t h = c.hidden_size;
+  reserve(n);
+  if (pp_out_.size() < static_cast<size_t>(n * h)) pp_out_.resize(static_cast<size_t>(n * h));
+  const size_t rows = b.logit_rows.size();
+  if (st.last() && pp_logits_.size() < rows * static_cast<size_t>(c.vocab_size))
+    pp_logits_.resize(rows * static_cast<size_t>(c.vocab_size));
+  MicroBatchPlan plan = plan_micro_batches(n, kMinMicroBatchTokens, 4 * int64_t{st.stages});
+  // Every stage cuts the same batch the same way (the plan and the layout check depend on the
+  // batch alone), so the tags match.
+  ForwardBatch mb;
+  for (int64_t m = 0; m < plan.count; ++m) {
+    if (!micro_batch(b, plan.bounds[m], plan.bounds[m + 1], &mb)) {
+      plan = plan_micro_batches(n, n + 1, 1);  // not laid out in order: one micro-batch
+      break;
+    }
+  }
+  int64_t logit_offset = 0;  // rows of the logits sent so far (last stage) / received (stage 0)
+  for (int64_t m = 0; m < plan.count; ++m) {
+    const int64_t t0 = plan.bounds[m], t1 = plan.bounds[m + 1], nm = t1 - t0;
+    micro_batch(b, t0, t1, &mb);
+    const auto tag = static_cast<int>(m);
+    if (st.first()) {
+      backend_->embed(weights_.token_embedding, mb.token_ids, hidden_.data());
+    } else {
+      INFERD_RETURN_IF_ERROR(
+          pp_->receive(st.stage - 1, tag, std::span<float>(hidden_.data(), static_cast<size_t>(nm * h))));
+    }
+    prepare_rope(mb.positions);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];
+      INFERD_RETURN_IF_ERROR(attention_block(l, i, mb, cache));
+      INFERD_RETURN_IF_ERROR(mlp_block(l, i, nm));
+    }
+    if (!st.last()) {
+      float* out = pp_out_.data() + t0 * h;
+      std::copy(hidden_.data(), hidden_.data() + nm * h, out);
+      INFERD_RETURN_IF_ERROR(
+          pp_->send(st.stage + 1, tag, std::span<const float>(out, static_cast<size_t>(nm * h))));
+      // Waited for at once: a large message moves only while the sender is inside MPI, so a send
+      // left pending through the next micro-batch's compute would hold the next stage idle (the
+      // stages would take turns instead of overlapping). The next stage is waiting for it.
+      INFERD_RETURN_IF_ERROR(pp_->finish_sends());
+      continue;
+    }
+    const auto num_rows = static_cast<int64_t>(mb.logit_rows.size());
+    if (num_rows == 0) continue;
+    for (int64_t r = 0; r < num_rows; ++r) {
+      const int64_t t = mb.logit_rows[static_cast<size_t>(r)];
+      backend_->rms_norm(&hidden_[t * h], weights_.final_norm.data(), &normed_[r * h], 1, h,
+                         static_cast<float>(c.rms_norm_eps));
+    }
+    float* dst = pp_logits_.data() + logit_offset * c.vocab_size;
+    const LinearOutput out{dst, c.vocab_size, nullptr};
+    backend_->linear(normed_.data(), num_rows, h, nullptr, 0.0f, *lm_head_, {&out, 1});
+    INFERD_RETURN_IF_ERROR(
+        pp_->send(0, tag, std::span<const float>(dst, static_cast<size_t>(num_rows * c.vocab_size))));
+    logit_offset += num_rows;
+  }
+  INFERD_RETURN_IF_ERROR(pp_->finish_sends());
+  if (!st.first()) return Status::ok();
+  // Stage 0: each micro-batch's logits, in the order of its logit rows (those rows are the
+  // batch's logit_rows within the micro-batch, in their order).
+  for (int64_t m = 0; m < plan.count; ++m) {
+    const int64_t t0 = plan.bounds[m], t1 = plan.bounds[m + 1];
+    int64_t count = 0;
+    for (int32_t r : b.logit_rows) count += (r >= t0 && r < t1) ? 1 : 0;
+    if (count == 0) continue;
+    if (pp_logits_.size() < static_cast<size_t>(count * c.vocab_size))
+      pp_logits_.resize(static_cast<size_t>(count * c.vocab_size));
+    INFERD_RETURN_IF_ERROR(
+        pp_->receive(st.stages - 1, static_cast<int>(m),
+                     std::span<float>(pp_logits_.data(), static_cast<size_t>(count * c.vocab_size))));
+    int64_t k = 0;
+    for (size_t j = 0; j < rows; ++j) {
+      const int32_t r = b.logit_rows[j];
+      if (r < t0 || r >= t1) continue;
+      std::copy(pp_logits_.data() + k * c.vocab_size, pp_logits_.data() + (k + 1) * c.vocab_size,
+                logits.data() + static_cast<int64_t>(j) * c.vocab_size);
+      ++k;
+    }
+  }
+  return Status::ok();
+}
+
 Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<float> logits) {
   INFERD_RETURN_IF_ERROR(validate(b, cache, logits.size()));
+  if (pp_ != nullptr) {
+    if (b.token_ids.empty()) return Status::ok();
+    return forward_pipeline(b, cache, logits);
+  }
   const ModelConfig& c = config();
   const auto n = static_cast<int64_t>(b.token_ids.size());
   if (n == 0) return Status::ok();

@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "model/model_weights.h"
 #include "model/moe_mlp.h"
+#include "model/pipeline_parallel.h"
 #include "model/tensor_parallel.h"
 
 namespace inferd {
@@ -79,11 +80,21 @@ class Transformer final {
   // batch) and only rank 0's logits are written (the others may pass an empty span).
   Status set_tensor_parallel(TensorParallelGroup* group);
 
+  // Runs as one stage of `group` (not owned; must outlive the Transformer) on weights split by
+  // pipeline_weights for that stage: forward() then is collective (every stage calls it with the
+  // same batch); the step's tokens go through the stages in micro-batches, and only stage 0's
+  // logits are written (the others may pass an empty span).
+  Status set_pipeline(PipelineGroup* group);
+
   // Calls `observer` (not owned; null to stop) with every linear layer's input during forward.
   void set_observer(LinearObserver* observer) { observer_ = observer; }
 
  private:
   Status validate(const ForwardBatch& batch, const KvCache& cache, size_t logits_size) const;
+  Status forward_pipeline(const ForwardBatch& batch, KvCache& cache, std::span<float> logits);
+  // Micro-batch rows [t0, t1) of `batch` as a batch of its own (into the mb_ members); false when
+  // the batch's rows are not laid out sequence after sequence.
+  bool micro_batch(const ForwardBatch& batch, int64_t t0, int64_t t1, ForwardBatch* out);
   Status attention_block(const LayerWeights& layer, int64_t layer_index, const ForwardBatch& batch,
                          KvCache& cache);
   Status mlp_block(const LayerWeights& layer, int64_t layer_index, int64_t num_tokens);
@@ -122,15 +133,20 @@ class Transformer final {
   std::vector<int64_t> tp_vocab_begin_, tp_vocab_count_;  // [ranks] their rows of lm_head
   std::vector<int64_t> tp_counts_;                        // [ranks] floats each sends to gather
   std::vector<float> tp_local_logits_, tp_gathered_;
-  int64_t capacity_ = 0;       // tokens the buffers below hold
-  std::vector<float> hidden_;  // [T, hidden] residual stream
-  std::vector<float> normed_;  // [T, hidden]
-  std::vector<float> q_;       // [T, q_dim]
-  std::vector<float> k_;       // [T, kv_dim]
-  std::vector<float> v_;       // [T, kv_dim]
-  std::vector<float> attn_;    // [T, q_dim]
-  std::vector<float> gate_;    // [T, intermediate]
-  std::vector<float> proj_;    // [T, hidden]
+  PipelineGroup* pp_ = nullptr;
+  std::vector<AttentionSequence> mb_sequences_;
+  std::vector<int32_t> mb_token_sequence_, mb_logit_rows_;
+  std::vector<float> pp_out_;     // [T, hidden] what this stage sent on, valid until finish_sends
+  std::vector<float> pp_logits_;  // [rows, vocab] the last stage's logits, sent to stage 0
+  int64_t capacity_ = 0;          // tokens the buffers below hold
+  std::vector<float> hidden_;     // [T, hidden] residual stream
+  std::vector<float> normed_;     // [T, hidden]
+  std::vector<float> q_;          // [T, q_dim]
+  std::vector<float> k_;          // [T, kv_dim]
+  std::vector<float> v_;          // [T, kv_dim]
+  std::vector<float> attn_;       // [T, q_dim]
+  std::vector<float> gate_;       // [T, intermediate]
+  std::vector<float> proj_;       // [T, hidden]
 };
 
 }  // namespace inferd

@@ -78,8 +78,46 @@ void MpiRuntime::abort_job(const std::string& message) {
   std::abort();  // MPI_Abort does not return
 }
 
+struct MpiTensorGroup::PendingSends {
+  std::vector<MPI_Request> requests;
+};
+
 MpiTensorGroup::MpiTensorGroup(const MpiRuntime& mpi, double timeout_seconds)
-    : rank_(mpi.rank()), size_(mpi.size()), timeout_seconds_(timeout_seconds) {}
+    : rank_(mpi.rank()),
+      size_(mpi.size()),
+      timeout_seconds_(timeout_seconds),
+      pending_(std::make_unique<PendingSends>()) {}
+
+MpiTensorGroup::~MpiTensorGroup() = default;
+
+Status MpiTensorGroup::send(int to, int tag, std::span<const float> data) {
+  MPI_Request req;
+  if (MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, tag, MPI_COMM_WORLD, &req) !=
+      MPI_SUCCESS)
+    return Status(StatusCode::kInternal, "MPI_Isend failed");
+  pending_->requests.push_back(req);
+  return Status::ok();
+}
+
+Status MpiTensorGroup::receive(int from, int tag, std::span<float> data) {
+  const Clock::time_point start = Clock::now();
+  MPI_Request req;
+  if (MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, from, tag, MPI_COMM_WORLD, &req) !=
+      MPI_SUCCESS)
+    return Status(StatusCode::kInternal, "MPI_Irecv failed");
+  wait(&req, "a pipeline stage's message", false);
+  collective_seconds_ += seconds_since(start);
+  ++collective_calls_;
+  return Status::ok();
+}
+
+Status MpiTensorGroup::finish_sends() {
+  const Clock::time_point start = Clock::now();
+  for (MPI_Request& req : pending_->requests) wait(&req, "a pipeline stage's send", false);
+  pending_->requests.clear();
+  collective_seconds_ += seconds_since(start);
+  return Status::ok();
+}
 
 void MpiTensorGroup::wait(void* request, const char* what, bool idle) {
   auto* req = static_cast<MPI_Request*>(request);

@@ -20,6 +20,7 @@
 #include "engine/step_mirror.h"
 #include "kv/kv_cache.h"
 #include "model/model_fingerprint.h"
+#include "model/pipeline_parallel.h"
 #include "model/tensor_parallel.h"
 #include "model/transformer.h"
 
@@ -49,16 +50,24 @@ class MpiRuntime final {
   int rank_, size_;
 };
 
-// The tensor-parallel group of all ranks. `timeout_seconds`: the longest one collective waits.
-class MpiTensorGroup final : public TensorParallelGroup {
+// The group of all ranks: tensor-parallel (collectives) or pipeline stages (rank r = stage r,
+// point-to-point messages). `timeout_seconds`: the longest one collective or message waits.
+class MpiTensorGroup final : public TensorParallelGroup, public PipelineGroup {
  public:
   explicit MpiTensorGroup(const MpiRuntime& mpi, double timeout_seconds = 120);
+  ~MpiTensorGroup() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status all_reduce_sum(std::span<float> data) override;
   Status gather(std::span<const float> local, std::span<const int64_t> counts, std::span<float> all) override;
+  int stage() const override { return rank_; }
+  int stages() const override { return size_; }
+  Status send(int to, int tag, std::span<const float> data) override;
+  Status receive(int from, int tag, std::span<float> data) override;
+  Status finish_sends() override;
 
-  // Seconds spent in collectives so far (all_reduce_sum and gather, waiting included).
+  // Seconds spent in collectives so far (all_reduce_sum and gather, or a stage's waits for its
+  // messages: receive and finish_sends; waiting for the other ranks included).
   double collective_seconds() const { return collective_seconds_; }
   int64_t collective_calls() const { return collective_calls_; }
 
@@ -81,6 +90,8 @@ class MpiTensorGroup final : public TensorParallelGroup {
   double collective_seconds_ = 0;
   int64_t collective_calls_ = 0;
   std::vector<int> counts_, displs_;
+  struct PendingSends;  // the MPI_Requests of sends started and not yet finished (mpi.h stays out)
+  std::unique_ptr<PendingSends> pending_;
 };
 
 // Rank 0's side: sends each step to the other ranks.

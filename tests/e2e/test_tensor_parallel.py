@@ -40,10 +40,10 @@ def mpirun(*args, ranks=2):
     return ["mpirun", "-np", str(ranks)] + MPI_FLAGS + list(args)
 
 
-def run_ids(model, *flags, ranks=1, timeout=300):
+def run_ids(model, *flags, ranks=1, timeout=300, split="--tensor-parallel-size"):
     cmd = [BINARY, "run"] + (["-m", model] if model else []) + ["--prompt-ids", PROMPT, "-n", "24", "-t", "1", *flags]
     if ranks > 1:
-        cmd = mpirun(*cmd, "--tensor-parallel-size", str(ranks), ranks=ranks)
+        cmd = mpirun(*cmd, split, str(ranks), ranks=ranks)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
     assert p.returncode == 0, p.stderr
     return p.stdout.strip()
@@ -85,7 +85,14 @@ def test_flags_that_do_not_fit_are_refused():
     assert p.returncode != 0 and "run under mpirun -np 2" in p.stderr
     p = subprocess.run([BINARY, "run", "-m", model, "--prompt-ids", PROMPT, "--pipeline-parallel-size", "2"],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "pipeline parallelism is not built yet" in p.stderr
+    assert p.returncode != 0 and "--pipeline-parallel-size 2: run under mpirun -np 2" in p.stderr
+    p = subprocess.run([BINARY, "run", "-m", model, "--prompt-ids", PROMPT, "--pipeline-parallel-size", "2",
+                        "--tensor-parallel-size", "2"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "with --tensor-parallel-size: not built yet" in p.stderr
+    p = subprocess.run(mpirun(BINARY, "run", "-m", os.path.join(FIXTURES, "tiny/qwen2_moe"), "--prompt-ids", PROMPT,
+                              "--pipeline-parallel-size", "2"), capture_output=True, text=True, timeout=120,
+                       env=ENV)
+    assert p.returncode != 0 and "mixture-of-experts" in p.stderr
     p = subprocess.run(mpirun(BINARY, "run", "-m", os.path.join(FIXTURES, "tiny/qwen2_moe"), "--prompt-ids", PROMPT,
                               "--tensor-parallel-size", "2"), capture_output=True, text=True, timeout=120,
                        env=ENV)
@@ -99,11 +106,11 @@ def post(port, body):
         return json.loads(r.read())
 
 
-def start_serve(*flags, ranks):
+def start_serve(*flags, ranks, split="--tensor-parallel-size"):
     port = free_port()
     cmd = [BINARY, "serve", "--port", str(port), "-t", "1", "--kv-cache-memory", "64MiB", *flags]
     if ranks > 1:
-        cmd = mpirun(*cmd, "--tensor-parallel-size", str(ranks), ranks=ranks)
+        cmd = mpirun(*cmd, split, str(ranks), ranks=ranks)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env=ENV)
     deadline = time.time() + 120
@@ -385,3 +392,46 @@ def test_ranks_on_two_hosts_over_tcp_equal_one_process(tmp_path):
             print(f"{model or 'SmolLM2'}: {moved} bytes over the second host's link")
     finally:
         hosts.close()
+
+
+@pytest.mark.parametrize("model", ["tiny/qwen2/model-q8_0.gguf", "tiny/qwen3", "tiny/llama_tied", None])
+def test_greedy_run_on_two_stages_equals_one_process(model):
+    """Pipeline stages only pass the hidden rows on: no sum changes order, so even SmolLM2's
+    default mode (None) gives one process's tokens."""
+    path = os.path.join(FIXTURES, model) if model else None
+    one = run_ids(path)
+    two = run_ids(path, ranks=2, split="--pipeline-parallel-size")
+    assert two == one
+    assert run_ids(path, ranks=2, split="--pipeline-parallel-size") == two
+
+
+def test_serve_on_two_stages_answers_as_one_process_logprobs_included():
+    """The default mode, concurrent requests (a long prompt in micro-batches, a shared prefix, a
+    chunked prefill, n = 2): the same texts and the same logprobs, bit for bit."""
+    shared = "The history of the city goes back many centuries, and its old town is full of " * 6
+    prompts = [shared + "churches.", shared + "markets and", "Once upon a time", "The three primary colours are"]
+    bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1} for p in prompts]
+    bodies.append({"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2, "logprobs": 1})
+    answers = []
+    for ranks in (1, 2):
+        proc, port = start_serve("--max-num-batched-tokens", "96", ranks=ranks, split="--pipeline-parallel-size")
+        try:
+            import concurrent.futures
+            with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+                got = list(pool.map(lambda b: post(port, b), bodies))
+            answers.append([[(c["text"], c["logprobs"]["token_logprobs"])
+                             for c in sorted(r["choices"], key=lambda c: c["index"])] for r in got])
+        finally:
+            stop(proc)
+    assert answers[1] == answers[0]
+
+
+def test_bench_latency_on_two_stages():
+    model = os.path.join(FIXTURES, "tiny/qwen2/model-q8_0.gguf")
+    p = subprocess.run(mpirun(BINARY, "bench", "latency", "-m", model, "-t", "1", "-p", "64", "-n", "8", "-r", "2",
+                              "--json", "--pipeline-parallel-size", "2"), capture_output=True, text=True, timeout=300,
+                       env=ENV)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, p.stdout
+    assert lines[0]["prompt_tokens_per_second"] > 0 and lines[0]["generation_tokens_per_second"] > 0
