@@ -106,9 +106,9 @@ def post(port, body):
         return json.loads(r.read())
 
 
-def start_serve(*flags, ranks, split="--tensor-parallel-size"):
+def start_serve(*flags, ranks, split="--tensor-parallel-size", kv="64MiB"):
     port = free_port()
-    cmd = [BINARY, "serve", "--port", str(port), "-t", "1", "--kv-cache-memory", "64MiB", *flags]
+    cmd = [BINARY, "serve", "--port", str(port), "-t", "1", "--kv-cache-memory", kv, *flags]
     if ranks > 1:
         cmd = mpirun(*cmd, split, str(ranks), ranks=ranks)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -140,20 +140,23 @@ def stop(proc):
 F32_LOGPROB_BOUND = 1e-4
 
 
-def test_serve_on_two_ranks_answers_as_one_process_with_batching_and_n():
+@pytest.mark.parametrize("kv", ["64MiB", "6MiB"])
+def test_serve_on_two_ranks_answers_as_one_process_with_batching_and_n(kv):
     """Concurrent requests (continuous batching, chunked prefill of a long prompt, a shared
     prefix for the prefix cache, n = 2 for forked KV blocks) through a two-rank server equal one
     process's greedy answers, with each token's logprob within the bound. The f32 matmul mode:
     in the default mode activations are rounded to 8 bits, which turns the reordered sums into
     other roundings (docs/parallelism.md measures it); a near-tie there can pick another token,
-    as a build at another optimisation level does at T = 1."""
+    as a build at another optimisation level does at T = 1. With 6 MiB of (f32) KV some requests
+    are preempted and recomputed."""
     shared = "The history of the city goes back many centuries, and its old town is full of " * 6
     prompts = [shared + "churches.", shared + "markets and", "Once upon a time", "The three primary colours are"]
     bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1} for p in prompts]
     bodies.append({"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2, "logprobs": 1})
     answers, logprobs = [], []
     for ranks in (1, 2):
-        proc, port = start_serve("--max-num-batched-tokens", "64", "--matmul", "f32", "--kv-cache-dtype", "f32", ranks=ranks)  # SmolLM2
+        proc, port = start_serve("--max-num-batched-tokens", "64", "--matmul", "f32", "--kv-cache-dtype", "f32",
+                                 ranks=ranks, kv=kv)  # SmolLM2
         try:
             import concurrent.futures
             with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
@@ -161,6 +164,8 @@ def test_serve_on_two_ranks_answers_as_one_process_with_batching_and_n():
             choices = [sorted(r["choices"], key=lambda c: c["index"]) for r in got]
             answers.append([[c["text"] for c in cs] for cs in choices])
             logprobs.append([lp for cs in choices for c in cs for lp in c["logprobs"]["token_logprobs"]])
+            if kv == "6MiB":
+                assert preemptions(port) > 0, "no request was preempted: the test does not test preemption"
         finally:
             stop(proc)
     assert answers[1] == answers[0]
@@ -405,22 +410,33 @@ def test_greedy_run_on_two_stages_equals_one_process(model):
     assert run_ids(path, ranks=2, split="--pipeline-parallel-size") == two
 
 
-def test_serve_on_two_stages_answers_as_one_process_logprobs_included():
+def preemptions(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(("inferd:num_preemptions_total", "vllm:num_preemptions_total")))
+
+
+@pytest.mark.parametrize("kv", ["64MiB", "3MiB"])
+def test_serve_on_two_stages_answers_as_one_process_logprobs_included(kv):
     """The default mode, concurrent requests (a long prompt in micro-batches, a shared prefix, a
-    chunked prefill, n = 2): the same texts and the same logprobs, bit for bit."""
+    chunked prefill, n = 2): the same texts and the same logprobs, bit for bit. With 3 MiB of KV
+    the requests do not all fit: some are preempted and recomputed, on both servers."""
     shared = "The history of the city goes back many centuries, and its old town is full of " * 6
     prompts = [shared + "churches.", shared + "markets and", "Once upon a time", "The three primary colours are"]
     bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1} for p in prompts]
     bodies.append({"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2, "logprobs": 1})
     answers = []
     for ranks in (1, 2):
-        proc, port = start_serve("--max-num-batched-tokens", "96", ranks=ranks, split="--pipeline-parallel-size")
+        proc, port = start_serve("--max-num-batched-tokens", "96", ranks=ranks, split="--pipeline-parallel-size", kv=kv)
         try:
             import concurrent.futures
             with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
                 got = list(pool.map(lambda b: post(port, b), bodies))
             answers.append([[(c["text"], c["logprobs"]["token_logprobs"])
                              for c in sorted(r["choices"], key=lambda c: c["index"])] for r in got])
+            if kv == "3MiB":
+                assert preemptions(port) > 0, "no request was preempted: the test does not test preemption"
         finally:
             stop(proc)
     assert answers[1] == answers[0]
