@@ -365,9 +365,12 @@ class Hosts:
         """One rank per host, every byte between them (daemons and ranks) on the hosts' subnet."""
         require(shutil.which("mpirun") is not None, "mpirun (Debian openmpi-bin)")
         hosts = ",".join(f"{addr}:1" for addr in self.namespaces)
+        # rtc_hwloc_vmhole none: each daemon would put its hardware topology in a shared-memory
+        # segment at an address it guesses from a hole in its address space, and now and then that
+        # guess crashes it in hwloc_shmem_topology_write (seen here about once in 15 launches).
         return ["mpirun", "--allow-run-as-root", "-np", "2", "--host", hosts, "--mca", "plm_rsh_agent",
                 str(self.agent), "--mca", "oob_tcp_if_include", self.subnet + "0/24", "--mca", "btl", "self,tcp",
-                "--mca", "btl_tcp_if_include", self.subnet + "0/24"] + list(args)
+                "--mca", "btl_tcp_if_include", self.subnet + "0/24", "--mca", "rtc_hwloc_vmhole", "none"] + list(args)
 
     def close(self):
         for ns, veth in self.namespaces.values():
