@@ -271,15 +271,13 @@ Status Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
   return Status::ok();
 }
 
-bool Transformer::micro_batch(const ForwardBatch& b, int64_t t0, int64_t t1, ForwardBatch* out) {
+void Transformer::micro_batch(const ForwardBatch& b, int64_t t0, int64_t t1, ForwardBatch* out) {
   const auto s0 = static_cast<size_t>(b.token_sequence[static_cast<size_t>(t0)]);
   const auto s1 = static_cast<size_t>(b.token_sequence[static_cast<size_t>(t1 - 1)]);
-  if (s1 < s0) return false;
   mb_sequences_.clear();
   for (size_t s = s0; s <= s1; ++s) {
     const AttentionSequence& a = b.sequences[s];
     const int64_t lo = std::max(a.query_start, t0), hi = std::min(a.query_start + a.num_queries, t1);
-    if (hi <= lo) return false;  // a sequence between the two with no row here: not in order
     AttentionSequence part = a;
     part.query_start = lo - t0;
     part.num_queries = hi - lo;
@@ -287,11 +285,9 @@ bool Transformer::micro_batch(const ForwardBatch& b, int64_t t0, int64_t t1, For
     mb_sequences_.push_back(part);
   }
   mb_token_sequence_.resize(static_cast<size_t>(t1 - t0));
-  for (int64_t t = t0; t < t1; ++t) {
-    const int32_t s = b.token_sequence[static_cast<size_t>(t)];
-    if (static_cast<size_t>(s) < s0 || static_cast<size_t>(s) > s1) return false;
-    mb_token_sequence_[static_cast<size_t>(t - t0)] = s - static_cast<int32_t>(s0);
-  }
+  for (int64_t t = t0; t < t1; ++t)
+    mb_token_sequence_[static_cast<size_t>(t - t0)] =
+        b.token_sequence[static_cast<size_t>(t)] - static_cast<int32_t>(s0);
   mb_logit_rows_.clear();
   for (int32_t r : b.logit_rows) {
     if (r >= t0 && r < t1) mb_logit_rows_.push_back(static_cast<int32_t>(r - t0));
@@ -303,7 +299,6 @@ bool Transformer::micro_batch(const ForwardBatch& b, int64_t t0, int64_t t1, For
                       mb_token_sequence_,
                       mb_sequences_,
                       mb_logit_rows_};
-  return true;
 }
 
 // Micro-batches of at least this many tokens: a decode step of a few sequences goes through the
@@ -321,20 +316,23 @@ Status Transformer::forward_pipeline(const ForwardBatch& b, KvCache& cache, std:
   const size_t rows = b.logit_rows.size();
   if (st.last() && pp_logits_.size() < rows * static_cast<size_t>(c.vocab_size))
     pp_logits_.resize(rows * static_cast<size_t>(c.vocab_size));
-  MicroBatchPlan plan = plan_micro_batches(n, kMinMicroBatchTokens, 4 * int64_t{st.stages});
-  // Every stage cuts the same batch the same way (the plan and the layout check depend on the
-  // batch alone), so the tags match.
-  ForwardBatch mb;
-  for (int64_t m = 0; m < plan.count; ++m) {
-    if (!micro_batch(b, plan.bounds[m], plan.bounds[m + 1], &mb)) {
-      plan = plan_micro_batches(n, n + 1, 1);  // not laid out in order: one micro-batch
-      break;
-    }
+  // Rows laid out sequence after sequence (as the scheduler builds batches) can be cut anywhere;
+  // any other layout goes through whole. Every stage cuts the same batch the same way (this
+  // depends on the batch alone), so the tags match.
+  bool in_order = true;
+  int64_t next_row = 0;
+  for (const AttentionSequence& s : b.sequences) {
+    in_order = in_order && s.query_start == next_row;
+    next_row += s.num_queries;
   }
+  in_order = in_order && next_row == n;
+  const MicroBatchPlan plan =
+      plan_micro_batches(n, in_order ? kMinMicroBatchTokens : n + 1, 4 * int64_t{st.stages});
+  ForwardBatch mb = b;
   int64_t logit_offset = 0;  // rows of the logits sent so far (last stage) / received (stage 0)
   for (int64_t m = 0; m < plan.count; ++m) {
     const int64_t t0 = plan.bounds[m], t1 = plan.bounds[m + 1], nm = t1 - t0;
-    micro_batch(b, t0, t1, &mb);
+    if (plan.count > 1) micro_batch(b, t0, t1, &mb);
     const auto tag = static_cast<int>(m);
     if (st.first()) {
       backend_->embed(weights_.token_embedding, mb.token_ids, hidden_.data());

@@ -92,9 +92,9 @@ class Transformer final {
  private:
   Status validate(const ForwardBatch& batch, const KvCache& cache, size_t logits_size) const;
   Status forward_pipeline(const ForwardBatch& batch, KvCache& cache, std::span<float> logits);
-  // Micro-batch rows [t0, t1) of `batch` as a batch of its own (into the mb_ members); false when
-  // the batch's rows are not laid out sequence after sequence.
-  bool micro_batch(const ForwardBatch& batch, int64_t t0, int64_t t1, ForwardBatch* out);
+  // Micro-batch rows [t0, t1) of `batch` (rows laid out sequence after sequence) as a batch of
+  // its own, in the mb_ members.
+  void micro_batch(const ForwardBatch& batch, int64_t t0, int64_t t1, ForwardBatch* out);
   Status attention_block(const LayerWeights& layer, int64_t layer_index, const ForwardBatch& batch,
                          KvCache& cache);
   Status mlp_block(const LayerWeights& layer, int64_t layer_index, int64_t num_tokens);
