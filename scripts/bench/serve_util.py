@@ -30,3 +30,20 @@ def free_port():
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+
+def wait_healthy(proc, port, timeout=300, what="the server"):
+    """Returns once the server on `port` answers /health 200; exits if it stops or never does."""
+    import time
+    import urllib.request
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited before it was ready")
+        time.sleep(0.2)
+    raise SystemExit(f"{what} never became ready")

@@ -16,11 +16,9 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-from serve_util import INFERD, free_port
+from serve_util import INFERD, free_port, wait_healthy
 
 MPI = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self,vader", "--mca",
        "btl_vader_single_copy_mechanism", "none"]
@@ -43,17 +41,7 @@ def batched(model, ranks, split):
                       "256MiB", "--max-num-seqs", "8"], ranks, split)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except Exception:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise SystemExit("the server did not start: " + " ".join(cmd))
-            time.sleep(0.3)
+        wait_healthy(proc, port, what=" ".join(cmd))
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.json")
             subprocess.run([INFERD, "bench", "serve", "--base-url", f"http://127.0.0.1:{port}", "--dataset", "random",

@@ -14,10 +14,9 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 
-from serve_util import INFERD, free_port
+from serve_util import INFERD, free_port, wait_healthy
 
 SHARED = "The history of the city goes back many centuries, and its old town is full of " * 6
 PROMPTS = [SHARED + "churches.", SHARED + "markets and", "Once upon a time", "The three primary colours are",
@@ -37,18 +36,8 @@ def serve(binary, ranks, flags, pipeline=False):
         env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env=env)
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, port
-        except Exception:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"{' '.join(cmd)}: exited")
-        time.sleep(0.2)
-    raise SystemExit("the server never became ready")
+    wait_healthy(proc, port, timeout=180, what=" ".join(cmd))
+    return proc, port
 
 
 def answers(binary, ranks, flags, max_tokens, pipeline=False):

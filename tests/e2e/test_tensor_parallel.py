@@ -106,14 +106,9 @@ def post(port, body):
         return json.loads(r.read())
 
 
-def start_serve(*flags, ranks, split="--tensor-parallel-size", kv="64MiB"):
-    port = free_port()
-    cmd = [BINARY, "serve", "--port", str(port), "-t", "1", "--kv-cache-memory", kv, *flags]
-    if ranks > 1:
-        cmd = mpirun(*cmd, split, str(ranks), ranks=ranks)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env=ENV)
-    deadline = time.time() + 120
+def wait_ready(proc, port, timeout=120):
+    """(proc, port) once the server on `port` answers /health 200; fails if it exits first."""
+    deadline = time.time() + timeout
     while time.time() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
@@ -121,9 +116,21 @@ def start_serve(*flags, ranks, split="--tensor-parallel-size", kv="64MiB"):
                     return proc, port
         except Exception:
             pass
-        assert proc.poll() is None, "the server exited"
+        if proc.poll() is not None:
+            out = proc.communicate()[0] if proc.stdout is not None else ""
+            raise AssertionError("the server exited: " + (out or "")[-3000:])
         time.sleep(0.2)
     raise AssertionError("the server never became ready")
+
+
+def start_serve(*flags, ranks, split="--tensor-parallel-size", kv="64MiB"):
+    port = free_port()
+    cmd = [BINARY, "serve", "--port", str(port), "-t", "1", "--kv-cache-memory", kv, *flags]
+    if ranks > 1:
+        cmd = mpirun(*cmd, split, str(ranks), ranks=ranks)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=ENV)
+    return wait_ready(proc, port)
 
 
 def stop(proc):
@@ -199,17 +206,7 @@ def start_job(*mpi_flags, timeout="3"):
     cmd = cmd[:1] + list(mpi_flags) + cmd[1:]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env=ENV)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, port
-        except Exception:
-            pass
-        assert proc.poll() is None, proc.communicate()[0]
-        time.sleep(0.2)
-    raise AssertionError("the server never became ready")
+    return wait_ready(proc, port)
 
 
 def stream_until_fault(port, fault):
