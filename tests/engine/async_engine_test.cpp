@@ -139,18 +139,35 @@ TEST(AsyncEngineTest, AbortMidDecodeFreesBlocks) {
   EXPECT_EQ(engine.num_free_blocks(), engine.num_blocks());
 }
 
-// A step mirror that, on its 4th forward pass, finds the group gone: it calls fail_all on the engine
-// thread, as MpiRuntime's before-abort hook does in a tensor-parallel server.
+// A step mirror that, on its 3rd forward pass, finds the group gone: it calls fail_all on the engine
+// thread, as MpiRuntime's before-abort hook does in a tensor-parallel server. Its first pass waits
+// until the test opens it, after both submissions, so that no request can finish (the tiny model
+// runs 200 steps in a few ms) or arrive after the failure.
 class FailingMirror final : public StepMirror {
  public:
-  std::atomic<AsyncEngine*> engine{nullptr};
+  void open(AsyncEngine* engine) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      engine_ = engine;
+    }
+    cv_.notify_all();
+  }
   Status forward(const ForwardBatch&) override {
-    if (++calls_ == 4 && engine.load() != nullptr) engine.load()->fail_all("rank 1 stopped answering");
+    AsyncEngine* engine = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return engine_ != nullptr; });
+      engine = engine_;
+    }
+    if (++calls_ == 3) engine->fail_all("rank 1 stopped answering");
     return Status::ok();
   }
   Status copy_block(int32_t, int32_t) override { return Status::ok(); }
 
  private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  AsyncEngine* engine_ = nullptr;
   int calls_ = 0;
 };
 
@@ -185,8 +202,8 @@ TEST(AsyncEngineTest, FailAllEndsEverySampleOfEveryRequestWithAServerError) {
   RequestSpec one{{1, 2, 3, 4}, {}, {200, {}, true}, 0};
   RequestSpec two = one;
   two.n = 2;
-  mirror.engine = &engine;
   const RequestId a = engine.submit(one, collect), b = engine.submit(two, collect);
+  mirror.open(&engine);
   std::unique_lock<std::mutex> lock(mutex);
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] {
     return seen[{a, 0}].finished + seen[{b, 0}].finished + seen[{b, 1}].finished >= 3;
