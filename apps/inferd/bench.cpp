@@ -251,7 +251,8 @@ int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
                         {"prompt", pp},
                         {"generation", tg}};
     if (parallel != nullptr) {
-      j[parallel->pipeline() ? "pipeline_parallel_size" : "tensor_parallel_size"] = ranks;
+      j["tensor_parallel_size"] = parallel->tensor_size();
+      j["pipeline_parallel_size"] = parallel->pipeline_size();
       j["prompt_collective_share"] = r->prompt_collective_share;
       j["generation_collective_share"] = r->generation_collective_share;
     }
@@ -262,8 +263,10 @@ int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
     std::printf(
         "%s parallel over %d ranks (threads per rank); rank 0's time in collectives: pp %.1f %%, tg %.1f "
         "%%\n",
-        parallel->pipeline() ? "pipeline" : "tensor", ranks, 100 * r->prompt_collective_share,
-        100 * r->generation_collective_share);
+        parallel->pipeline_size() == 1 ? "tensor"
+        : parallel->tensor_size() == 1 ? "pipeline"
+                                       : "tensor and pipeline",
+        ranks, 100 * r->prompt_collective_share, 100 * r->generation_collective_share);
   }
   std::printf("| model | threads | test | t/s |\n|---|---|---|---|\n");
   if (!r->prompt_tokens_per_second.empty())

@@ -11,8 +11,8 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags* f) {
                   "mpirun -np N; docs/parallelism.md)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--pipeline-parallel-size", f->pipeline_parallel_size,
-                  "split the model's layers into this many stages, one per MPI rank (run under mpirun -np N; "
-                  "not with --tensor-parallel-size yet)")
+                  "split the model's layers into this many stages (run under mpirun -np N, N = this times "
+                  "--tensor-parallel-size; docs/parallelism.md)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--collective-timeout", f->collective_timeout,
                   "seconds one collective may wait for the other ranks before the job is ended")
@@ -20,12 +20,11 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags* f) {
 }
 
 Expected<std::unique_ptr<Parallel>> Parallel::start(const ParallelFlags& flags) {
-  if (flags.pipeline_parallel_size != 1 && flags.tensor_parallel_size != 1)
-    return unsupported(
-        "--pipeline-parallel-size with --tensor-parallel-size: not built yet (give one of them)");
   const int ranks = flags.tensor_parallel_size * flags.pipeline_parallel_size;
-  const std::string flag =
-      flags.pipeline_parallel_size != 1 ? "--pipeline-parallel-size" : "--tensor-parallel-size";
+  const std::string flag = flags.pipeline_parallel_size == 1 ? "--tensor-parallel-size"
+                           : flags.tensor_parallel_size == 1
+                               ? "--pipeline-parallel-size"
+                               : "--tensor-parallel-size × --pipeline-parallel-size";
   if (ranks == 1) {
     if (launched_by_mpi() && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr &&
         std::string(std::getenv("OMPI_COMM_WORLD_SIZE")) != "1")
@@ -43,8 +42,8 @@ Expected<std::unique_ptr<Parallel>> Parallel::start(const ParallelFlags& flags) 
     return invalid_argument("mpirun started " + std::to_string(p->mpi_->size()) + " ranks but " + flag +
                             " is " + std::to_string(ranks));
   }
-  p->pipeline_ = flags.pipeline_parallel_size != 1;
-  p->group_ = std::make_unique<MpiTensorGroup>(*p->mpi_, flags.collective_timeout);
+  p->group_ =
+      std::make_unique<MpiTensorGroup>(*p->mpi_, flags.tensor_parallel_size, flags.collective_timeout);
   return p;
 }
 
@@ -55,21 +54,23 @@ Parallel::~Parallel() {
 
 Status Parallel::split(ModelWeights& weights) {
   INFERD_RETURN_IF_ERROR(group_->check_same_model(model_fingerprint(weights), weights.source_path));
-  if (pipeline_) {
+  // The stage's layers first (balanced over the whole model), then the rank's slice of them.
+  if (group_->stages() > 1) {
     INFERD_ASSIGN_OR_RETURN(PipelineStage stage,
-                            plan_pipeline_stage(weights, group_->rank(), group_->size()));
+                            plan_pipeline_stage(weights, group_->stage(), group_->stages()));
     INFERD_RETURN_IF_ERROR(pipeline_weights(weights, stage));
     log_info("pipeline parallel: stage " + std::to_string(stage.stage) + " of " +
                  std::to_string(stage.stages) + " holds its layers",
              {{"layers", std::to_string(stage.layer_begin) + ".." + std::to_string(stage.layer_end)},
               {"weight_bytes", static_cast<int64_t>(weights.weight_bytes)}});
-    return Status::ok();
   }
+  if (group_->size() == 1) return Status::ok();
   INFERD_ASSIGN_OR_RETURN(TensorShard shard, plan_tensor_shard(weights, group_->rank(), group_->size()));
   INFERD_RETURN_IF_ERROR(shard_weights(weights, shard));
   log_info("tensor parallel: rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.size) +
                " holds its slice",
-           {{"kv_heads", std::to_string(shard.kv_head_begin) + ".." + std::to_string(shard.kv_head_end)},
+           {{"stage", static_cast<int64_t>(group_->stage())},
+            {"kv_heads", std::to_string(shard.kv_head_begin) + ".." + std::to_string(shard.kv_head_end)},
             {"intermediate", std::to_string(shard.inter_begin) + ".." + std::to_string(shard.inter_end)},
             {"vocab", std::to_string(shard.vocab_begin) + ".." + std::to_string(shard.vocab_end)},
             {"weight_bytes", static_cast<int64_t>(weights.weight_bytes)}});
@@ -77,7 +78,8 @@ Status Parallel::split(ModelWeights& weights) {
 }
 
 Status Parallel::join(Transformer& model) {
-  return pipeline_ ? model.set_pipeline(group_.get()) : model.set_tensor_parallel(group_.get());
+  INFERD_RETURN_IF_ERROR(model.set_tensor_parallel(group_.get()));
+  return model.set_pipeline(group_.get());
 }
 
 Status Parallel::attach(Transformer& model, EngineOptions& options) {

@@ -1,5 +1,6 @@
-// --tensor-parallel-size: a command run as the ranks of an MPI job (docs/parallelism.md).
-//   mpirun -np 2 inferd serve --tensor-parallel-size 2 ...
+// --tensor-parallel-size and --pipeline-parallel-size: a command run as the ranks of an MPI job
+// (docs/parallelism.md).
+//   mpirun -np 4 inferd serve --tensor-parallel-size 2 --pipeline-parallel-size 2 ...
 // Rank 0 runs the command as usual on its slice of the model; the other ranks only load their
 // slice and mirror rank 0's forward passes (run_parallel_worker).
 #pragma once
@@ -32,9 +33,10 @@ class Parallel final {
   bool worker() const { return mpi_->rank() != 0; }
   int rank() const { return mpi_->rank(); }
   int size() const { return mpi_->size(); }
-  bool pipeline() const { return pipeline_; }
-  // Every rank, right after loading: the same model everywhere, then this rank's slice of it
-  // (tensor parallel) or its layers (pipeline parallel).
+  int tensor_size() const { return group_->size(); }
+  int pipeline_size() const { return group_->stages(); }
+  // Every rank, right after loading: the same model everywhere, then this rank's layers (its
+  // pipeline stage's) and its slice of them (its tensor rank's).
   Status split(ModelWeights& weights);
   // Rank 0, once the model is made and before the engine: the group on the model, the KV
   // cache's shape to the workers, and options.step_mirror.
@@ -51,9 +53,8 @@ class Parallel final {
 
  private:
   Parallel() = default;
-  // The model as this rank's part of the group: its slice (tensor) or its stage (pipeline).
+  // The model as this rank's part of the group: its slice (tensor) and its stage (pipeline).
   Status join(Transformer& model);
-  bool pipeline_ = false;
   std::unique_ptr<MpiRuntime> mpi_;
   std::unique_ptr<MpiTensorGroup> group_;
   std::unique_ptr<MpiStepMirror> mirror_;

@@ -110,7 +110,9 @@ Status shard_weights(ModelWeights& w, const TensorShard& s) {
   if (w.shard.size != 1) return invalid_argument("tensor parallel: the weights are split already");
   ModelConfig& c = w.config;
   const int64_t hd = c.head_dim;
-  size_t bytes = w.token_embedding.num_bytes;
+  // What this rank reads: a pipeline stage (pipeline_weights first) embeds only if it is the first
+  // and projects onto the vocabulary only if it is the last.
+  size_t bytes = w.stage.first() ? w.token_embedding.num_bytes : 0;
   for (LayerWeights& l : w.layers) {
     l.wq = row_slice(l.wq, s.head_begin * hd, s.head_end * hd);
     l.wk = row_slice(l.wk, s.kv_head_begin * hd, s.kv_head_end * hd);
@@ -126,7 +128,7 @@ Status shard_weights(ModelWeights& w, const TensorShard& s) {
       bytes += t->num_bytes;
   }
   w.lm_head = row_slice(w.lm_head, s.vocab_begin, s.vocab_end);
-  if (!c.tie_word_embeddings) bytes += w.lm_head.num_bytes;
+  if (w.stage.last() && !(w.stage.first() && c.tie_word_embeddings)) bytes += w.lm_head.num_bytes;
   c.num_heads = s.head_end - s.head_begin;
   c.num_kv_heads = s.kv_head_end - s.kv_head_begin;
   c.intermediate_size = s.inter_end - s.inter_begin;

@@ -43,7 +43,8 @@ std::pair<int64_t, int64_t> tensor_shard_vocab_range(int64_t vocab_size, int ran
 // mixture-of-experts model (not split yet).
 Expected<TensorShard> plan_tensor_shard(const ModelWeights& weights, int rank, int size);
 
-// Turns `weights` (whole, as loaded) into rank shard.rank's slice: the config's num_heads,
+// Turns `weights` (whole, as loaded, or one pipeline stage's layers from pipeline_weights) into
+// rank shard.rank's slice: the config's num_heads,
 // num_kv_heads and intermediate_size become the rank's; row slices are views into the same
 // memory maps (only those pages are ever read), column slices (O, down) copies the ModelWeights
 // owns. A column boundary inside a quantization block (e.g. Q4_K's 256 values at a head

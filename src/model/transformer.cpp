@@ -174,7 +174,6 @@ Status Transformer::set_pipeline(PipelineGroup* group) {
                             " of " + std::to_string(s.stages) + ", the group is stage " +
                             std::to_string(group->stage()) + " of " + std::to_string(group->stages()));
   }
-  if (tp_ != nullptr) return unsupported("pipeline parallel: with tensor parallelism is not built yet");
   pp_ = group;
   return Status::ok();
 }
@@ -364,15 +363,16 @@ Status Transformer::forward_pipeline(const ForwardBatch& b, KvCache& cache, std:
       backend_->rms_norm(&hidden_[t * h], weights_.final_norm.data(), &normed_[r * h], 1, h,
                          static_cast<float>(c.rms_norm_eps));
     }
-    float* dst = pp_logits_.data() + logit_offset * c.vocab_size;
-    const LinearOutput out{dst, c.vocab_size, nullptr};
-    backend_->linear(normed_.data(), num_rows, h, nullptr, 0.0f, *lm_head_, {&out, 1});
-    INFERD_RETURN_IF_ERROR(
-        pp_->send(0, tag, std::span<const float>(dst, static_cast<size_t>(num_rows * c.vocab_size))));
+    // With tensor parallelism too, the stage's rank 0 gathers the logits and sends them to the
+    // first stage's rank 0 (the scheduler's).
+    const std::span<float> dst(pp_logits_.data() + logit_offset * c.vocab_size,
+                               static_cast<size_t>(num_rows * c.vocab_size));
+    INFERD_RETURN_IF_ERROR(vocab_projection(num_rows, dst));
+    if (tp_ == nullptr || tp_->rank() == 0) INFERD_RETURN_IF_ERROR(pp_->send(0, tag, dst));
     logit_offset += num_rows;
   }
   INFERD_RETURN_IF_ERROR(pp_->finish_sends());
-  if (!st.first()) return Status::ok();
+  if (!st.first() || (tp_ != nullptr && tp_->rank() != 0)) return Status::ok();
   // Stage 0: each micro-batch's logits, in the order of its logit rows (those rows are the
   // batch's logit_rows within the micro-batch, in their order).
   for (int64_t m = 0; m < plan.count; ++m) {

@@ -83,7 +83,9 @@ class Transformer final {
   // Runs as one stage of `group` (not owned; must outlive the Transformer) on weights split by
   // pipeline_weights for that stage: forward() then is collective (every stage calls it with the
   // same batch); the step's tokens go through the stages in micro-batches, and only stage 0's
-  // logits are written (the others may pass an empty span).
+  // logits are written (the others may pass an empty span). With set_tensor_parallel as well, a
+  // stage is several ranks (weights by pipeline_weights, then shard_weights): each sends to the
+  // next stage's rank of the same tensor rank, and only rank 0 of stage 0 gets logits.
   Status set_pipeline(PipelineGroup* group);
 
   // Calls `observer` (not owned; null to stop) with every linear layer's input during forward.

@@ -78,32 +78,44 @@ void MpiRuntime::abort_job(const std::string& message) {
   std::abort();  // MPI_Abort does not return
 }
 
-struct MpiTensorGroup::PendingSends {
+struct MpiTensorGroup::Impl {
+  MPI_Comm stage_comm = MPI_COMM_NULL;
   std::vector<MPI_Request> requests;
 };
 
-MpiTensorGroup::MpiTensorGroup(const MpiRuntime& mpi, double timeout_seconds)
-    : rank_(mpi.rank()),
-      size_(mpi.size()),
+MpiTensorGroup::MpiTensorGroup(const MpiRuntime& mpi, int tensor_size, double timeout_seconds)
+    : job_rank_(mpi.rank()),
+      job_size_(mpi.size()),
+      tensor_rank_(mpi.rank() % tensor_size),
+      tensor_size_(tensor_size),
+      stage_(mpi.rank() / tensor_size),
+      stages_(mpi.size() / tensor_size),
       timeout_seconds_(timeout_seconds),
-      pending_(std::make_unique<PendingSends>()) {}
+      impl_(std::make_unique<Impl>()) {
+  // The ranks of one stage, in tensor-rank order. Collective over the job, once, at start-up.
+  if (MPI_Comm_split(MPI_COMM_WORLD, stage_, tensor_rank_, &impl_->stage_comm) != MPI_SUCCESS)
+    MpiRuntime::abort_job("MPI_Comm_split of the stages failed");
+  MPI_Comm_set_errhandler(impl_->stage_comm, MPI_ERRORS_RETURN);
+}
 
-MpiTensorGroup::~MpiTensorGroup() = default;
+MpiTensorGroup::~MpiTensorGroup() {
+  if (impl_->stage_comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->stage_comm);
+}
 
 Status MpiTensorGroup::send(int to, int tag, std::span<const float> data) {
   MPI_Request req;
-  if (MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, tag, MPI_COMM_WORLD, &req) !=
-      MPI_SUCCESS)
+  if (MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to * tensor_size_ + tensor_rank_, tag,
+                MPI_COMM_WORLD, &req) != MPI_SUCCESS)
     return Status(StatusCode::kInternal, "MPI_Isend failed");
-  pending_->requests.push_back(req);
+  impl_->requests.push_back(req);
   return Status::ok();
 }
 
 Status MpiTensorGroup::receive(int from, int tag, std::span<float> data) {
   const Clock::time_point start = Clock::now();
   MPI_Request req;
-  if (MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, from, tag, MPI_COMM_WORLD, &req) !=
-      MPI_SUCCESS)
+  if (MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, from * tensor_size_ + tensor_rank_,
+                tag, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
     return Status(StatusCode::kInternal, "MPI_Irecv failed");
   wait(&req, "a pipeline stage's message", false);
   collective_seconds_ += seconds_since(start);
@@ -113,8 +125,8 @@ Status MpiTensorGroup::receive(int from, int tag, std::span<float> data) {
 
 Status MpiTensorGroup::finish_sends() {
   const Clock::time_point start = Clock::now();
-  for (MPI_Request& req : pending_->requests) wait(&req, "a pipeline stage's send", false);
-  pending_->requests.clear();
+  for (MPI_Request& req : impl_->requests) wait(&req, "a pipeline stage's send", false);
+  impl_->requests.clear();
   collective_seconds_ += seconds_since(start);
   return Status::ok();
 }
@@ -151,7 +163,7 @@ Status MpiTensorGroup::all_reduce_sum(std::span<float> data) {
   const Clock::time_point start = Clock::now();
   MPI_Request req;
   if (MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM,
-                     MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+                     impl_->stage_comm, &req) != MPI_SUCCESS)
     return Status(StatusCode::kInternal, "MPI_Iallreduce failed");
   wait(&req, "all-reduce", false);
   collective_seconds_ += seconds_since(start);
@@ -162,19 +174,20 @@ Status MpiTensorGroup::all_reduce_sum(std::span<float> data) {
 Status MpiTensorGroup::gather(std::span<const float> local, std::span<const int64_t> counts,
                               std::span<float> all) {
   const Clock::time_point start = Clock::now();
-  counts_.resize(static_cast<size_t>(size_));
-  displs_.resize(static_cast<size_t>(size_));
+  counts_.resize(static_cast<size_t>(tensor_size_));
+  displs_.resize(static_cast<size_t>(tensor_size_));
   int64_t offset = 0;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < tensor_size_; ++r) {
     counts_[static_cast<size_t>(r)] = static_cast<int>(counts[static_cast<size_t>(r)]);
     displs_[static_cast<size_t>(r)] = static_cast<int>(offset);
     offset += counts[static_cast<size_t>(r)];
   }
-  if (rank_ == 0 && static_cast<int64_t>(all.size()) < offset)
+  if (tensor_rank_ == 0 && static_cast<int64_t>(all.size()) < offset)
     return invalid_argument("gather: buffer too small");
   MPI_Request req;
-  if (MPI_Igatherv(local.data(), static_cast<int>(local.size()), MPI_FLOAT, rank_ == 0 ? all.data() : nullptr,
-                   counts_.data(), displs_.data(), MPI_FLOAT, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+  if (MPI_Igatherv(local.data(), static_cast<int>(local.size()), MPI_FLOAT,
+                   tensor_rank_ == 0 ? all.data() : nullptr, counts_.data(), displs_.data(), MPI_FLOAT, 0,
+                   impl_->stage_comm, &req) != MPI_SUCCESS)
     return Status(StatusCode::kInternal, "MPI_Igatherv failed");
   wait(&req, "gather of the logits", false);
   collective_seconds_ += seconds_since(start);
@@ -193,20 +206,20 @@ Status MpiTensorGroup::broadcast(std::span<int64_t> values) {
 
 Status MpiTensorGroup::check_same_model(const ModelFingerprint& fp, const std::string& model_path) {
   uint64_t mine[2] = {fp.lo, fp.hi};
-  std::vector<uint64_t> all(static_cast<size_t>(2 * size_));
+  std::vector<uint64_t> all(static_cast<size_t>(2 * job_size_));
   MPI_Request req;
   if (MPI_Igather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
     return Status(StatusCode::kInternal, "MPI_Igather failed");
   wait(&req, "the start-up model check", false);
   int64_t verdict[1] = {-1};  // the first rank whose model differs from rank 0's
-  if (rank_ == 0) {
-    for (int r = 1; r < size_ && verdict[0] < 0; ++r)
+  if (job_rank_ == 0) {
+    for (int r = 1; r < job_size_ && verdict[0] < 0; ++r)
       if (all[2 * static_cast<size_t>(r)] != mine[0] || all[2 * static_cast<size_t>(r) + 1] != mine[1])
         verdict[0] = r;
   }
   INFERD_RETURN_IF_ERROR(broadcast(verdict));
   if (verdict[0] < 0) return Status::ok();
-  if (rank_ == 0) {
+  if (job_rank_ == 0) {
     return invalid_argument("tensor parallel: rank " + std::to_string(verdict[0]) +
                             " loaded a different model than rank 0's " + model_path +
                             " (the weights' fingerprints differ): every rank must load the same file");

@@ -1,4 +1,4 @@
-// Tensor parallelism over MPI (Open MPI from Debian; docs/parallelism.md). One process per
+// Tensor and pipeline parallelism over MPI (Open MPI from Debian; docs/parallelism.md). One process per
 // rank, launched by `mpirun -np T inferd ... --tensor-parallel-size T`. Rank 0 owns the server,
 // the scheduler and sampling; the other ranks run MpiWorker::run, which mirrors each forward
 // pass and KV block copy rank 0's MpiStepMirror sends. MPI's own collectives do the sums (its
@@ -50,32 +50,41 @@ class MpiRuntime final {
   int rank_, size_;
 };
 
-// The group of all ranks: tensor-parallel (collectives) or pipeline stages (rank r = stage r,
-// point-to-point messages). `timeout_seconds`: the longest one collective or message waits.
+// The ranks of the job as a grid of `stages` pipeline stages of `tensor_size` tensor-parallel
+// ranks each: job rank = stage * tensor_size + tensor rank. The tensor-parallel collectives run
+// among one stage's ranks (a communicator of their own); a stage's message goes to the rank of
+// the same tensor rank in the other stage. With one stage it is plain tensor parallelism, with a
+// tensor size of 1 plain pipeline parallelism. `timeout_seconds`: the longest one collective or
+// message waits.
 class MpiTensorGroup final : public TensorParallelGroup, public PipelineGroup {
  public:
-  explicit MpiTensorGroup(const MpiRuntime& mpi, double timeout_seconds = 120);
+  MpiTensorGroup(const MpiRuntime& mpi, int tensor_size, double timeout_seconds = 120);
   ~MpiTensorGroup() override;
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  // Within this rank's stage (TensorParallelGroup).
+  int rank() const override { return tensor_rank_; }
+  int size() const override { return tensor_size_; }
   Status all_reduce_sum(std::span<float> data) override;
   Status gather(std::span<const float> local, std::span<const int64_t> counts, std::span<float> all) override;
-  int stage() const override { return rank_; }
-  int stages() const override { return size_; }
+  // Across the stages, along this rank's tensor rank (PipelineGroup).
+  int stage() const override { return stage_; }
+  int stages() const override { return stages_; }
   Status send(int to, int tag, std::span<const float> data) override;
   Status receive(int from, int tag, std::span<float> data) override;
   Status finish_sends() override;
+  // In the whole job (rank 0 runs the scheduler).
+  int job_rank() const { return job_rank_; }
+  int job_size() const { return job_size_; }
 
   // Seconds spent in collectives so far (all_reduce_sum and gather, or a stage's waits for its
   // messages: receive and finish_sends; waiting for the other ranks included).
   double collective_seconds() const { return collective_seconds_; }
   int64_t collective_calls() const { return collective_calls_; }
 
-  // Start-up checks, collective: every rank loaded the same model (fingerprints of the whole
-  // weights, before splitting). Rank 0 gets an error naming the first rank that differs; the
-  // other ranks an error saying rank 0 refused the group.
+  // Start-up checks, collective over the job: every rank loaded the same model (fingerprints of
+  // the whole weights, before splitting). Rank 0 gets an error naming the first rank that
+  // differs; the other ranks an error saying rank 0 refused the group.
   Status check_same_model(const ModelFingerprint& fp, const std::string& model_path);
-  // Rank 0 sends `values`, the others receive them into it (same size everywhere).
+  // Job rank 0 sends `values`, the others receive them into it (same size everywhere).
   Status broadcast(std::span<int64_t> values);
 
  private:
@@ -85,13 +94,17 @@ class MpiTensorGroup final : public TensorParallelGroup, public PipelineGroup {
   friend class MpiStepMirror;
   friend class MpiWorker;
 
-  int rank_ = 0, size_ = 1;
+  int job_rank_ = 0, job_size_ = 1;
+  int tensor_rank_ = 0, tensor_size_ = 1;
+  int stage_ = 0, stages_ = 1;
   double timeout_seconds_;
   double collective_seconds_ = 0;
   int64_t collective_calls_ = 0;
   std::vector<int> counts_, displs_;
-  struct PendingSends;  // the MPI_Requests of sends started and not yet finished (mpi.h stays out)
-  std::unique_ptr<PendingSends> pending_;
+  // The stage's communicator and the MPI_Requests of sends started and not yet finished (mpi.h
+  // stays out of this header).
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Rank 0's side: sends each step to the other ranks.

@@ -40,10 +40,19 @@ def mpirun(*args, ranks=2):
     return ["mpirun", "-np", str(ranks)] + MPI_FLAGS + list(args)
 
 
+# Two pipeline stages of two tensor ranks each: mpirun -np 4.
+GRID = ("--tensor-parallel-size", "2", "--pipeline-parallel-size", "2")
+
+
+def split_flags(split, ranks):
+    """`split`: one flag (given `ranks`) or the whole list of flags (GRID)."""
+    return [split, str(ranks)] if isinstance(split, str) else list(split)
+
+
 def run_ids(model, *flags, ranks=1, timeout=300, split="--tensor-parallel-size"):
     cmd = [BINARY, "run"] + (["-m", model] if model else []) + ["--prompt-ids", PROMPT, "-n", "24", "-t", "1", *flags]
     if ranks > 1:
-        cmd = mpirun(*cmd, split, str(ranks), ranks=ranks)
+        cmd = mpirun(*cmd, *split_flags(split, ranks), ranks=ranks)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
     assert p.returncode == 0, p.stderr
     return p.stdout.strip()
@@ -86,9 +95,10 @@ def test_flags_that_do_not_fit_are_refused():
     p = subprocess.run([BINARY, "run", "-m", model, "--prompt-ids", PROMPT, "--pipeline-parallel-size", "2"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "--pipeline-parallel-size 2: run under mpirun -np 2" in p.stderr
-    p = subprocess.run([BINARY, "run", "-m", model, "--prompt-ids", PROMPT, "--pipeline-parallel-size", "2",
-                        "--tensor-parallel-size", "2"], capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "with --tensor-parallel-size: not built yet" in p.stderr
+    p = subprocess.run(mpirun(BINARY, "run", "-m", model, "--prompt-ids", PROMPT, *GRID), capture_output=True,
+                       text=True, timeout=120, env=ENV)
+    assert p.returncode != 0
+    assert "mpirun started 2 ranks but --tensor-parallel-size × --pipeline-parallel-size is 4" in p.stderr
     p = subprocess.run(mpirun(BINARY, "run", "-m", os.path.join(FIXTURES, "tiny/qwen2_moe"), "--prompt-ids", PROMPT,
                               "--pipeline-parallel-size", "2"), capture_output=True, text=True, timeout=120,
                        env=ENV)
@@ -127,7 +137,7 @@ def start_serve(*flags, ranks, split="--tensor-parallel-size", kv="64MiB"):
     port = free_port()
     cmd = [BINARY, "serve", "--port", str(port), "-t", "1", "--kv-cache-memory", kv, *flags]
     if ranks > 1:
-        cmd = mpirun(*cmd, split, str(ranks), ranks=ranks)
+        cmd = mpirun(*cmd, *split_flags(split, ranks), ranks=ranks)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env=ENV)
     return wait_ready(proc, port)
@@ -451,3 +461,53 @@ def test_bench_latency_on_two_stages():
     lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, p.stdout
     assert lines[0]["prompt_tokens_per_second"] > 0 and lines[0]["generation_tokens_per_second"] > 0
+
+
+@pytest.mark.parametrize("model", ["tiny/qwen2/model-q8_0.gguf", "tiny/qwen3", None])
+def test_greedy_run_on_two_stages_of_two_ranks_equals_two_ranks(model):
+    """T = 2 and P = 2 on four ranks: each stage sums its two ranks' partial results as two ranks
+    alone do, and the stages only cut the rows, so even SmolLM2's default mode (None) gives the
+    tokens of T = 2 (which may differ from one process's: docs/parallelism.md)."""
+    path = os.path.join(FIXTURES, model) if model else None
+    two = run_ids(path, ranks=2)
+    four = run_ids(path, ranks=4, split=GRID)
+    assert four == two
+    assert run_ids(path, ranks=4, split=GRID) == four
+
+
+def test_serve_on_two_stages_of_two_ranks_answers_as_two_ranks():
+    """Concurrent requests (micro-batches, a shared prefix, chunked prefill, n = 2) through a
+    2 x 2 server with a KV pool small enough to preempt: the texts and logprobs of a T = 2 server,
+    bit for bit."""
+    shared = "The history of the city goes back many centuries, and its old town is full of " * 6
+    prompts = [shared + "churches.", shared + "markets and", "Once upon a time", "The three primary colours are"]
+    bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1} for p in prompts]
+    bodies.append({"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2, "logprobs": 1})
+    answers = []
+    for ranks, split in ((2, "--tensor-parallel-size"), (4, GRID)):
+        # 3 MiB of BF16 KV per rank: half the heads and, at P = 2, half the layers each.
+        proc, port = start_serve("--max-num-batched-tokens", "96", ranks=ranks, split=split,
+                                 kv="3MiB" if ranks == 2 else "1536KiB")
+        try:
+            import concurrent.futures
+            with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+                got = list(pool.map(lambda b: post(port, b), bodies))
+            answers.append([[(c["text"], c["logprobs"]["token_logprobs"])
+                             for c in sorted(r["choices"], key=lambda c: c["index"])] for r in got])
+            assert preemptions(port) > 0, "no request was preempted: the test does not test preemption"
+        finally:
+            stop(proc)
+    assert answers[1] == answers[0]
+
+
+def test_bench_latency_on_two_stages_of_two_ranks():
+    model = os.path.join(FIXTURES, "tiny/qwen2/model-q8_0.gguf")
+    p = subprocess.run(mpirun(BINARY, "bench", "latency", "-m", model, "-t", "1", "-p", "64", "-n", "8", "-r", "2",
+                              "--json", *GRID, ranks=4), capture_output=True, text=True, timeout=300, env=ENV)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, p.stdout
+    j = lines[0]
+    assert j["tensor_parallel_size"] == 2 and j["pipeline_parallel_size"] == 2
+    assert j["prompt_tokens_per_second"] > 0 and j["generation_tokens_per_second"] > 0
+    assert 0 < j["generation_collective_share"] < 1

@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -18,44 +19,15 @@
 #include "model/transformer.h"
 #include "model_test_util.h"
 #include "test_support.h"
+#include "thread_groups.h"
 
 namespace inferd {
 namespace {
 
-struct Mailboxes {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::map<std::tuple<int, int, int>, std::vector<std::vector<float>>> boxes;  // (from, to, tag)
-};
-
-class ThreadPipeline final : public PipelineGroup {
- public:
-  ThreadPipeline(Mailboxes& m, int stage, int stages) : m_(m), stage_(stage), stages_(stages) {}
-  int stage() const override { return stage_; }
-  int stages() const override { return stages_; }
-  Status send(int to, int tag, std::span<const float> data) override {
-    std::lock_guard<std::mutex> lock(m_.mutex);
-    m_.boxes[{stage_, to, tag}].emplace_back(data.begin(), data.end());
-    m_.cv.notify_all();
-    return Status::ok();
-  }
-  Status receive(int from, int tag, std::span<float> data) override {
-    std::unique_lock<std::mutex> lock(m_.mutex);
-    auto& box = m_.boxes[{from, stage_, tag}];
-    if (!m_.cv.wait_for(lock, std::chrono::seconds(30), [&] { return !box.empty(); }))
-      return Status(StatusCode::kInternal, "receive timed out");
-    std::vector<float> got = std::move(box.front());
-    box.erase(box.begin());
-    if (got.size() != data.size()) return invalid_argument("message size differs");
-    std::copy(got.begin(), got.end(), data.begin());
-    return Status::ok();
-  }
-  Status finish_sends() override { return Status::ok(); }
-
- private:
-  Mailboxes& m_;
-  int stage_, stages_;
-};
+using test::Mailboxes;
+using test::SharedGroup;
+using test::ThreadGroup;
+using test::ThreadPipeline;
 
 std::vector<std::vector<int32_t>> prompts(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -68,32 +40,47 @@ std::vector<std::vector<int32_t>> prompts(uint64_t seed) {
   return out;
 }
 
-// Stage 0's logits of `ps` on `stages` stages of `path`, `chunk` tokens per sequence and step.
-std::vector<float> staged_logits(const std::string& path, int stages,
-                                 const std::vector<std::vector<int32_t>>& ps, int64_t chunk) {
-  Mailboxes boxes;
-  std::vector<std::vector<float>> out(static_cast<size_t>(stages));
+// Rank 0's logits of `ps` on `stages` stages of `tensor` ranks each of `path`, `chunk` tokens per
+// sequence and step: thread (s, r) holds stage s's layers, sliced for tensor rank r.
+std::vector<float> grid_logits(const std::string& path, int tensor, int stages,
+                               const std::vector<std::vector<int32_t>>& ps, int64_t chunk) {
+  std::vector<std::unique_ptr<SharedGroup>> stage_groups;  // the tensor ranks of each stage
+  for (int s = 0; s < stages; ++s) stage_groups.push_back(std::make_unique<SharedGroup>(tensor));
+  std::vector<Mailboxes> lanes(static_cast<size_t>(tensor));  // each tensor rank's pipeline
+  std::vector<std::vector<float>> out(static_cast<size_t>(tensor * stages));
   std::vector<std::thread> threads;
   for (int s = 0; s < stages; ++s) {
-    threads.emplace_back([&, s] {
-      auto fail = [&](const Status& st) {
-        std::fprintf(stderr, "stage %d: %s\n", s, st.message().c_str());
-        std::abort();  // the other stages would wait for it
-      };
-      auto w = load_model(path);
-      if (!w) fail(w.status());
-      auto stage = plan_pipeline_stage(**w, s, stages);
-      if (!stage) fail(stage.status());
-      if (Status st = pipeline_weights(**w, *stage); !st.is_ok()) fail(st);
-      ThreadPool pool(1);
-      Transformer model(**w, pool);
-      ThreadPipeline group(boxes, s, stages);
-      if (Status st = model.set_pipeline(&group); !st.is_ok()) fail(st);
-      out[static_cast<size_t>(s)] = test::all_logits(model, ps, chunk, true);
-    });
+    for (int r = 0; r < tensor; ++r) {
+      threads.emplace_back([&, s, r] {
+        auto fail = [&](const Status& st) {
+          std::fprintf(stderr, "stage %d rank %d: %s\n", s, r, st.message().c_str());
+          std::abort();  // the others would wait for it
+        };
+        auto w = load_model(path);
+        if (!w) fail(w.status());
+        auto stage = plan_pipeline_stage(**w, s, stages);
+        if (!stage) fail(stage.status());
+        if (Status st = pipeline_weights(**w, *stage); !st.is_ok()) fail(st);
+        auto shard = plan_tensor_shard(**w, r, tensor);
+        if (!shard) fail(shard.status());
+        if (Status st = shard_weights(**w, *shard); !st.is_ok()) fail(st);
+        ThreadPool pool(1);
+        Transformer model(**w, pool);
+        ThreadGroup group(*stage_groups[static_cast<size_t>(s)], r);
+        ThreadPipeline pipeline(lanes[static_cast<size_t>(r)], s, stages);
+        if (Status st = model.set_tensor_parallel(&group); !st.is_ok()) fail(st);
+        if (Status st = model.set_pipeline(&pipeline); !st.is_ok()) fail(st);
+        out[static_cast<size_t>(s * tensor + r)] = test::all_logits(model, ps, chunk, true);
+      });
+    }
   }
   for (auto& t : threads) t.join();
   return out[0];
+}
+
+std::vector<float> staged_logits(const std::string& path, int stages,
+                                 const std::vector<std::vector<int32_t>>& ps, int64_t chunk) {
+  return grid_logits(path, 1, stages, ps, chunk);
 }
 
 class PipelineParallelTest : public ::testing::TestWithParam<std::string> {};
@@ -118,6 +105,32 @@ TEST_P(PipelineParallelTest, StageZerosLogitsEqualOneProcessBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Tiny, PipelineParallelTest,
                          ::testing::Values("qwen2", "qwen2/model-q8_0.gguf", "qwen3", "qwen3/model-f16.gguf",
                                            "llama_tied", "llama_untied", "qwen2_bf16"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// Tensor and pipeline parallelism together: two stages of two tensor ranks each give the logits
+// of two tensor ranks alone, bit for bit (each stage sums its partial results in the same order;
+// the stages only cut the rows).
+class GridParallelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GridParallelTest, TwoStagesOfTwoRanksEqualTwoRanksBitForBit) {
+  const std::string path = test::fixture_path("tiny/" + GetParam());
+  for (int64_t chunk : {0, 16}) {
+    const auto ps = prompts(static_cast<uint64_t>(chunk) + 7);
+    const std::vector<float> want = grid_logits(path, 2, 1, ps, chunk);
+    ASSERT_FALSE(want.empty());
+    const std::vector<float> got = grid_logits(path, 2, 2, ps, chunk);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(got, want) << "chunk " << chunk;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, GridParallelTest,
+                         ::testing::Values("qwen2", "qwen3/model-f16.gguf", "llama_tied", "qwen2_bf16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n)

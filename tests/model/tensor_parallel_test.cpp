@@ -4,7 +4,6 @@
 // order; the MPI transport itself is tested end to end in tests/e2e/test_tensor_parallel.py.
 #include <gtest/gtest.h>
 
-#include <barrier>
 #include <thread>
 
 #include "model/model_loader.h"
@@ -12,56 +11,13 @@
 #include "model/transformer.h"
 #include "model_test_util.h"
 #include "test_support.h"
+#include "thread_groups.h"
 
 namespace inferd {
 namespace {
 
-// The ranks of one group, as threads: every collective meets at a barrier and sums in rank order.
-struct SharedGroup {
-  explicit SharedGroup(int size) : size(size), barrier(size), data(static_cast<size_t>(size)) {}
-  int size;
-  std::barrier<> barrier;
-  std::vector<std::span<const float>> data;
-};
-
-class ThreadGroup final : public TensorParallelGroup {
- public:
-  ThreadGroup(SharedGroup& shared, int rank) : shared_(shared), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return shared_.size; }
-  Status all_reduce_sum(std::span<float> data) override {
-    shared_.data[static_cast<size_t>(rank_)] = data;
-    shared_.barrier.arrive_and_wait();
-    sum_.assign(data.size(), 0.0f);
-    for (const auto& d : shared_.data) {
-      if (d.size() != data.size()) return invalid_argument("all-reduce sizes differ");
-      for (size_t i = 0; i < d.size(); ++i) sum_[i] += d[i];
-    }
-    shared_.barrier.arrive_and_wait();
-    std::copy(sum_.begin(), sum_.end(), data.begin());
-    return Status::ok();
-  }
-  Status gather(std::span<const float> local, std::span<const int64_t> counts,
-                std::span<float> all) override {
-    if (static_cast<int64_t>(local.size()) != counts[static_cast<size_t>(rank_)])
-      return invalid_argument("gather count differs");
-    shared_.data[static_cast<size_t>(rank_)] = local;
-    shared_.barrier.arrive_and_wait();
-    if (rank_ == 0) {
-      size_t at = 0;
-      for (const auto& d : shared_.data)
-        at = static_cast<size_t>(
-            std::copy(d.begin(), d.end(), all.begin() + static_cast<std::ptrdiff_t>(at)) - all.begin());
-    }
-    shared_.barrier.arrive_and_wait();
-    return Status::ok();
-  }
-
- private:
-  SharedGroup& shared_;
-  int rank_;
-  std::vector<float> sum_;
-};
+using test::SharedGroup;
+using test::ThreadGroup;
 
 const std::vector<std::vector<int32_t>> kPrompts = {
     {1, 5, 9, 14, 2, 7, 33, 4, 8}, {3, 3, 60, 12, 5}, {11, 2, 6, 40, 9, 1, 17}};
