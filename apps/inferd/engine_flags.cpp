@@ -78,15 +78,21 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
                   "longest prompt + output (default: the model's context)");
 }
 
+KvOffloadOptions offload_options(const EngineFlags& f) {
+  KvOffloadOptions o;
+  o.disk_dir = f.kv_offload_dir;
+  o.disk_gb = f.kv_offload_disk_gb;
+  o.redis_url = f.kv_offload_redis;
+  o.watermark = f.kv_offload_watermark;
+  return o;
+}
+
 Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& model) {
   EngineOptions o;
   o.kv_dtype = f.kv_cache_dtype;
   o.block_size = f.block_size;
   o.prefix_caching = !f.no_prefix_caching;
-  o.offload.disk_dir = f.kv_offload_dir;
-  o.offload.disk_gb = f.kv_offload_disk_gb;
-  o.offload.redis_url = f.kv_offload_redis;
-  o.offload.watermark = f.kv_offload_watermark;
+  o.offload = offload_options(f);
   if (!o.offload.disk_dir.empty())
     INFERD_RETURN_IF_ERROR(check_writable_dir(o.offload.disk_dir, "--kv-offload-dir"));
   INFERD_ASSIGN_OR_RETURN(int64_t bytes, parse_byte_size(f.kv_cache_memory, available_memory_bytes()));

@@ -42,6 +42,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 // Validated options for `model`; the KV cache block count comes from the memory budget.
 Expected<EngineOptions> engine_options(const EngineFlags& flags, const ModelConfig& model);
 
+// The offload tiers the flags ask for (the other ranks of a parallel job open their own).
+KvOffloadOptions offload_options(const EngineFlags& flags);
+
 // The start-up line every engine command prints: blocks, tokens that fit, bytes, dtype.
 std::string describe_kv_cache(const EngineOptions& options, const EngineFlags& flags,
                               const ModelConfig& model);

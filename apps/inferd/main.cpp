@@ -503,7 +503,8 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
 }
 
 // A rank other than 0 of a tensor-parallel job: its slice of the model, mirroring rank 0's steps.
-int run_parallel_worker(const CommonFlags& flags, BackendKind matmul, Parallel& parallel) {
+int run_parallel_worker(const CommonFlags& flags, BackendKind matmul, Parallel& parallel,
+                        const KvOffloadOptions& offload = {}) {
   // mpirun hands a Ctrl-C or SIGTERM to every rank: rank 0 drains its requests and then stops the
   // workers, which must keep computing its steps until then.
   std::signal(SIGTERM, SIG_IGN);
@@ -518,7 +519,7 @@ int run_parallel_worker(const CommonFlags& flags, BackendKind matmul, Parallel& 
   }
   ThreadPool pool(flags.threads);
   Transformer model(**m, pool, transformer_options(matmul));
-  if (Status s = parallel.run_worker(model); !s.is_ok()) return fail(s.message());
+  if (Status s = parallel.run_worker(model, offload); !s.is_ok()) return fail(s.message());
   return 0;
 }
 
@@ -676,7 +677,8 @@ int main(int argc, char** argv) {
           return run_parallel_worker(CommonFlags{bench_latency.model, bench_latency.threads},
                                      bench_latency.matmul, *parallel);
         }
-        return run_parallel_worker(common, *run_cmd ? run.matmul : engine_flags.matmul, *parallel);
+        if (*run_cmd) return run_parallel_worker(common, run.matmul, *parallel);
+        return run_parallel_worker(common, engine_flags.matmul, *parallel, offload_options(engine_flags));
       }
     }
     if (*run_cmd) return run_generate(common, run, parallel.get());

@@ -84,20 +84,36 @@ Status Parallel::join(Transformer& model) {
 
 Status Parallel::attach(Transformer& model, EngineOptions& options) {
   INFERD_RETURN_IF_ERROR(join(model));
-  int64_t shape[3] = {options.num_kv_blocks, options.block_size, static_cast<int64_t>(options.kv_dtype)};
+  int64_t shape[4] = {options.num_kv_blocks, options.block_size, static_cast<int64_t>(options.kv_dtype),
+                      options.offload.enabled() ? 1 : 0};
   INFERD_RETURN_IF_ERROR(group_->broadcast(shape));
   mirror_ = std::make_unique<MpiStepMirror>(*group_);
   options.step_mirror = mirror_.get();
+  options.kv_shard = KvShard{0, group_->size(), group_->stages()};
   return options.validate();
 }
 
-Status Parallel::run_worker(Transformer& model) {
+Status Parallel::run_worker(Transformer& model, const KvOffloadOptions& offload) {
   INFERD_RETURN_IF_ERROR(join(model));
-  int64_t shape[3] = {0, 0, 0};
+  int64_t shape[4] = {0, 0, 0, 0};
   INFERD_RETURN_IF_ERROR(group_->broadcast(shape));
   KvCache cache(model.config().num_layers, shape[0], shape[1], model.config().kv_dim(),
                 static_cast<KvDType>(shape[2]));
-  MpiWorker worker(*group_, model, cache);
+  std::unique_ptr<KvOffloader> offloader;
+  if (shape[3] != 0) {
+    const ModelFingerprint fp = model_fingerprint(model.weights());
+    const KvShard shard{mpi_->rank(), group_->size(), group_->stages()};
+    auto o = offload.enabled()
+                 ? KvOffloader::create(offload, cache, kv_shard_fingerprint({fp.lo, fp.hi}, shard))
+                 : Expected<std::unique_ptr<KvOffloader>>(
+                       invalid_argument("rank 0 has offload tiers, this rank's flags none"));
+    if (o) {
+      offloader = std::move(*o);
+    } else {  // this rank's loads then hold nothing: rank 0 recomputes those blocks
+      log_warning("KV offload off on rank " + std::to_string(mpi_->rank()) + ": " + o.status().message());
+    }
+  }
+  MpiWorker worker(*group_, model, cache, offloader.get());
   return worker.run();
 }
 

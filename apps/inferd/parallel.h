@@ -41,9 +41,10 @@ class Parallel final {
   // Rank 0, once the model is made and before the engine: the group on the model, the KV
   // cache's shape to the workers, and options.step_mirror.
   Status attach(Transformer& model, EngineOptions& options);
-  // The other ranks: their KV cache (rank 0's shape, their heads) and the step loop, until
+  // The other ranks: their KV cache (rank 0's shape, their heads), their offload tiers when rank
+  // 0 has tiers (`offload`: this rank's flags, the same command line), and the step loop, until
   // rank 0 stops.
-  Status run_worker(Transformer& model);
+  Status run_worker(Transformer& model, const KvOffloadOptions& offload = {});
 
   const MpiTensorGroup& group() const { return *group_; }
   // What rank 0 does on the thread that finds a rank gone, before the job ends (MpiRuntime).

@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "engine/mirrored_kv_source.h"
 #include "model/model_fingerprint.h"
 
 namespace inferd {
@@ -22,8 +23,6 @@ Status EngineOptions::validate() const {
     INFERD_RETURN_IF_ERROR(offload.validate());
   }
   if (step_mirror != nullptr) {
-    if (offload.enabled())
-      return invalid_argument("KV offload tiers do not work with tensor parallelism yet");
     if (kv_export != nullptr || remote_kv)
       return invalid_argument("prefill/decode disaggregation does not work with tensor parallelism yet");
   }
@@ -45,7 +44,7 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
       options.offload.enabled() || options.kv_export != nullptr || options.remote_kv;
   if (fingerprint_needed) {
     const ModelFingerprint fp = model_fingerprint(model.weights());
-    identity_.model = BlockHash{fp.lo, fp.hi};
+    identity_.model = kv_shard_fingerprint(BlockHash{fp.lo, fp.hi}, options.kv_shard);
   }
   identity_.num_layers = static_cast<uint32_t>(cache_.num_layers());
   identity_.block_size = static_cast<uint32_t>(cache_.block_size());
@@ -66,6 +65,14 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
       offloader_ = std::move(*offloader);
       offloader_->attach(pool_);
       kv_.set_block_source(offloader_.get());
+      if (StepMirror* mirror = options.step_mirror; mirror != nullptr) {
+        offloader_->set_stage_hook([mirror](int32_t block, const BlockHash& key) {
+          if (Status s = mirror->stage_block(block, key); !s.is_ok())
+            log_error("KV offload: the other ranks did not stage a block: " + s.message());
+        });
+        mirrored_source_ = std::make_unique<MirroredKvSource>(*offloader_, *mirror);
+        kv_.set_block_source(mirrored_source_.get());
+      }
     } else {  // flags were checked before; a folder that vanished since is not worth failing for
       log_warning("KV offload off: " + offloader.status().message());
     }

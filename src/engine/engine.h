@@ -45,10 +45,12 @@ struct EngineOptions {
   KvExportStore* kv_export = nullptr;
   // Decode side: makes the source requests with remote_kv pull from, over the engine's cache.
   std::function<Expected<std::unique_ptr<RemoteKvSource>>(KvCache&, const KvStoreIdentity&)> remote_kv;
-  // Tensor parallelism: the other ranks, which mirror every forward pass and KV block copy (not
-  // owned; nullptr: one process). Each rank's cache holds only its heads, so the KV paths that
-  // move whole blocks (offload tiers, disaggregation) are refused with it for now.
+  // Tensor/pipeline parallelism: the other ranks, which mirror every forward pass, KV block copy
+  // and offload tier step (not owned; nullptr: one process). Each rank's cache holds only its
+  // slice of a block, so disaggregation, which moves whole blocks, is refused with it for now.
   StepMirror* step_mirror = nullptr;
+  // This rank's place in the job: names its offload store (each rank's slice in a store of its own).
+  KvShard kv_shard;
 
   Status validate() const;
 };
@@ -177,8 +179,9 @@ class Engine final {
   KvStoreIdentity identity_;
   std::vector<StepOutput> pending_outputs_;  // first tokens of disaggregated requests, for the next step
   Status remote_status_;
-  std::unique_ptr<RemoteKvSource> remote_;  // refers to cache_
-  std::unique_ptr<KvOffloader> offloader_;  // last: it refers to cache_ and pool_
+  std::unique_ptr<RemoteKvSource> remote_;          // refers to cache_
+  std::unique_ptr<KvOffloader> offloader_;          // last: it refers to cache_ and pool_
+  std::unique_ptr<KvBlockSource> mirrored_source_;  // refers to offloader_ (with a step mirror)
 };
 
 }  // namespace inferd

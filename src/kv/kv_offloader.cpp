@@ -81,6 +81,14 @@ void KvOffloader::attach(BlockPool& pool) {
 }
 
 bool KvOffloader::stage(BlockPool& pool, int32_t block) {
+  const BlockHash key = pool.hash_of(block);
+  if (!stage_block(block, key)) return false;
+  pool.mark_offloaded(block);
+  if (stage_hook_) stage_hook_(block, key);
+  return true;
+}
+
+bool KvOffloader::stage_block(int32_t block, const BlockHash& key) {
   int32_t slot;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -91,11 +99,9 @@ bool KvOffloader::stage(BlockPool& pool, int32_t block) {
     slot = free_slots_.back();
     free_slots_.pop_back();
   }
-  const BlockHash key = pool.hash_of(block);
   std::span<std::byte> rec = slot_bytes(slot);
   cache_.export_block(block, rec.data() + kKvRecordHeaderBytes);
   seal_kv_record(rec, identity_, key);
-  pool.mark_offloaded(block);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_[(jobs_head_ + num_jobs_) % jobs_.size()] = Job{key, slot};
@@ -192,6 +198,23 @@ void KvOffloader::cancel(uint64_t ticket) {
   }
 }
 
+KvBlockSource::Finished KvOffloader::wait_load(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(load_mutex_);
+  for (;;) {
+    auto it = std::find_if(finished_.begin(), finished_.end(),
+                           [&](const Finished& f) { return f.ticket == ticket; });
+    if (it != finished_.end()) {
+      Finished f = std::move(*it);
+      finished_.erase(it);
+      return f;
+    }
+    const bool pending =
+        std::any_of(load_flags_.begin(), load_flags_.end(), [&](const auto& e) { return e.first == ticket; });
+    if (!pending) return Finished{ticket, 0, "no such load"};
+    load_finished_.wait(lock);
+  }
+}
+
 void KvOffloader::reader_loop() {
   std::unique_lock<std::mutex> lock(load_mutex_);
   for (;;) {
@@ -207,6 +230,7 @@ void KvOffloader::reader_loop() {
     load_flags_.erase(std::find_if(load_flags_.begin(), load_flags_.end(),
                                    [&](const auto& e) { return e.first == load.ticket; }));
     finished_.push_back(std::move(f));
+    load_finished_.notify_all();
   }
 }
 

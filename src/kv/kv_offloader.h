@@ -19,6 +19,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,11 +69,22 @@ class KvOffloader final : public KvBlockSource {
   // Engine thread. Copies `block` (content key `hash`) into a staging slot for the writer and
   // marks it offloaded; false (nothing changed) when every slot is busy.
   bool stage(BlockPool& pool, int32_t block);
+  // Engine thread. Called after each block stage() took, with its key: the other ranks of a
+  // parallel job stage their slice of the same block (docs/parallelism.md).
+  void set_stage_hook(std::function<void(int32_t block, const BlockHash& key)> hook) {
+    stage_hook_ = std::move(hook);
+  }
+  // A rank other than 0 of a parallel job (it has no pool of its own): copies `block` into a
+  // staging slot to be stored under `key`; false when every slot is busy (counted as dropped).
+  bool stage_block(int32_t block, const BlockHash& key);
 
   // KvBlockSource (engine thread): loads on the reader thread (started on first use).
   uint64_t start_load(std::vector<BlockHash> keys, std::vector<int32_t> blocks) override;
   void poll(std::vector<Finished>* finished) override;
   void cancel(uint64_t ticket) override;
+  // Waits for load `ticket` to finish and returns what poll() would have reported for it (a rank
+  // other than 0 of a parallel job, which follows rank 0's loads instead of polling).
+  Finished wait_load(uint64_t ticket);
   // Engine thread, synchronous: loads consecutive keys into fresh blocks of `pool` (as many as are
   // free), each cached under its key and appended to `blocks`; returns how many (tests, tools).
   int64_t load(std::span<const BlockHash> keys, BlockPool& pool, std::vector<int32_t>* blocks);
@@ -127,13 +139,14 @@ class KvOffloader final : public KvBlockSource {
     std::shared_ptr<std::atomic<bool>> cancel;
   };
   std::mutex load_mutex_;
-  std::condition_variable wake_reader_;
+  std::condition_variable wake_reader_, load_finished_;
   std::vector<Load> loads_;  // guarded by load_mutex_: queued, oldest first
   std::vector<std::pair<uint64_t, std::shared_ptr<std::atomic<bool>>>> load_flags_;  // ... and in flight
   std::vector<Finished> finished_;                                                   // guarded by load_mutex_
   bool reader_stopping_ = false;                                                     // guarded by load_mutex_
   uint64_t next_ticket_ = 1;                                                         // engine thread
   std::thread reader_;
+  std::function<void(int32_t, const BlockHash&)> stage_hook_;  // engine thread
 };
 
 }  // namespace inferd

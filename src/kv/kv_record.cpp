@@ -47,6 +47,18 @@ BlockHash KvStoreIdentity::store_key() const {
   return BlockHash{h.low64, h.high64};
 }
 
+BlockHash kv_shard_fingerprint(const BlockHash& model, const KvShard& shard) {
+  if (shard.single()) return model;
+  std::byte buf[28];
+  put(buf, 0, model.lo);
+  put(buf, 8, model.hi);
+  put(buf, 16, shard.rank);
+  put(buf, 20, shard.tensor_size);
+  put(buf, 24, shard.stages);
+  const XXH128_hash_t h = XXH3_128bits(buf, sizeof buf);
+  return BlockHash{h.low64, h.high64};
+}
+
 std::string KvStoreIdentity::store_name() const {
   return hex_of(store_key());
 }

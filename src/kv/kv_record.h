@@ -51,6 +51,17 @@ const char* kv_record_check_name(KvRecordCheck c);
 KvRecordCheck check_kv_record(std::span<const std::byte> record, const KvStoreIdentity& id,
                               const BlockHash& key, size_t payload_bytes);
 
+// A rank's place in a tensor/pipeline-parallel job (docs/parallelism.md): each rank holds its
+// own slice of every block (its heads, its stage's layers), so each rank has its own store.
+struct KvShard {
+  int32_t rank = 0, tensor_size = 1, stages = 1;
+  bool single() const { return tensor_size * stages == 1; }
+};
+// The fingerprint a rank's store is named and checked by: `model` itself for a single process
+// (stores written before parallelism stay valid), else `model` mixed with the rank's place, so
+// a record of another rank or another split is foreign.
+BlockHash kv_shard_fingerprint(const BlockHash& model, const KvShard& shard);
+
 // "0123…" (32 hex digits, hi then lo) of a 128-bit key.
 std::string hex_of(const BlockHash& h);
 

@@ -18,10 +18,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The step protocol: a header of kHeaderLen values, then (forward only) a payload of
-// payload_len values, both MPI_Ibcast from rank 0 (docs/parallelism.md).
-enum Op : int64_t { kForward = 1, kCopyBlock = 2, kStop = 3 };
-constexpr size_t kHeaderLen = 6;  // op, tokens, sequences, logit rows, block-table entries, payload_len
+// The step protocol: a header of kHeaderLen values, then (forward and load only) a payload of
+// payload_len values, both MPI_Ibcast from rank 0 (docs/parallelism.md). A finished load is
+// then settled by an all-reduce (MIN) of the blocks each rank loaded.
+enum Op : int64_t {
+  kForward = 1,     // tokens, sequences, logit rows, block-table entries, payload_len
+  kCopyBlock = 2,   // src, dst
+  kStop = 3,        //
+  kStageBlock = 4,  // block, key lo, key hi
+  kStartLoad = 5,   // ticket, blocks, -, -, payload_len (per block: key lo, key hi, block)
+  kCancelLoad = 6,  // ticket
+  kFinishLoad = 7,  // ticket
+};
+constexpr size_t kHeaderLen = 6;  // op, then five values as above
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -280,6 +289,72 @@ Status MpiStepMirror::copy_block(int32_t src, int32_t dst) {
   return send(header_, {});
 }
 
+Status MpiStepMirror::stage_block(int32_t block, const BlockHash& key) {
+  header_.assign({kStageBlock, block, static_cast<int64_t>(key.lo), static_cast<int64_t>(key.hi), 0, 0});
+  return send(header_, {});
+}
+
+Status MpiStepMirror::start_load(uint64_t ticket, std::span<const BlockHash> keys,
+                                 std::span<const int32_t> blocks) {
+  payload_.clear();
+  for (size_t i = 0; i < keys.size(); ++i)
+    payload_.insert(payload_.end(), {static_cast<int64_t>(keys[i].lo), static_cast<int64_t>(keys[i].hi),
+                                     static_cast<int64_t>(blocks[i])});
+  header_.assign({kStartLoad, static_cast<int64_t>(ticket), static_cast<int64_t>(keys.size()), 0, 0,
+                  static_cast<int64_t>(payload_.size())});
+  return send(header_, payload_);
+}
+
+Status MpiStepMirror::cancel_load(uint64_t ticket) {
+  header_.assign({kCancelLoad, static_cast<int64_t>(ticket), 0, 0, 0, 0});
+  return send(header_, {});
+}
+
+Expected<int64_t> MpiStepMirror::finish_load(uint64_t ticket, int64_t loaded) {
+  header_.assign({kFinishLoad, static_cast<int64_t>(ticket), 0, 0, 0, 0});
+  INFERD_RETURN_IF_ERROR(send(header_, {}));
+  return group_.min_over_job(loaded, "the other ranks' KV load");
+}
+
+int64_t MpiTensorGroup::min_over_job(int64_t value, const char* what) {
+  MPI_Request req;
+  if (MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+    MpiRuntime::abort_job(std::string(what) + ": MPI_Iallreduce failed");
+  wait(&req, what, false);
+  return value;
+}
+
+void MpiWorker::stage_block(int32_t block, const BlockHash& key) {
+  if (offloader_ != nullptr) offloader_->stage_block(block, key);  // a busy writer drops it: counted
+}
+
+void MpiWorker::start_load(uint64_t ticket) {
+  if (offloader_ == nullptr) return;
+  const size_t n = payload_.size() / 3;
+  std::vector<BlockHash> keys(n);
+  std::vector<int32_t> blocks(n);
+  for (size_t i = 0; i < n; ++i) {
+    keys[i] = BlockHash{static_cast<uint64_t>(payload_[3 * i]), static_cast<uint64_t>(payload_[3 * i + 1])};
+    blocks[i] = static_cast<int32_t>(payload_[3 * i + 2]);
+  }
+  loads_[ticket] = offloader_->start_load(std::move(keys), std::move(blocks));
+}
+
+void MpiWorker::cancel_load(uint64_t ticket) {
+  if (auto it = loads_.find(ticket); it != loads_.end()) offloader_->cancel(it->second);
+}
+
+void MpiWorker::finish_load(uint64_t ticket) {
+  int64_t loaded = 0;  // a load this rank did not start (no tiers here) holds nothing
+  if (auto it = loads_.find(ticket); it != loads_.end()) {
+    const KvBlockSource::Finished f = offloader_->wait_load(it->second);
+    loaded = f.loaded;
+    if (!f.error.empty()) log_warning("KV offload: " + f.error);
+    loads_.erase(it);
+  }
+  group_.min_over_job(loaded, "settling a KV load with rank 0");
+}
+
 Status MpiWorker::run() {
   header_.resize(kHeaderLen);
   for (;;) {
@@ -294,17 +369,36 @@ Status MpiWorker::run() {
       cache_.copy_block(header_[1], header_[2]);
       continue;
     }
-    if (op != kForward)
+    if (op == kStageBlock) {
+      stage_block(static_cast<int32_t>(header_[1]),
+                  BlockHash{static_cast<uint64_t>(header_[2]), static_cast<uint64_t>(header_[3])});
+      continue;
+    }
+    if (op == kCancelLoad) {
+      cancel_load(static_cast<uint64_t>(header_[1]));
+      continue;
+    }
+    if (op == kFinishLoad) {
+      finish_load(static_cast<uint64_t>(header_[1]));
+      continue;
+    }
+    if (op != kForward && op != kStartLoad)
       return Status(StatusCode::kInternal, "tensor parallel: unknown step message " + std::to_string(op));
-    const auto n = static_cast<size_t>(header_[1]), num_seqs = static_cast<size_t>(header_[2]);
-    const auto rows = static_cast<size_t>(header_[3]), entries = static_cast<size_t>(header_[4]);
     payload_.resize(static_cast<size_t>(header_[5]));
-    if (payload_.size() != 4 * n + rows + 4 * num_seqs + entries)
-      return Status(StatusCode::kInternal, "tensor parallel: a step's batch does not add up");
+    if (op == kStartLoad && payload_.size() != 3 * static_cast<size_t>(header_[2]))
+      return Status(StatusCode::kInternal, "tensor parallel: a KV load's blocks do not add up");
     if (MPI_Ibcast(payload_.data(), static_cast<int>(payload_.size()), MPI_INT64_T, 0, MPI_COMM_WORLD,
                    &req) != MPI_SUCCESS)
       return Status(StatusCode::kInternal, "MPI_Ibcast failed");
     group_.wait(&req, "receiving a step's batch", false);
+    if (op == kStartLoad) {
+      start_load(static_cast<uint64_t>(header_[1]));
+      continue;
+    }
+    const auto n = static_cast<size_t>(header_[1]), num_seqs = static_cast<size_t>(header_[2]);
+    const auto rows = static_cast<size_t>(header_[3]), entries = static_cast<size_t>(header_[4]);
+    if (payload_.size() != 4 * n + rows + 4 * num_seqs + entries)
+      return Status(StatusCode::kInternal, "tensor parallel: a step's batch does not add up");
     const int64_t* p = payload_.data();
     auto take = [&](auto& out, size_t count) {
       out.resize(count);

@@ -14,11 +14,13 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
 #include "engine/step_mirror.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_offloader.h"
 #include "model/model_fingerprint.h"
 #include "model/pipeline_parallel.h"
 #include "model/tensor_parallel.h"
@@ -86,6 +88,8 @@ class MpiTensorGroup final : public TensorParallelGroup, public PipelineGroup {
   Status check_same_model(const ModelFingerprint& fp, const std::string& model_path);
   // Job rank 0 sends `values`, the others receive them into it (same size everywhere).
   Status broadcast(std::span<int64_t> values);
+  // The smallest of every rank's `value` (collective over the job; `what` names it in a timeout).
+  int64_t min_over_job(int64_t value, const char* what);
 
  private:
   // Waits for `request` (an MPI_Request) until the deadline, yielding the CPU between tests;
@@ -115,6 +119,11 @@ class MpiStepMirror final : public StepMirror {
   ~MpiStepMirror() override;
   Status forward(const ForwardBatch& batch) override;
   Status copy_block(int32_t src, int32_t dst) override;
+  Status stage_block(int32_t block, const BlockHash& key) override;
+  Status start_load(uint64_t ticket, std::span<const BlockHash> keys,
+                    std::span<const int32_t> blocks) override;
+  Status cancel_load(uint64_t ticket) override;
+  Expected<int64_t> finish_load(uint64_t ticket, int64_t loaded) override;
 
  private:
   Status send(const std::vector<int64_t>& header, const std::vector<int64_t>& payload);
@@ -126,15 +135,24 @@ class MpiStepMirror final : public StepMirror {
 // A rank other than 0: runs what rank 0's mirror sends until it says stop.
 class MpiWorker final {
  public:
-  MpiWorker(MpiTensorGroup& group, Transformer& model, KvCache& cache)
-      : group_(group), model_(model), cache_(cache) {}
+  // offloader: this rank's offload tiers over `cache` (its own store), or nullptr when rank 0
+  // has none or they did not open here (this rank's loads then hold nothing: rank 0 recomputes).
+  MpiWorker(MpiTensorGroup& group, Transformer& model, KvCache& cache, KvOffloader* offloader = nullptr)
+      : group_(group), model_(model), cache_(cache), offloader_(offloader) {}
   // Returns at rank 0's stop; an error when a step failed here (the job is then ended).
   Status run();
 
  private:
+  void stage_block(int32_t block, const BlockHash& key);
+  void start_load(uint64_t ticket);  // its blocks in payload_
+  void cancel_load(uint64_t ticket);
+  void finish_load(uint64_t ticket);
+
   MpiTensorGroup& group_;
   Transformer& model_;
   KvCache& cache_;
+  KvOffloader* offloader_;
+  std::unordered_map<uint64_t, uint64_t> loads_;  // rank 0's ticket -> this rank's
   std::vector<int64_t> header_, payload_;
   std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, tables_;
   std::vector<int64_t> slots_, lens_;

@@ -511,3 +511,66 @@ def test_bench_latency_on_two_stages_of_two_ranks():
     assert j["tensor_parallel_size"] == 2 and j["pipeline_parallel_size"] == 2
     assert j["prompt_tokens_per_second"] > 0 and j["generation_tokens_per_second"] > 0
     assert 0 < j["generation_collective_share"] < 1
+
+
+def metric(port, name, tier=None):
+    """The sum of `name`'s series (of `tier` only, if given) on the server at `port`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("inferd:" + name) and (tier is None or f'tier="{tier}"' in line))
+
+
+@pytest.mark.parametrize("split", ["--tensor-parallel-size", "--pipeline-parallel-size"])
+def test_offload_tiers_on_two_ranks_keep_each_ranks_slice(split, tmp_path):
+    """A disk tier under T = 2 and P = 2: each rank stores its own slice of each block in a store
+    of its own; a second job loads the prompt's blocks on every rank (prefix hits) and answers
+    as the first did, logprobs bit for bit; with one rank's store gone no block is used (a block
+    counts only when every rank loaded its slice) and the answer is recomputed, the same."""
+    prompt = "The history of the city goes back many centuries, and its old town is full of " * 12
+    body = {"prompt": prompt + "churches.", "max_tokens": 12, "temperature": 0, "logprobs": 1}
+    flags = ["--kv-offload-dir", str(tmp_path), "--kv-offload-watermark", "0", "--matmul", "f32",
+             "--kv-cache-dtype", "f32"]
+
+    def job(check):
+        proc, port = start_serve(*flags, ranks=2, split=split)
+        try:
+            got = post(port, body)["choices"][0]
+            check(port)
+            return got["text"], got["logprobs"]["token_logprobs"]
+        finally:
+            stop(proc)
+
+    def written(port):
+        deadline = time.time() + 30
+        while metric(port, "kv_offload_writes_total", "disk") < 10 and time.time() < deadline:
+            time.sleep(0.1)
+        assert metric(port, "kv_offload_writes_total", "disk") >= 10
+
+    computed = job(written)
+    stores = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert len(stores) == 2, stores  # one per rank
+    assert all(sum(1 for _ in s.rglob("*") if _.is_file()) >= 10 for s in stores), stores
+
+    def loaded(port):
+        assert metric(port, "kv_offload_reads_total", "disk") >= 10
+        assert metric(port, "prefix_cache_hits_total") >= 10 * 16
+
+    assert job(loaded) == computed
+    # The other rank's store gone, rank 0's kept: rank 0 reads its slices but may use none of them.
+    # (Which folder is rank 0's the names do not say: the one whose removal leaves rank 0 reading.)
+    aside = tmp_path.with_name(tmp_path.name + "-aside")
+    reads = []
+
+    def none_used(port):
+        assert metric(port, "prefix_cache_hits_total") == 0
+        reads.append(metric(port, "kv_offload_reads_total", "disk"))
+
+    for victim in stores:
+        shutil.move(victim, aside)
+        assert job(none_used) == computed
+        if reads[-1] >= 10:
+            break
+        shutil.rmtree(victim, ignore_errors=True)  # rewritten by the job just run
+        shutil.move(aside, victim)
+    assert reads[-1] >= 10, reads

@@ -163,6 +163,15 @@ class FailingMirror final : public StepMirror {
     return Status::ok();
   }
   Status copy_block(int32_t, int32_t) override { return Status::ok(); }
+  // No offload tiers in this test: the engine never calls these.
+  Status stage_block(int32_t, const BlockHash&) override { return Status(StatusCode::kInternal, "unused"); }
+  Status start_load(uint64_t, std::span<const BlockHash>, std::span<const int32_t>) override {
+    return Status(StatusCode::kInternal, "unused");
+  }
+  Status cancel_load(uint64_t) override { return Status(StatusCode::kInternal, "unused"); }
+  Expected<int64_t> finish_load(uint64_t, int64_t) override {
+    return Status(StatusCode::kInternal, "unused");
+  }
 
  private:
   std::mutex mutex_;

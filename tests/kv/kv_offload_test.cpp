@@ -290,6 +290,63 @@ TEST(KvOffloaderTest, EvictionStagesBlocksNoTierHoldsAndFullStagingSkipsWithoutB
   fs::remove_all(dir);
 }
 
+// A parallel job's ranks (docs/parallelism.md): rank 0's offloader reports each block it stages
+// (the hook the step mirror sends on), another rank stages its slice by key with no pool of its
+// own and follows rank 0's loads with wait_load; each rank's store is its own.
+TEST(KvOffloaderTest, AnotherRankStagesByKeyAndWaitsForItsLoadsInAStoreOfItsOwn) {
+  std::mt19937 rng(17);
+  const std::string dir = test::temp_dir();
+  const BlockHash model{5, 6};
+  EXPECT_EQ(kv_shard_fingerprint(model, KvShard{}), model);  // one process: its stores stay valid
+  const BlockHash r0 = kv_shard_fingerprint(model, KvShard{0, 2, 1});
+  const BlockHash r1 = kv_shard_fingerprint(model, KvShard{1, 2, 1});
+  EXPECT_NE(r0, model);
+  EXPECT_NE(r0, r1);
+  EXPECT_NE(kv_shard_fingerprint(model, KvShard{1, 1, 2}), r1);  // another split, another store
+  CachedPool rank0(6, 4, rng), rank1(6, 4, rng);  // the same keys' blocks, other contents (slices)
+  auto o0 = KvOffloader::create(disk_options(dir, 0.0), rank0.cache, r0);
+  auto o1 = KvOffloader::create(disk_options(dir, 0.0), rank1.cache, r1);
+  ASSERT_TRUE(o0.has_value() && o1.has_value());
+  EXPECT_NE((*o0)->identity().store_name(), (*o1)->identity().store_name());
+  std::vector<std::pair<int32_t, BlockHash>> mirrored;
+  (*o0)->set_stage_hook([&](int32_t block, const BlockHash& key) { mirrored.emplace_back(block, key); });
+  (*o0)->attach(rank0.pool);
+  ASSERT_EQ((*o0)->offload_cold(rank0.pool, 100), 4);
+  ASSERT_EQ(mirrored.size(), 4u);
+  for (auto& [block, key] : mirrored) {
+    EXPECT_EQ(key, rank0.keys[static_cast<size_t>(block)]);
+    EXPECT_TRUE((*o1)->stage_block(block, rank0.keys[static_cast<size_t>(block)]));
+  }
+  (*o0)->flush();
+  (*o1)->flush();
+
+  // Both ranks load the chain into blocks 2.. of fresh caches; rank 1 waits for its own load.
+  CachedPool back0(6, 0, rng), back1(6, 0, rng);
+  auto l0 = KvOffloader::create(disk_options(dir, 0.0), back0.cache, r0);
+  auto l1 = KvOffloader::create(disk_options(dir, 0.0), back1.cache, r1);
+  ASSERT_TRUE(l0.has_value() && l1.has_value());
+  const std::vector<int32_t> into = {2, 3, 4, 5};
+  const uint64_t t1 = (*l1)->start_load(rank0.keys, into);
+  const KvBlockSource::Finished f1 = (*l1)->wait_load(t1);
+  EXPECT_EQ(f1.ticket, t1);
+  EXPECT_EQ(f1.loaded, 4);
+  EXPECT_TRUE(f1.error.empty());
+  for (size_t i = 0; i < into.size(); ++i)
+    EXPECT_EQ(exported(back1.cache, into[i]),
+              exported(rank1.cache, static_cast<int64_t>(i)));  // its own slice
+  std::vector<KvBlockSource::Finished> polled;
+  (*l1)->poll(&polled);
+  EXPECT_TRUE(polled.empty());                      // wait_load took it
+  EXPECT_EQ((*l1)->wait_load(t1 + 100).loaded, 0);  // no such load: nothing, not a hang
+  // A key rank 1 never stored: its load stops there, whatever rank 0 holds.
+  std::vector<BlockHash> keys = rank0.keys;
+  keys[1] = BlockHash{99, 99};
+  EXPECT_EQ((*l1)->wait_load((*l1)->start_load(keys, into)).loaded, 1);
+  std::vector<int32_t> blocks;
+  EXPECT_EQ((*l0)->load(rank0.keys, back0.pool, &blocks), 4);
+  fs::remove_all(dir);
+}
+
 class RedisTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
