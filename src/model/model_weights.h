@@ -54,10 +54,12 @@ struct LayerWeights {
 struct TensorShard {
   int rank = 0;
   int size = 1;
-  int64_t kv_head_begin = 0, kv_head_end = 0;  // its KV heads (and their query heads)
-  int64_t head_begin = 0, head_end = 0;        // its query heads
-  int64_t inter_begin = 0, inter_end = 0;      // its intermediate channels of the dense MLP
-  int64_t vocab_begin = 0, vocab_end = 0;      // its rows of the vocabulary projection
+  int64_t kv_head_begin = 0, kv_head_end = 0;            // its KV heads (and their query heads)
+  int64_t head_begin = 0, head_end = 0;                  // its query heads
+  int64_t inter_begin = 0, inter_end = 0;                // its intermediate channels of the dense MLP
+  int64_t moe_inter_begin = 0, moe_inter_end = 0;        // ... of every routed expert (MoE)
+  int64_t shared_inter_begin = 0, shared_inter_end = 0;  // ... of the shared expert (Qwen2-MoE)
+  int64_t vocab_begin = 0, vocab_end = 0;                // its rows of the vocabulary projection
 };
 
 // What one stage of a pipeline-parallel group holds (model/pipeline_parallel.h): layers

@@ -12,6 +12,11 @@ size_t layer_bytes(const LayerWeights& l) {
   size_t bytes = 0;
   for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
     bytes += t->num_bytes;
+  const MoeWeights& m = l.moe;
+  for (const auto* experts : {&m.expert_gate, &m.expert_up, &m.expert_down})
+    for (const TensorView& t : *experts) bytes += t.num_bytes;
+  for (const TensorView* t : {&m.router, &m.shared_gate, &m.shared_up, &m.shared_down, &m.shared_expert_gate})
+    bytes += t->num_bytes;
   return bytes;
 }
 
@@ -23,8 +28,6 @@ Expected<PipelineStage> plan_pipeline_stage(const ModelWeights& w, int stage, in
     return invalid_argument("pipeline parallel: stage " + std::to_string(stage) + " of " +
                             std::to_string(stages));
   if (w.stage.stages != 1) return invalid_argument("pipeline parallel: the weights are split already");
-  if (w.config.is_moe())
-    return unsupported("pipeline parallel: mixture-of-experts models are not split into stages yet");
   if (layers < stages) {
     return invalid_argument("pipeline parallel: " + std::to_string(layers) + " layers cannot make " +
                             std::to_string(stages) + " stages");

@@ -30,8 +30,9 @@ class PipelineGroup {
 
 // Layers [layer_begin, layer_end) of stage `stage` of `stages`: contiguous, at least one each,
 // balanced by the bytes each stage reads per token (the last stage's vocabulary projection
-// counted with its layers). Errors: fewer layers than stages, a mixture-of-experts model (its
-// layer rules go by the whole model's index: not split yet), weights already split.
+// counted with its layers; a MoE layer's experts with it). Errors: fewer layers than stages,
+// weights already split. (A MoE model's dense and sparse layers were told apart at load time, by
+// the whole model's index: each layer's weights say which it is.)
 Expected<PipelineStage> plan_pipeline_stage(const ModelWeights& weights, int stage, int stages);
 
 // Keeps only the stage's layers: config.num_layers becomes their count (so the stage's KV cache

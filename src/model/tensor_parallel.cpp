@@ -77,21 +77,34 @@ Expected<TensorShard> plan_tensor_shard(const ModelWeights& weights, int rank, i
   const ModelConfig& c = weights.config;
   if (size < 1 || rank < 0 || rank >= size)
     return invalid_argument("tensor parallel: rank outside the group");
-  if (c.is_moe())
-    return invalid_argument(
-        "tensor parallel: mixture-of-experts models are not split yet (run with "
-        "--tensor-parallel-size 1)");
   if (c.num_kv_heads < size) {
     return invalid_argument("--tensor-parallel-size " + std::to_string(size) + " exceeds the model's " +
                             std::to_string(c.num_kv_heads) +
                             " KV heads (replicating KV heads is not supported)");
   }
-  const int64_t block = weights.layers.empty() ? 1 : dtype_info(weights.layers[0].w_down.dtype).block_values;
-  if (c.intermediate_size / block < size) {
-    return invalid_argument("tensor parallel: " + std::to_string(c.intermediate_size) +
-                            " intermediate channels do not split into " + std::to_string(size) +
-                            " slices of whole blocks of " + std::to_string(block));
-  }
+  // Each MLP's channels split on whole quantization blocks of its down projection (the first
+  // layer that has one says the dtype).
+  auto block_of = [&](auto pick) -> int64_t {
+    for (const LayerWeights& l : weights.layers) {
+      const TensorView* t = pick(l);
+      if (t != nullptr && t->data != nullptr) return dtype_info(t->dtype).block_values;
+    }
+    return 0;  // no such MLP in this model
+  };
+  const int64_t block = block_of([](const LayerWeights& l) { return &l.w_down; });
+  const int64_t moe_block = block_of(
+      [](const LayerWeights& l) { return l.moe.expert_down.empty() ? nullptr : &l.moe.expert_down[0]; });
+  const int64_t shared_block = block_of([](const LayerWeights& l) { return &l.moe.shared_down; });
+  auto check_split = [&](int64_t channels, int64_t unit, const char* what) -> Status {
+    if (unit == 0 || channels / unit >= size) return Status::ok();
+    return invalid_argument("tensor parallel: " + std::to_string(channels) + " " + what +
+                            " channels do not split into " + std::to_string(size) +
+                            " slices of whole blocks of " + std::to_string(unit));
+  };
+  INFERD_RETURN_IF_ERROR(check_split(c.intermediate_size, block, "intermediate"));
+  INFERD_RETURN_IF_ERROR(check_split(c.moe_intermediate_size, moe_block, "expert intermediate"));
+  INFERD_RETURN_IF_ERROR(
+      check_split(c.shared_expert_intermediate_size, shared_block, "shared-expert intermediate"));
   TensorShard s;
   s.rank = rank;
   s.size = size;
@@ -99,8 +112,17 @@ Expected<TensorShard> plan_tensor_shard(const ModelWeights& weights, int rank, i
   const int64_t group = c.num_heads / c.num_kv_heads;
   s.head_begin = s.kv_head_begin * group;
   s.head_end = s.kv_head_end * group;
-  std::tie(s.inter_begin, s.inter_end) = even_range(c.intermediate_size, rank, size, block);
-  if (rank == size - 1) s.inter_end = c.intermediate_size;  // a tail short of a block
+  auto channels = [&](int64_t n, int64_t unit, int64_t* begin, int64_t* end) {
+    if (unit == 0) {  // no such MLP: nothing to split (the size stays the model's)
+      *begin = 0, *end = n;
+      return;
+    }
+    std::tie(*begin, *end) = even_range(n, rank, size, unit);
+    if (rank == size - 1) *end = n;  // a tail short of a block
+  };
+  channels(c.intermediate_size, block, &s.inter_begin, &s.inter_end);
+  channels(c.moe_intermediate_size, moe_block, &s.moe_inter_begin, &s.moe_inter_end);
+  channels(c.shared_expert_intermediate_size, shared_block, &s.shared_inter_begin, &s.shared_inter_end);
   std::tie(s.vocab_begin, s.vocab_end) = tensor_shard_vocab_range(c.vocab_size, rank, size);
   return s;
 }
@@ -121,10 +143,21 @@ Status shard_weights(ModelWeights& w, const TensorShard& s) {
     l.bk = vector_slice(l.bk, s.kv_head_begin * hd, s.kv_head_end * hd);
     l.bv = vector_slice(l.bv, s.kv_head_begin * hd, s.kv_head_end * hd);
     l.wo = column_slice(l.wo, s.head_begin * hd, s.head_end * hd, w.owned);
-    l.w_gate = row_slice(l.w_gate, s.inter_begin, s.inter_end);
-    l.w_up = row_slice(l.w_up, s.inter_begin, s.inter_end);
-    l.w_down = column_slice(l.w_down, s.inter_begin, s.inter_end, w.owned);
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+    // An MLP's gate and up by its channels (rows), its down by the same channels (columns); a
+    // MoE layer's router and shared-expert gate whole (every rank routes the same).
+    auto split_mlp = [&](TensorView& gate, TensorView& up, TensorView& down, int64_t begin, int64_t end) {
+      if (gate.data == nullptr) return;
+      gate = row_slice(gate, begin, end);
+      up = row_slice(up, begin, end);
+      down = column_slice(down, begin, end, w.owned);
+      bytes += gate.num_bytes + up.num_bytes + down.num_bytes;
+    };
+    split_mlp(l.w_gate, l.w_up, l.w_down, s.inter_begin, s.inter_end);
+    MoeWeights& m = l.moe;
+    for (size_t e = 0; e < m.expert_gate.size(); ++e)
+      split_mlp(m.expert_gate[e], m.expert_up[e], m.expert_down[e], s.moe_inter_begin, s.moe_inter_end);
+    split_mlp(m.shared_gate, m.shared_up, m.shared_down, s.shared_inter_begin, s.shared_inter_end);
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &m.router, &m.shared_expert_gate})
       bytes += t->num_bytes;
   }
   w.lm_head = row_slice(w.lm_head, s.vocab_begin, s.vocab_end);
@@ -132,6 +165,8 @@ Status shard_weights(ModelWeights& w, const TensorShard& s) {
   c.num_heads = s.head_end - s.head_begin;
   c.num_kv_heads = s.kv_head_end - s.kv_head_begin;
   c.intermediate_size = s.inter_end - s.inter_begin;
+  c.moe_intermediate_size = s.moe_inter_end - s.moe_inter_begin;
+  c.shared_expert_intermediate_size = s.shared_inter_end - s.shared_inter_begin;
   w.weight_bytes = bytes;
   w.shard = s;
   return Status::ok();

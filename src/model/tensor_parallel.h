@@ -38,9 +38,10 @@ std::pair<int64_t, int64_t> tensor_shard_vocab_range(int64_t vocab_size, int ran
 
 // The slice of `rank` (of `size`) for `weights` (whole, as loaded). KV heads split as evenly as
 // they go (the first ranks get the extra ones, so rank 0, which sizes the KV pool, holds the most); the
-// intermediate channels in units of the down projection's quantization block; the vocabulary evenly. Errors,
-// naming the reason: fewer KV heads than ranks, fewer blocks of intermediate channels than ranks, a
-// mixture-of-experts model (not split yet).
+// intermediate channels in units of the down projection's quantization block (a MoE model's every
+// routed expert and its shared expert the same way, the router whole on every rank); the vocabulary
+// evenly. Errors, naming the reason: fewer KV heads than ranks, fewer blocks of an MLP's
+// intermediate channels than ranks.
 Expected<TensorShard> plan_tensor_shard(const ModelWeights& weights, int rank, int size);
 
 // Turns `weights` (whole, as loaded, or one pipeline stage's layers from pipeline_weights) into

@@ -255,6 +255,7 @@ Status Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
                        static_cast<float>(c.rms_norm_eps));
     if (observer_ != nullptr) observer_->observe(layer, LinearInput::kMlp, normed_.data(), n, c.hidden_size);
     p.moe->forward(normed_.data(), n, proj_.data());
+    INFERD_RETURN_IF_ERROR(reduce_proj(n));  // tensor parallel: each rank's experts hold a slice
     for (int64_t i = 0; i < n * c.hidden_size; ++i)
       hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
     return Status::ok();

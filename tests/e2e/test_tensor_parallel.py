@@ -59,7 +59,8 @@ def run_ids(model, *flags, ranks=1, timeout=300, split="--tensor-parallel-size")
 
 
 @pytest.mark.parametrize("model,flags", [("tiny/qwen2/model-q8_0.gguf", ()), ("tiny/qwen3", ()),
-                                         ("tiny/llama_untied", ()), (None, ("--matmul", "f32"))])
+                                         ("tiny/llama_untied", ()), ("tiny/qwen2_moe", ()), ("tiny/qwen3_moe", ()),
+                                         (None, ("--matmul", "f32"))])
 def test_greedy_run_on_two_ranks_equals_one_process(model, flags):
     """None: the default model, SmolLM2 (3 KV heads: 2 on rank 0, 1 on rank 1), with f32 matmuls:
     in the default mode its 30 layers' 8-bit activations turn the reordered sums into other
@@ -99,14 +100,11 @@ def test_flags_that_do_not_fit_are_refused():
                        text=True, timeout=120, env=ENV)
     assert p.returncode != 0
     assert "mpirun started 2 ranks but --tensor-parallel-size × --pipeline-parallel-size is 4" in p.stderr
-    p = subprocess.run(mpirun(BINARY, "run", "-m", os.path.join(FIXTURES, "tiny/qwen2_moe"), "--prompt-ids", PROMPT,
-                              "--pipeline-parallel-size", "2"), capture_output=True, text=True, timeout=120,
-                       env=ENV)
-    assert p.returncode != 0 and "mixture-of-experts" in p.stderr
-    p = subprocess.run(mpirun(BINARY, "run", "-m", os.path.join(FIXTURES, "tiny/qwen2_moe"), "--prompt-ids", PROMPT,
-                              "--tensor-parallel-size", "2"), capture_output=True, text=True, timeout=120,
-                       env=ENV)
-    assert p.returncode != 0 and "mixture-of-experts" in p.stderr
+    # A MoE file whose experts' 32 channels are one Q8_0 block: two ranks cannot share it.
+    p = subprocess.run(mpirun(BINARY, "run", "-m", os.path.join(FIXTURES, "tiny/qwen2_moe/model-q8_0.gguf"),
+                              "--prompt-ids", PROMPT, "--tensor-parallel-size", "2"), capture_output=True, text=True,
+                       timeout=120, env=ENV)
+    assert p.returncode != 0 and "32 expert intermediate channels do not split into 2" in p.stderr
 
 
 def post(port, body):
@@ -409,7 +407,8 @@ def test_ranks_on_two_hosts_over_tcp_equal_one_process(tmp_path):
         hosts.close()
 
 
-@pytest.mark.parametrize("model", ["tiny/qwen2/model-q8_0.gguf", "tiny/qwen3", "tiny/llama_tied", None])
+@pytest.mark.parametrize("model", ["tiny/qwen2/model-q8_0.gguf", "tiny/qwen3", "tiny/llama_tied",
+                                   "tiny/qwen2_moe/model-q8_0.gguf", None])
 def test_greedy_run_on_two_stages_equals_one_process(model):
     """Pipeline stages only pass the hidden rows on: no sum changes order, so even SmolLM2's
     default mode (None) gives one process's tokens."""

@@ -90,7 +90,9 @@ INSTANTIATE_TEST_SUITE_P(Tiny, TensorParallelTest,
                          ::testing::Values(SplitCase{"qwen2", 2}, SplitCase{"qwen2/model-q8_0.gguf", 2},
                                            SplitCase{"qwen3", 2}, SplitCase{"qwen3/model-f16.gguf", 2},
                                            SplitCase{"llama_untied", 2}, SplitCase{"llama_tied", 2},
-                                           SplitCase{"qwen2_bf16", 2}),
+                                           SplitCase{"qwen2_bf16", 2}, SplitCase{"qwen2_moe", 2},
+                                           SplitCase{"qwen2_moe/model-f32.gguf", 2},
+                                           SplitCase{"qwen3_moe", 2}),
                          [](const auto& info) {
                            std::string n = info.param.file + "_" + std::to_string(info.param.ranks);
                            for (auto& ch : n)
@@ -119,11 +121,29 @@ TEST(TensorParallelPlanTest, SlicesCoverTheModelAndRefuseWhatCannotSplit) {
   auto too_many = plan_tensor_shard(**w, 0, static_cast<int>(c.num_kv_heads) + 1);
   ASSERT_FALSE(too_many.has_value());
   EXPECT_NE(too_many.status().message().find("KV heads"), std::string::npos);
+  // A MoE model: every expert's channels and the shared expert's split as the dense MLP's do.
   auto moe = load_model(test::fixture_path("tiny/qwen2_moe"));
   ASSERT_TRUE(moe.has_value());
-  auto refused = plan_tensor_shard(**moe, 0, 2);
+  const ModelConfig& mc = (*moe)->config;
+  int64_t expert = 0, shared = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto s = plan_tensor_shard(**moe, rank, 2);
+    ASSERT_TRUE(s.has_value()) << s.status().message();
+    EXPECT_EQ(s->moe_inter_begin, expert);
+    EXPECT_EQ(s->shared_inter_begin, shared);
+    EXPECT_LT(s->moe_inter_begin, s->moe_inter_end);
+    expert = s->moe_inter_end, shared = s->shared_inter_end;
+  }
+  EXPECT_EQ(expert, mc.moe_intermediate_size);
+  EXPECT_EQ(shared, mc.shared_expert_intermediate_size);
+  // Its Q8_0 file: 32 expert channels are one block of 32, which two ranks cannot share.
+  auto q8 = load_model(test::fixture_path("tiny/qwen2_moe/model-q8_0.gguf"));
+  ASSERT_TRUE(q8.has_value());
+  auto refused = plan_tensor_shard(**q8, 0, 2);
   ASSERT_FALSE(refused.has_value());
-  EXPECT_NE(refused.status().message().find("mixture-of-experts"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("32 expert intermediate channels do not split into 2"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 }  // namespace
