@@ -311,16 +311,18 @@ def test_a_killed_rank_ends_the_job():
             proc.wait()
 
 
-def test_bench_latency_on_two_ranks_reports_the_collectives_share():
+@pytest.mark.parametrize("split,ranks,sizes", [("--tensor-parallel-size", 2, (2, 1)),
+                                               ("--pipeline-parallel-size", 2, (1, 2)), (GRID, 4, (2, 2))])
+def test_bench_latency_on_several_ranks_reports_the_collectives_share(split, ranks, sizes):
     model = os.path.join(FIXTURES, "tiny/qwen2/model-q8_0.gguf")
-    p = subprocess.run(mpirun(BINARY, "bench", "latency", "-m", model, "-t", "1", "-p", "32", "-n", "8", "-r", "2",
-                              "--json", "--tensor-parallel-size", "2"), capture_output=True, text=True, timeout=300,
-                       env=ENV)
+    p = subprocess.run(mpirun(BINARY, "bench", "latency", "-m", model, "-t", "1", "-p", "64", "-n", "8", "-r", "2",
+                              "--json", *split_flags(split, ranks), ranks=ranks), capture_output=True, text=True,
+                       timeout=300, env=ENV)
     assert p.returncode == 0, p.stderr
     lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1, p.stdout  # rank 0 prints; the other rank only computes
+    assert len(lines) == 1, p.stdout  # rank 0 prints; the other ranks only compute
     j = lines[0]
-    assert j["tensor_parallel_size"] == 2
+    assert (j["tensor_parallel_size"], j["pipeline_parallel_size"]) == sizes
     assert j["prompt_tokens_per_second"] > 0 and j["generation_tokens_per_second"] > 0
     assert 0 < j["prompt_collective_share"] < 1 and 0 < j["generation_collective_share"] < 1
 
@@ -426,40 +428,37 @@ def preemptions(port):
                if line.startswith(("inferd:num_preemptions_total", "vllm:num_preemptions_total")))
 
 
+SHARED = "The history of the city goes back many centuries, and its old town is full of " * 6
+# Concurrent requests: a long prompt (micro-batches), a shared prefix, chunked prefill, n = 2.
+CONCURRENT = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1}
+              for p in (SHARED + "churches.", SHARED + "markets and", "Once upon a time",
+                        "The three primary colours are")] + [
+    {"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2, "logprobs": 1}]
+
+
+def serve_concurrent(*flags, ranks, split, kv, preempting):
+    """Each CONCURRENT answer's choices as (text, token logprobs), from a server started with `flags`."""
+    import concurrent.futures
+    proc, port = start_serve("--max-num-batched-tokens", "96", *flags, ranks=ranks, split=split, kv=kv)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(CONCURRENT)) as pool:
+            got = list(pool.map(lambda b: post(port, b), CONCURRENT))
+        if preempting:
+            assert preemptions(port) > 0, "no request was preempted: the test does not test preemption"
+        return [[(c["text"], c["logprobs"]["token_logprobs"]) for c in sorted(r["choices"], key=lambda c: c["index"])]
+                for r in got]
+    finally:
+        stop(proc)
+
+
 @pytest.mark.parametrize("kv", ["64MiB", "3MiB"])
 def test_serve_on_two_stages_answers_as_one_process_logprobs_included(kv):
-    """The default mode, concurrent requests (a long prompt in micro-batches, a shared prefix, a
-    chunked prefill, n = 2): the same texts and the same logprobs, bit for bit. With 3 MiB of KV
-    the requests do not all fit: some are preempted and recomputed, on both servers."""
-    shared = "The history of the city goes back many centuries, and its old town is full of " * 6
-    prompts = [shared + "churches.", shared + "markets and", "Once upon a time", "The three primary colours are"]
-    bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1} for p in prompts]
-    bodies.append({"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2, "logprobs": 1})
-    answers = []
-    for ranks in (1, 2):
-        proc, port = start_serve("--max-num-batched-tokens", "96", ranks=ranks, split="--pipeline-parallel-size", kv=kv)
-        try:
-            import concurrent.futures
-            with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
-                got = list(pool.map(lambda b: post(port, b), bodies))
-            answers.append([[(c["text"], c["logprobs"]["token_logprobs"])
-                             for c in sorted(r["choices"], key=lambda c: c["index"])] for r in got])
-            if kv == "3MiB":
-                assert preemptions(port) > 0, "no request was preempted: the test does not test preemption"
-        finally:
-            stop(proc)
+    """The default mode, the concurrent requests: the same texts and the same logprobs, bit for
+    bit. With 3 MiB of KV the requests do not all fit: some are preempted and recomputed, on both
+    servers."""
+    answers = [serve_concurrent(ranks=ranks, split="--pipeline-parallel-size", kv=kv, preempting=kv == "3MiB")
+               for ranks in (1, 2)]
     assert answers[1] == answers[0]
-
-
-def test_bench_latency_on_two_stages():
-    model = os.path.join(FIXTURES, "tiny/qwen2/model-q8_0.gguf")
-    p = subprocess.run(mpirun(BINARY, "bench", "latency", "-m", model, "-t", "1", "-p", "64", "-n", "8", "-r", "2",
-                              "--json", "--pipeline-parallel-size", "2"), capture_output=True, text=True, timeout=300,
-                       env=ENV)
-    assert p.returncode == 0, p.stderr
-    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1, p.stdout
-    assert lines[0]["prompt_tokens_per_second"] > 0 and lines[0]["generation_tokens_per_second"] > 0
 
 
 @pytest.mark.parametrize("model", ["tiny/qwen2/model-q8_0.gguf", "tiny/qwen3", None])
@@ -475,41 +474,11 @@ def test_greedy_run_on_two_stages_of_two_ranks_equals_two_ranks(model):
 
 
 def test_serve_on_two_stages_of_two_ranks_answers_as_two_ranks():
-    """Concurrent requests (micro-batches, a shared prefix, chunked prefill, n = 2) through a
-    2 x 2 server with a KV pool small enough to preempt: the texts and logprobs of a T = 2 server,
-    bit for bit."""
-    shared = "The history of the city goes back many centuries, and its old town is full of " * 6
-    prompts = [shared + "churches.", shared + "markets and", "Once upon a time", "The three primary colours are"]
-    bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1} for p in prompts]
-    bodies.append({"prompt": "My favourite food is", "max_tokens": 8, "temperature": 0, "n": 2, "logprobs": 1})
-    answers = []
-    for ranks, split in ((2, "--tensor-parallel-size"), (4, GRID)):
-        # 3 MiB of BF16 KV per rank: half the heads and, at P = 2, half the layers each.
-        proc, port = start_serve("--max-num-batched-tokens", "96", ranks=ranks, split=split,
-                                 kv="3MiB" if ranks == 2 else "1536KiB")
-        try:
-            import concurrent.futures
-            with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
-                got = list(pool.map(lambda b: post(port, b), bodies))
-            answers.append([[(c["text"], c["logprobs"]["token_logprobs"])
-                             for c in sorted(r["choices"], key=lambda c: c["index"])] for r in got])
-            assert preemptions(port) > 0, "no request was preempted: the test does not test preemption"
-        finally:
-            stop(proc)
-    assert answers[1] == answers[0]
-
-
-def test_bench_latency_on_two_stages_of_two_ranks():
-    model = os.path.join(FIXTURES, "tiny/qwen2/model-q8_0.gguf")
-    p = subprocess.run(mpirun(BINARY, "bench", "latency", "-m", model, "-t", "1", "-p", "64", "-n", "8", "-r", "2",
-                              "--json", *GRID, ranks=4), capture_output=True, text=True, timeout=300, env=ENV)
-    assert p.returncode == 0, p.stderr
-    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1, p.stdout
-    j = lines[0]
-    assert j["tensor_parallel_size"] == 2 and j["pipeline_parallel_size"] == 2
-    assert j["prompt_tokens_per_second"] > 0 and j["generation_tokens_per_second"] > 0
-    assert 0 < j["generation_collective_share"] < 1
+    """The concurrent requests through a 2 x 2 server with a KV pool small enough to preempt: the
+    texts and logprobs of a T = 2 server, bit for bit. 3 MiB of BF16 KV per rank: half the heads
+    and, at P = 2, half the layers each."""
+    two = serve_concurrent(ranks=2, split="--tensor-parallel-size", kv="3MiB", preempting=True)
+    assert serve_concurrent(ranks=4, split=GRID, kv="1536KiB", preempting=True) == two
 
 
 def metric(port, name, tier=None):
