@@ -428,6 +428,9 @@ int run_quantize(const QuantizeFlags& q) {
   if (r->kept_f32_routers > 0)
     std::fprintf(stderr, "quantize: %lld MoE routers / shared-expert gates kept at f32\n",
                  static_cast<long long>(r->kept_f32_routers));
+  if (r->lora_merged > 0)
+    std::fprintf(stderr, "quantize: %lld matrices with the LoRA adapter merged in\n",
+                 static_cast<long long>(r->lora_merged));
   if (r->gptq > 0)
     std::fprintf(stderr, "quantize: %lld matrices rounded with GPTQ, calibrated on %lld tokens\n",
                  static_cast<long long>(r->gptq), static_cast<long long>(r->calibration_tokens));
@@ -440,6 +443,7 @@ struct PerplexityFlags {
   BackendKind matmul = BackendKind::kPacked;
   bool compare_f32 = false;
   std::string reference_model;
+  std::string lora;  // a LoRA adapter the model (and the reference) run with
   bool json = false;
 };
 
@@ -469,7 +473,24 @@ int run_perplexity(const CommonFlags& flags, const PerplexityFlags& p) {
   } else if (p.compare_f32) {
     reference.emplace(**m, pool, TransformerOptions{.backend = BackendKind::kF32});
   }
-  auto r = perplexity(model, tokens, p.options, reference ? &*reference : nullptr);
+  // --lora: the adapter on the model and on the reference (checked against each one's weights).
+  std::shared_ptr<const LoraAdapter> lora, reference_lora;
+  PerplexityOptions options = p.options;
+  if (!p.lora.empty()) {
+    auto a = load_lora_adapter(p.lora, **m, 1 << 20);
+    if (!a) return fail("--lora: " + a.status().message());
+    lora = *a;
+    if (Status s = model.enable_lora(); !s.is_ok()) return fail(s.message());
+    options.lora = lora.get();
+    if (reference) {
+      auto ra = reference_weights ? load_lora_adapter(p.lora, *reference_weights, 1 << 20) : a;
+      if (!ra) return fail("--lora on --reference-model: " + ra.status().message());
+      reference_lora = *ra;
+      if (Status s = reference->enable_lora(); !s.is_ok()) return fail(s.message());
+      options.reference_lora = reference_lora.get();
+    }
+  }
+  auto r = perplexity(model, tokens, options, reference ? &*reference : nullptr);
   if (!r) return fail(r.status().message());
   if (p.json) {
     nlohmann::json j = {{"model", (*m)->source_path},   {"matmul", backend_name(p.matmul)},
@@ -623,6 +644,9 @@ int main(int argc, char** argv) {
       "--pure", quant.options.pure,
       "4-bit types: quantize the token embedding and output matrix too (default: keep them at q8_0)");
   quantize_cmd->add_option(
+      "--lora", quant.options.lora,
+      "merge this LoRA adapter (a PEFT directory or a GGUF adapter) into the weights first");
+  quantize_cmd->add_option(
       "--calibration", quant.options.calibration_file,
       "int4: a UTF-8 text the model runs over first; matrices are then rounded with GPTQ "
       "(e.g. tests/fixtures/text/calibration.txt)");
@@ -649,6 +673,9 @@ int main(int argc, char** argv) {
                    "compare against this model (e.g. the F32 original) on the f32 path: its perplexity, mean "
                    "KL and top-1 agreement")
       ->excludes("--compare-f32");
+  ppl_cmd->add_option(
+      "--lora", ppl.lora,
+      "score with this LoRA adapter (a PEFT directory or a GGUF adapter) applied to the model");
   ppl_cmd->add_flag("--json", ppl.json, "print one JSON object");
 
   auto* bench_cmd = app.add_subcommand("bench", "serving and latency benchmarks");

@@ -59,6 +59,17 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--shutdown-grace", s.shutdown_grace_seconds,
                   "on SIGTERM, seconds in-flight requests get to finish before they are aborted")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--enable-lora", f->enable_lora,
+                "serve LoRA adapters of the model (requests pick one by 'model'; /v1/load_lora_adapter)");
+  cmd->add_option("--lora-modules", f->lora_modules,
+                  "adapters offered from the start, as name=path (a PEFT directory or a GGUF adapter); "
+                  "implies --enable-lora")
+      ->expected(1, -1);
+  cmd->add_option("--max-loras", f->max_loras,
+                  "LoRA adapters resident in memory at once (the rest load on demand)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--max-lora-rank", f->max_lora_rank, "the highest LoRA rank accepted")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_option("--role", f->role,
                   "both (prefill and decode here), prefill (keeps each prompt's KV for a decode instance to "
                   "pull), or decode (pulls prompt KV from prefill instances); see docs/disaggregation.md")
@@ -90,6 +101,7 @@ struct Loaded {
   std::unique_ptr<ChatTemplate> chat_template;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Transformer> model;
+  std::unique_ptr<LoraRegistry> lora;
   std::unique_ptr<KvExportStore> kv_export;
   std::unique_ptr<AsyncEngine> engine;
   std::unique_ptr<UcxKvServer> kv_server;  // serves kv_export from the engine's cache layout
@@ -148,6 +160,21 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
     };
   }
   if (parallel != nullptr) INFERD_RETURN_IF_ERROR(parallel->attach(*out->model, options));
+  if (flags.enable_lora || !flags.lora_modules.empty()) {
+    INFERD_RETURN_IF_ERROR(out->model->enable_lora().with_context("--enable-lora"));
+    out->lora = std::make_unique<LoraRegistry>(*out->weights,
+                                               LoraRegistryOptions{flags.max_loras, flags.max_lora_rank});
+    for (const std::string& module : flags.lora_modules) {
+      const size_t eq = module.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == module.size())
+        return invalid_argument("--lora-modules " + module + ": give name=path");
+      INFERD_RETURN_IF_ERROR(
+          out->lora->add(module.substr(0, eq), module.substr(eq + 1), flags.server.served_model_name)
+              .with_context("--lora-modules " + module));
+      log_info("LoRA adapter '" + module.substr(0, eq) + "': " + module.substr(eq + 1));
+    }
+    ctx->lora = out->lora.get();
+  }
   out->engine = std::make_unique<AsyncEngine>(*out->model, options);
   if (parallel != nullptr) {
     // A rank that stops answering ends the job: first every open request gets the reason (500),

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "engine_flags.h"
 #include "parallel.h"
@@ -22,6 +23,11 @@ struct ServeFlags {
   uint16_t kv_port = 0;                   // prefill: its port (0: any free port, advertised in answers)
   double kv_lease_seconds = 30;           // prefill: how long a finished prompt's KV waits for its pull
   std::string kv_export_buffer = "1GiB";  // prefill: the most KV kept for pulls at once
+  // LoRA (docs/lora.md), as vLLM spells it.
+  bool enable_lora = false;               // implied by --lora-modules
+  std::vector<std::string> lora_modules;  // name=path
+  int64_t max_loras = 8;                  // resident at once
+  int64_t max_lora_rank = 64;
 };
 
 void add_serve_flags(CLI::App* cmd, ServeFlags* flags);

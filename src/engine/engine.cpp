@@ -106,6 +106,12 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
     r->error = "n must be in [1, " + std::to_string(kMaxSamples) + "], got " + std::to_string(spec.n);
     r->num_samples = 1;
   }
+  if (r->error.empty() && spec.lora != nullptr) {
+    if (!model_.lora_enabled())
+      r->error = "LoRA adapters are not enabled on this engine";
+    else
+      r->lora = std::move(spec.lora);
+  }
   if (r->num_samples > 1) samples_[id] = {id};
   if (r->error.empty()) {
     Status s = r->sampling.validate();
@@ -164,6 +170,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
     r->limits = parent.limits;
     r->priority = parent.priority;
     r->session_id = parent.session_id;
+    r->lora = parent.lora;
     r->arrival_order = parent.arrival_order;
     r->first_scheduled = parent.first_scheduled;
     ids.push_back(r->id);
@@ -281,7 +288,9 @@ std::vector<StepOutput> Engine::step() {
 
 void Engine::export_prompt_kv(const Request& r) {
   const auto prompt_len = static_cast<int64_t>(r.prompt.size());
-  const std::vector<BlockHash> keys = kv_.block_keys({r.prompt, {}}, prompt_len);
+  const std::vector<BlockHash> keys = kv_.block_keys(
+      {r.prompt, {}, r.lora ? BlockHash{r.lora->fingerprint_lo, r.lora->fingerprint_hi} : BlockHash{}},
+      prompt_len);
   const auto table = kv_.block_table(r.id);
   INFERD_CHECK(table.size() >= keys.size());
   const size_t payload = cache_.block_bytes(), record = kv_record_bytes(payload);

@@ -13,11 +13,15 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
   sample_items_.clear();
   slots_.clear();
   sequences_.clear();
+  sequence_lora_.clear();
+  bool any_lora = false;
   for (size_t i = 0; i < batch.items.size(); ++i) {
     const Request& r = *batch.items[i].request;
     const int64_t first = r.num_computed_tokens;
     const int64_t n = batch.items[i].num_new_tokens;
     sequences_.push_back({static_cast<int64_t>(ids_.size()), n, first + n, kv_.block_table(r.id)});
+    sequence_lora_.push_back(r.lora.get());
+    any_lora = any_lora || r.lora != nullptr;
     for (int64_t p = first; p < first + n; ++p) {
       ids_.push_back(r.token_at(p));
       positions_.push_back(static_cast<int32_t>(p));
@@ -31,7 +35,8 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
   }
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   if (logits_.size() < logit_rows_.size() * vocab) logits_.resize(logit_rows_.size() * vocab);
-  ForwardBatch fb{ids_, positions_, slots_, token_sequence_, sequences_, logit_rows_};
+  ForwardBatch fb{ids_, positions_, slots_, token_sequence_, sequences_, logit_rows_, {}};
+  if (any_lora) fb.sequence_lora = sequence_lora_;
   if (mirror_ != nullptr) INFERD_RETURN_IF_ERROR(mirror_->forward(fb));
   return model_.forward(fb, cache_, logits_);
 }

@@ -39,6 +39,7 @@ class ModelRunner final {
   std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, sample_items_;
   std::vector<int64_t> slots_;
   std::vector<AttentionSequence> sequences_;
+  std::vector<const LoraAdapter*> sequence_lora_;  // [sequences] each one's adapter (null: the base)
   std::vector<float> logits_;
 };
 

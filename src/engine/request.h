@@ -11,6 +11,7 @@
 
 #include "engine/sampler.h"
 #include "kv/kv_cache_manager.h"
+#include "model/lora_adapter.h"
 
 namespace inferd {
 
@@ -43,9 +44,10 @@ struct Request {
   std::vector<int32_t> output;
   SamplingParams sampling;
   GenerationLimits limits;
-  int32_t priority = 0;        // lower runs earlier (as in vLLM)
-  std::string session_id;      // non-empty: pin this turn's blocks for the session's next turn
-  uint64_t arrival_order = 0;  // ties in priority go to the earlier arrival
+  int32_t priority = 0;                     // lower runs earlier (as in vLLM)
+  std::string session_id;                   // non-empty: pin this turn's blocks for the session's next turn
+  std::shared_ptr<const LoraAdapter> lora;  // null: the base model alone
+  uint64_t arrival_order = 0;               // ties in priority go to the earlier arrival
 
   RequestState state = RequestState::kWaiting;
   std::optional<FinishReason> finish_reason;  // set when it finished

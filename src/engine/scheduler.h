@@ -151,7 +151,10 @@ class Scheduler final {
   void accept_token(Request* r, int32_t token);
   static bool is_stop_token(const Request& r, int32_t token);
   void insert_waiting(Request* r);
-  static KVCacheManager::Tokens tokens_of(const Request& r) { return {r.prompt, r.output}; }
+  static KVCacheManager::Tokens tokens_of(const Request& r) {
+    return {r.prompt, r.output,
+            r.lora ? BlockHash{r.lora->fingerprint_lo, r.lora->fingerprint_hi} : BlockHash{}};
+  }
 
   SchedulerOptions options_;
   KVCacheManager& kv_;

@@ -17,6 +17,9 @@ namespace inferd {
 struct PerplexityOptions {
   int64_t context = 512;   // tokens per chunk (-c)
   int64_t max_chunks = 0;  // 0 = every whole chunk of the text
+  // LoRA adapters the model and the reference run with (null: none; need enable_lora()).
+  const LoraAdapter* lora = nullptr;
+  const LoraAdapter* reference_lora = nullptr;
   Status validate() const;
 };
 

@@ -140,6 +140,11 @@ class CpuBackend final : public Backend {
     inferd::silu_mul(gate, up, out, n);
   }
 
+  void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
+                   int64_t ldy, int64_t n) override {
+    ::inferd::lora_update(x, ldx, k, groups, y, ldy, n, lora_scratch_, pool_, isa_);
+  }
+
   void embed(const TensorView& table, std::span<const int32_t> ids, float* out) override {
     const int64_t width = table.row_length();
     for (size_t t = 0; t < ids.size(); ++t)
@@ -165,6 +170,7 @@ class CpuBackend final : public Backend {
   BackendKind kind_;
   Isa isa_;
   ThreadPool& pool_;
+  LoraScratch lora_scratch_;
   QuantizedActivations quantized_;
   std::vector<QuantizedActivations> grouped_quantized_;  // one per group of grouped_linear
   std::vector<PackedMatmulGroup> packed_groups_;

@@ -16,6 +16,7 @@
 #include "common/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/lora.h"
 #include "kernels/ops.h"
 #include "kernels/packed_matmul.h"
 #include "tensor/tensor_view.h"
@@ -90,6 +91,10 @@ class Backend {
                        int64_t pos, const float* inv_freq, RopePairing pairing, float scale) = 0;
   // out = silu(gate) * up, n values.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // y[t] += scale * (x[t] A^T) B^T for the rows of each group (kernels/lora.h): many LoRA
+  // adapters' updates of one linear layer in one call. Engine thread only.
+  virtual void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups,
+                           float* y, int64_t ldy, int64_t n) = 0;
   // out[t] = table[ids[t]] as f32 rows.
   virtual void embed(const TensorView& table, std::span<const int32_t> ids, float* out) = 0;
 };

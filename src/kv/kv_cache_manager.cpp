@@ -18,7 +18,7 @@ KVCacheManager::KVCacheManager(BlockPool& pool, int32_t block_size, bool prefix_
 BlockHash KVCacheManager::hash_block(const BlockHash* parent, const Tokens& tokens, int64_t block) {
   // Input: the parent's 16-byte key (zeros for the first block), then the block's token ids.
   scratch_.resize(4 + static_cast<size_t>(block_size_));
-  const BlockHash p = parent != nullptr ? *parent : BlockHash{};
+  const BlockHash p = parent != nullptr ? *parent : tokens.root;
   std::memcpy(scratch_.data(), &p.lo, 8);
   std::memcpy(scratch_.data() + 2, &p.hi, 8);
   for (int64_t i = 0; i < block_size_; ++i)
@@ -74,7 +74,7 @@ std::vector<BlockHash> KVCacheManager::block_keys(const Tokens& tokens, int64_t 
   if (tail > 0) {
     // Input: the parent's key, a domain word and the count, then the tail's token ids.
     scratch_.assign(6 + static_cast<size_t>(tail), 0);
-    const BlockHash p = full == 0 ? BlockHash{} : keys.back();
+    const BlockHash p = full == 0 ? tokens.root : keys.back();
     std::memcpy(scratch_.data(), &p.lo, 8);
     std::memcpy(scratch_.data() + 2, &p.hi, 8);
     scratch_[4] = 0x4b565054;  // "TPVK": a partial block

@@ -70,9 +70,12 @@ class KVCacheManager final {
   // pool: not owned. block_size: tokens per block. prefix_caching: reuse full blocks by content.
   KVCacheManager(BlockPool& pool, int32_t block_size, bool prefix_caching = false);
 
-  // A request's tokens as two runs (prompt, then output so far).
+  // A request's tokens as two runs (prompt, then output so far), and the key their hash chain
+  // starts from: zero for the base model, a LoRA adapter's fingerprint for its requests, so two
+  // adapters (or an adapter and the base) never share a block, here or in a tier.
   struct Tokens {
     std::span<const int32_t> prompt, output;
+    BlockHash root{};
     int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
     int32_t at(int64_t i) const {
       const auto p = static_cast<size_t>(i);

@@ -47,10 +47,10 @@ void Transformer::norm_linear(const std::vector<float>& norm_weight, int64_t lay
                               const LinearWeights& w, std::span<const LinearOutput> outputs, int64_t n) {
   const ModelConfig& c = config();
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  if (observer_ == nullptr)
+  if (observer_ == nullptr && !lora_)
     return backend_->linear(hidden_.data(), n, c.hidden_size, norm_weight.data(), eps, w, outputs);
   backend_->rms_norm(hidden_.data(), norm_weight.data(), normed_.data(), n, c.hidden_size, eps);
-  observer_->observe(layer, input, normed_.data(), n, c.hidden_size);
+  if (observer_ != nullptr) observer_->observe(layer, input, normed_.data(), n, c.hidden_size);
   backend_->linear(normed_.data(), n, c.hidden_size, nullptr, eps, w, outputs);
 }
 
@@ -58,6 +58,51 @@ void Transformer::linear(const float* x, int64_t k, int64_t layer, LinearInput i
                          const LinearOutput& out, int64_t n) {
   if (observer_ != nullptr) observer_->observe(layer, input, x, n, k);
   backend_->linear(x, n, k, nullptr, 0.0f, w, {&out, 1});
+}
+
+Status Transformer::enable_lora() {
+  if (tp_ != nullptr || pp_ != nullptr)
+    return unsupported("LoRA adapters are not supported with tensor or pipeline parallelism");
+  if (lora_) return Status::ok();
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    const LayerWeights& l = weights_.layers[i];
+    if (l.is_moe()) continue;
+    const TensorView* parts[2] = {&l.w_gate, &l.w_up};
+    layers_[i].gate_and_up = backend_->prepare_linear(parts, false);
+    layers_[i].gate_up.reset();  // the fused pair is not used again
+  }
+  lora_ = true;
+  capacity_ = 0;  // reserve() grows up_ too
+  return Status::ok();
+}
+
+void Transformer::prepare_lora(const ForwardBatch& b) {
+  lora_adapters_.clear();
+  for (auto& rows : lora_rows_) rows.clear();
+  if (b.sequence_lora.empty()) return;
+  for (size_t t = 0; t < b.token_sequence.size(); ++t) {
+    const LoraAdapter* a = b.sequence_lora[static_cast<size_t>(b.token_sequence[t])];
+    if (a == nullptr) continue;
+    size_t i = 0;
+    while (i < lora_adapters_.size() && lora_adapters_[i] != a) ++i;
+    if (i == lora_adapters_.size()) {
+      lora_adapters_.push_back(a);
+      if (lora_rows_.size() < lora_adapters_.size()) lora_rows_.emplace_back();
+    }
+    lora_rows_[i].push_back(static_cast<int32_t>(t));
+  }
+}
+
+void Transformer::apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t k, float* y,
+                             int64_t n) {
+  lora_groups_.clear();
+  for (size_t i = 0; i < lora_adapters_.size(); ++i) {
+    const LoraMatrix& m = lora_adapters_[i]->matrix(layer, target);
+    if (m.rank == 0) continue;
+    lora_groups_.push_back(LoraGroup{m.a.data(), m.bt.data(), m.rank, m.scale, lora_rows_[i]});
+  }
+  if (lora_groups_.empty()) return;
+  backend_->lora_update(x, k, k, lora_groups_, y, n, n);
 }
 
 void Transformer::reserve(int64_t n) {
@@ -71,6 +116,7 @@ void Transformer::reserve(int64_t n) {
   grow(v_, c.kv_dim());
   grow(attn_, c.q_dim());
   grow(gate_, c.intermediate_size);
+  if (lora_) grow(up_, c.intermediate_size);
   grow(proj_, c.hidden_size);
   if (c.rope_scaling.type == RopeScalingType::kDynamic) grow(own_inv_freq_, rope_.size());
   token_inv_freq_.resize(static_cast<size_t>(n));
@@ -95,6 +141,9 @@ Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t
   if (b.positions.size() != n || b.slot_mapping.size() != n || b.token_sequence.size() != n) {
     return invalid_argument("batch arrays differ in length");
   }
+  if (!b.sequence_lora.empty() && (!lora_ || b.sequence_lora.size() != b.sequences.size()))
+    return invalid_argument(lora_ ? "sequence_lora differs in length from sequences"
+                                  : "a batch with LoRA adapters on a transformer without enable_lora()");
   const bool writes_logits = (tp_ == nullptr || tp_->rank() == 0) && (pp_ == nullptr || pp_->stage() == 0);
   if (writes_logits && logits_size < b.logit_rows.size() * static_cast<size_t>(c.vocab_size)) {
     return invalid_argument("logits buffer too small");
@@ -141,6 +190,8 @@ Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t
 }
 
 Status Transformer::set_tensor_parallel(TensorParallelGroup* group) {
+  if (lora_ && group != nullptr && !(group->size() == 1))
+    return unsupported("LoRA adapters are not supported with tensor or pipeline parallelism");
   if (group == nullptr || group->size() == 1) {
     tp_ = nullptr;
     return Status::ok();
@@ -164,6 +215,8 @@ Status Transformer::set_tensor_parallel(TensorParallelGroup* group) {
 }
 
 Status Transformer::set_pipeline(PipelineGroup* group) {
+  if (lora_ && group != nullptr && !(group->stages() == 1))
+    return unsupported("LoRA adapters are not supported with tensor or pipeline parallelism");
   if (group == nullptr || group->stages() == 1) {
     pp_ = nullptr;
     return Status::ok();
@@ -224,6 +277,11 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
                                {k_.data(), c.kv_dim(), bias(l.bk)},
                                {v_.data(), c.kv_dim(), bias(l.bv)}};
   norm_linear(l.attn_norm, layer_index, LinearInput::kAttention, *p.qkv, qkv, n);
+  if (!lora_adapters_.empty()) {
+    apply_lora(layer_index, LoraTarget::kQ, normed_.data(), c.hidden_size, q_.data(), c.q_dim());
+    apply_lora(layer_index, LoraTarget::kK, normed_.data(), c.hidden_size, k_.data(), c.kv_dim());
+    apply_lora(layer_index, LoraTarget::kV, normed_.data(), c.hidden_size, v_.data(), c.kv_dim());
+  }
   for (int64_t t = 0; t < n; ++t) {
     float* q = &q_[t * c.q_dim()];
     float* k = &k_[t * c.kv_dim()];
@@ -241,6 +299,8 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
                       attn_.data());
   linear(attn_.data(), c.q_dim(), layer_index, LinearInput::kOutput, *p.wo,
          {proj_.data(), c.hidden_size, nullptr}, n);
+  if (!lora_adapters_.empty())
+    apply_lora(layer_index, LoraTarget::kO, attn_.data(), c.q_dim(), proj_.data(), c.hidden_size);
   INFERD_RETURN_IF_ERROR(reduce_proj(n));
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
@@ -261,10 +321,24 @@ Status Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
     return Status::ok();
   }
   // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices where the backend can.
-  const LinearOutput gate{gate_.data(), c.intermediate_size, nullptr};
-  norm_linear(l.ffn_norm, layer, LinearInput::kMlp, *p.gate_up, {&gate, 1}, n);
+  if (lora_) {
+    // gate and up apart, each with its update, then silu(gate) * up.
+    const LinearOutput gate_up[2] = {{gate_.data(), c.intermediate_size, nullptr},
+                                     {up_.data(), c.intermediate_size, nullptr}};
+    norm_linear(l.ffn_norm, layer, LinearInput::kMlp, *p.gate_and_up, gate_up, n);
+    if (!lora_adapters_.empty()) {
+      apply_lora(layer, LoraTarget::kGate, normed_.data(), c.hidden_size, gate_.data(), c.intermediate_size);
+      apply_lora(layer, LoraTarget::kUp, normed_.data(), c.hidden_size, up_.data(), c.intermediate_size);
+    }
+    backend_->silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.intermediate_size);
+  } else {
+    const LinearOutput gate{gate_.data(), c.intermediate_size, nullptr};
+    norm_linear(l.ffn_norm, layer, LinearInput::kMlp, *p.gate_up, {&gate, 1}, n);
+  }
   linear(gate_.data(), c.intermediate_size, layer, LinearInput::kDown, *p.down,
          {proj_.data(), c.hidden_size, nullptr}, n);
+  if (!lora_adapters_.empty())
+    apply_lora(layer, LoraTarget::kDown, gate_.data(), c.intermediate_size, proj_.data(), c.hidden_size);
   INFERD_RETURN_IF_ERROR(reduce_proj(n));
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
@@ -409,6 +483,7 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
   if (n == 0) return Status::ok();
   reserve(n);
   prepare_rope(b.positions);
+  prepare_lora(b);
   backend_->embed(weights_.token_embedding, b.token_ids, hidden_.data());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];

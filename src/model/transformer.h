@@ -14,6 +14,7 @@
 #include "kernels/backend.h"
 #include "kernels/rope_scaling.h"
 #include "kv/kv_cache.h"
+#include "model/lora_adapter.h"
 #include "model/model_weights.h"
 #include "model/moe_mlp.h"
 #include "model/pipeline_parallel.h"
@@ -33,6 +34,9 @@ struct ForwardBatch {
   std::span<const int32_t> token_sequence;  // [num_tokens] index into sequences
   std::span<const AttentionSequence> sequences;
   std::span<const int32_t> logit_rows;  // token rows whose logits are wanted
+  // [sequences.size()] each sequence's LoRA adapter (null: the base alone), or empty: no
+  // adapters in this batch. Needs Transformer::enable_lora.
+  std::span<const LoraAdapter* const> sequence_lora;
 };
 
 // The input of a group of linear layers, for an observer of the f32 path (calibration).
@@ -88,6 +92,13 @@ class Transformer final {
   // next stage's rank of the same tensor rank, and only rank 0 of stage 0 gets logits.
   Status set_pipeline(PipelineGroup* group);
 
+  // Lets batches carry LoRA adapters (ForwardBatch::sequence_lora). From then on every batch,
+  // with adapters or without, takes the same path (the norm before Q, K, V and the MLP computed
+  // apart, gate and up as two outputs), so that a row's result never depends on whether other
+  // rows of its step use adapters. Not with tensor or pipeline parallelism (an error).
+  Status enable_lora();
+  bool lora_enabled() const { return lora_; }
+
   // Calls `observer` (not owned; null to stop) with every linear layer's input during forward.
   void set_observer(LinearObserver* observer) { observer_ = observer; }
 
@@ -112,6 +123,10 @@ class Transformer final {
   void linear(const float* x, int64_t k, int64_t layer, LinearInput input, const LinearWeights& w,
               const LinearOutput& out, int64_t num_tokens);
   void reserve(int64_t num_tokens);
+  // Groups the batch's rows by adapter (lora_adapters_, lora_rows_).
+  void prepare_lora(const ForwardBatch& batch);
+  // y[t] += the update of `target` in `layer` for each row t whose sequence has an adapter.
+  void apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t k, float* y, int64_t n);
   // Points token_inv_freq_ at each token's RoPE frequencies.
   void prepare_rope(std::span<const int32_t> positions);
 
@@ -120,7 +135,8 @@ class Transformer final {
     std::unique_ptr<LinearWeights> wo;
     std::unique_ptr<LinearWeights> gate_up;  // gate and up as one SwiGLU matmul
     std::unique_ptr<LinearWeights> down;
-    std::unique_ptr<MoeMlp> moe;  // instead of gate_up and down in MoE layers
+    std::unique_ptr<MoeMlp> moe;                 // instead of gate_up and down in MoE layers
+    std::unique_ptr<LinearWeights> gate_and_up;  // with LoRA: gate and up as two outputs
   };
 
   const ModelWeights& weights_;
@@ -131,6 +147,10 @@ class Transformer final {
   std::vector<LayerLinears> layers_;
   std::unique_ptr<LinearWeights> lm_head_;
   LinearObserver* observer_ = nullptr;
+  bool lora_ = false;
+  std::vector<const LoraAdapter*> lora_adapters_;  // the step's distinct adapters
+  std::vector<std::vector<int32_t>> lora_rows_;    // [adapter] its token rows
+  std::vector<LoraGroup> lora_groups_;
   TensorParallelGroup* tp_ = nullptr;
   std::vector<int64_t> tp_vocab_begin_, tp_vocab_count_;  // [ranks] their rows of lm_head
   std::vector<int64_t> tp_counts_;                        // [ranks] floats each sends to gather
@@ -148,6 +168,7 @@ class Transformer final {
   std::vector<float> v_;          // [T, kv_dim]
   std::vector<float> attn_;       // [T, q_dim]
   std::vector<float> gate_;       // [T, intermediate]
+  std::vector<float> up_;         // [T, intermediate] with LoRA only
   std::vector<float> proj_;       // [T, hidden]
 };
 

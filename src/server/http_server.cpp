@@ -94,6 +94,14 @@ struct Channel {
   net::steady_timer wake;  // I/O thread only: cancelled to wake the handler
 };
 
+// A LoRA adapter loaded off the I/O thread for one request: the loader sets `result` and
+// cancels `wake` on the I/O thread.
+struct LoraWait {
+  explicit LoraWait(net::any_io_executor ex) : wake(ex) { wake.expires_at(Clock::time_point::max()); }
+  std::optional<Expected<std::shared_ptr<const LoraAdapter>>> result;  // I/O thread only
+  net::steady_timer wake;
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -103,6 +111,7 @@ struct HttpServer::Impl {
   net::io_context io;
   tcp::acceptor acceptor;
   net::signal_set signals;
+  net::thread_pool lora_loader{1};  // loads LoRA adapters that are not resident
   // I/O thread only from here on.
   bool ready = false;
   bool draining = false;
@@ -264,8 +273,10 @@ struct HttpServer::Impl {
           make_response(req, http::status::ok, metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
       co_return co_await send(*conn, res);
     }
+    const bool lora_admin = target == "/v1/load_lora_adapter" || target == "/v1/unload_lora_adapter";
     const bool known = target == "/v1/models" || target == "/v1/chat/completions" ||
-                       target == "/v1/completions" || target == "/tokenize" || target == "/detokenize";
+                       target == "/v1/completions" || target == "/tokenize" || target == "/detokenize" ||
+                       lora_admin;
     if (!known) {
       Response res = error_response(
           req, ApiError{404, "no such endpoint: " + target, "invalid_request_error", "", "not_found"});
@@ -277,16 +288,29 @@ struct HttpServer::Impl {
     }
     if (target == "/v1/models") {
       if (!get) co_return co_await method_not_allowed();
-      json model = {{"id", options.served_model_name},
-                    {"object", "model"},
-                    {"created", unix_now()},
-                    {"owned_by", "inferd"},
-                    {"max_model_len", ctx.max_model_len}};
-      Response res = make_response(req, http::status::ok,
-                                   json{{"object", "list"}, {"data", json::array({model})}}.dump());
+      const int64_t now = unix_now();
+      json models = json::array({json{{"id", options.served_model_name},
+                                      {"object", "model"},
+                                      {"created", now},
+                                      {"owned_by", "inferd"},
+                                      {"root", options.served_model_name},
+                                      {"parent", nullptr},
+                                      {"max_model_len", ctx.max_model_len}}});
+      if (ctx.lora != nullptr) {
+        for (const LoraModuleInfo& m : ctx.lora->list())  // as vLLM lists them: root = path
+          models.push_back({{"id", m.name},
+                            {"object", "model"},
+                            {"created", now},
+                            {"owned_by", "inferd"},
+                            {"root", m.path},
+                            {"parent", options.served_model_name},
+                            {"max_model_len", ctx.max_model_len}});
+      }
+      Response res = make_response(req, http::status::ok, json{{"object", "list"}, {"data", models}}.dump());
       co_return co_await send(*conn, res);
     }
     if (!post) co_return co_await method_not_allowed();
+    if (lora_admin) co_return co_await lora_admin_request(*conn, req, target == "/v1/load_lora_adapter");
     if (target == "/tokenize") co_return co_await tokenize(*conn, req);
     if (target == "/detokenize") co_return co_await detokenize(*conn, req);
     co_return co_await generate(
@@ -303,6 +327,7 @@ struct HttpServer::Impl {
     metrics->set_prefix_cache(ctx.engine->prefix_query_tokens(), ctx.engine->prefix_hit_tokens());
     metrics->set_sessions(ctx.engine->num_sessions(), ctx.engine->num_pinned_blocks());
     metrics->set_revived_blocks(ctx.engine->num_revived_blocks());
+    if (ctx.lora != nullptr) metrics->set_lora_residency(ctx.lora->num_resident(), ctx.lora->max_loras());
     if (const KvOffloader* o = ctx.engine->offloader()) {
       std::vector<OffloadTierFigures> tiers;
       for (const auto& tier : o->tiers()) {
@@ -327,6 +352,62 @@ struct HttpServer::Impl {
   }
 
   // ---- /tokenize, /detokenize ---------------------------------------------------------------
+
+  // ---- /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's bodies and answers) ------------
+
+  // The error of a LoRA admin request, or nullopt with the adapter's name (and path) in `out`.
+  std::optional<ApiError> parse_lora_admin(const std::string& body, bool load, std::string* name,
+                                           std::string* path) const {
+    auto bad = [](const std::string& m, const char* param) {
+      return ApiError{400, m, "invalid_request_error", param, ""};
+    };
+    if (ctx.lora == nullptr)
+      return bad("LoRA adapters are not enabled (start the server with --enable-lora)", "");
+    json j = json::parse(body, nullptr, false);
+    if (!j.is_object()) return bad("the body must be a JSON object", "");
+    for (const auto& [key, value] : j.items()) {
+      if (key != "lora_name" && !(load && (key == "lora_path" || key == "load_inplace")))
+        return bad("unknown field '" + key + "'", key.c_str());
+    }
+    if (!j.contains("lora_name") || !j["lora_name"].is_string() || j["lora_name"].get<std::string>().empty())
+      return bad("'lora_name' (a non-empty string) is required", "lora_name");
+    *name = j["lora_name"].get<std::string>();
+    if (load) {
+      if (!j.contains("lora_path") || !j["lora_path"].is_string() ||
+          j["lora_path"].get<std::string>().empty())
+        return bad("'lora_path' (a non-empty string) is required", "lora_path");
+      *path = j["lora_path"].get<std::string>();
+      if (j.contains("load_inplace") && !j["load_inplace"].is_boolean())
+        return bad("'load_inplace' must be a boolean", "load_inplace");
+      // load_inplace: replace an adapter of that name (vLLM); otherwise a taken name is an error.
+      if (j.value("load_inplace", false) && ctx.lora->contains(*name)) (void)ctx.lora->remove(*name);
+    }
+    return std::nullopt;
+  }
+
+  awaitable<bool> lora_admin_request(Connection& conn, const http::request<http::string_body>& req,
+                                     bool load) {
+    std::string name, path;
+    std::optional<ApiError> error = parse_lora_admin(req.body(), load, &name, &path);
+    if (!error) {
+      // Loading reads and checks the files here, on the I/O thread; the engine never waits for it.
+      const Status s = load ? ctx.lora->add(name, path, options.served_model_name) : ctx.lora->remove(name);
+      if (!s.is_ok())
+        error = ApiError{s.code() == StatusCode::kNotFound && !load ? 404 : 400, s.message(),
+                         "invalid_request_error", load ? "lora_path" : "lora_name", ""};
+      else
+        log_info(std::string(load ? "LoRA adapter loaded: " : "LoRA adapter unloaded: ") + name +
+                 (load ? " (" + path + ")" : ""));
+    }
+    if (error) {
+      Response res = error_response(req, *error);
+      co_return co_await send(conn, res);
+    }
+    const std::string text =
+        "Success: LoRA adapter '" + name + "' " + (load ? "added" : "removed") + " successfully.";
+    Response res = make_response(req, http::status::ok, text, "text/plain; charset=utf-8");
+    co_return co_await send(conn, res);
+  }
 
   awaitable<bool> tokenize(Connection& conn, const http::request<http::string_body>& req) {
     ParsedTokenize p = parse_tokenize_request(req.body());
@@ -402,6 +483,7 @@ struct HttpServer::Impl {
     GenerateRequest api;
     ProcessedInput input;
     uint64_t kv_export_id = 0;  // prefill: the transfer id its answer names
+    std::string lora_name;      // the adapter the request picked by `model` (empty: the base)
   };
 
   // kv_transfer_params onto the engine request (docs/disaggregation.md); an error when this
@@ -467,11 +549,15 @@ struct HttpServer::Impl {
     if (!parsed.request) return parsed.error;
     out->api = std::move(*parsed.request);
     const GenerateRequest& api = out->api;
-    if (!api.model.empty() && api.model != options.served_model_name)
-      return ApiError{404,
-                      "the model '" + api.model + "' does not exist (this server serves '" +
-                          options.served_model_name + "')",
-                      "invalid_request_error", "model", "model_not_found"};
+    if (!api.model.empty() && api.model != options.served_model_name) {
+      if (ctx.lora == nullptr || !ctx.lora->contains(api.model))
+        return ApiError{404,
+                        "the model '" + api.model + "' does not exist (this server serves '" +
+                            options.served_model_name + "'" +
+                            (ctx.lora != nullptr ? " and its LoRA adapters" : "") + ")",
+                        "invalid_request_error", "model", "model_not_found"};
+      out->lora_name = api.model;
+    }
     GenerationRequest g = api.generation;
     if (g.session_id.empty()) {  // the session context pool: the body's session_id, or the header
       if (auto h = req.find("X-Session-Id"); h != req.end()) g.session_id = std::string(h->value());
@@ -551,6 +637,31 @@ struct HttpServer::Impl {
       if (error->status == 429) res.set(http::field::retry_after, "1");
       co_return co_await send(*conn, res);
     }
+    if (!prepared.lora_name.empty()) {
+      // The adapter, loaded on another thread when it is not resident (a cold adapter's
+      // requests wait for it; the I/O thread and the engine go on).
+      auto wait = std::make_shared<LoraWait>(io.get_executor());
+      net::post(lora_loader, [wait, registry = ctx.lora, name = prepared.lora_name] {
+        auto adapter = registry->acquire(name);
+        net::post(wait->wake.get_executor(), [wait, adapter = std::move(adapter)]() mutable {
+          wait->result.emplace(std::move(adapter));
+          wait->wake.cancel();
+        });
+      });
+      while (!wait->result) {
+        boost::system::error_code ec;
+        co_await wait->wake.async_wait(net::redirect_error(use_awaitable, ec));
+      }
+      if (!wait->result->has_value()) {
+        const Status& s = wait->result->status();
+        const ApiError error{s.code() == StatusCode::kNotFound ? 404 : 500, s.message(),
+                             "invalid_request_error", "model",
+                             s.code() == StatusCode::kNotFound ? "model_not_found" : ""};
+        Response res = error_response(req, error);
+        co_return co_await send(*conn, res);
+      }
+      for (RequestSpec& spec : prepared.input.requests) spec.lora = wait->result->value();
+    }
     const GenerateRequest& api = prepared.api;
     ProcessedInput& input = prepared.input;
     const size_t n = static_cast<size_t>(input.requests.at(0).n);
@@ -571,7 +682,9 @@ struct HttpServer::Impl {
     }
     std::vector<bool> seen(choices.size(), false);
     const OpenAiAnswer answer(endpoint, random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-"),
-                              unix_now(), options.served_model_name, ctx.tokenizer, api.logprobs, split);
+                              unix_now(),
+                              prepared.lora_name.empty() ? options.served_model_name : prepared.lora_name,
+                              ctx.tokenizer, api.logprobs, split);
 
     auto channel = std::make_shared<Channel>(io.get_executor());
     const std::vector<RequestId> ids = submit(input, channel);
@@ -610,6 +723,9 @@ struct HttpServer::Impl {
         if (d.finished) {
           --unfinished;
           record(c, arrival, prompt_tokens[item.prompt]);
+          if (!prepared.lora_name.empty())
+            metrics->observe_lora_finished(prepared.lora_name, prompt_tokens[item.prompt],
+                                           static_cast<int64_t>(c.token_ids().size()));
         }
       }
     }
@@ -837,6 +953,10 @@ void HttpServer::set_ready(const ServingContext& context) {
     impl->inputs.emplace(context.tokenizer, context.chat_template, limits);
     impl->metrics = std::make_unique<ServerMetrics>(impl->options.metrics_prefix,
                                                     impl->options.served_model_name, context.max_model_len);
+    if (context.lora != nullptr) {
+      ServerMetrics* m = impl->metrics.get();
+      context.lora->set_load_observer([m](double seconds) { m->observe_lora_load(seconds); });
+    }
     impl->ready = true;
   });
 }

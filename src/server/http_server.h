@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "engine/async_engine.h"
+#include "engine/lora_registry.h"
 #include "engine/reasoning_splitter.h"
 #include "engine/tool_call_parser.h"
 #include "jinja/chat_template.h"
@@ -54,6 +55,8 @@ struct ServingContext {
   std::string kv_host;                 // prefill: the UCX listener, as answers name it
   uint16_t kv_port = 0;
   const KvTransferStats* kv_server_stats = nullptr;  // prefill: pulls served
+  // LoRA adapters a request may pick by `model` (null: LoRA not enabled, only the base).
+  LoraRegistry* lora = nullptr;
 };
 
 class HttpServer final {

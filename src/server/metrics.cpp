@@ -116,6 +116,17 @@ ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model
       counter("kv_load_failures_total", "KV loads (tiers, pulls) that failed; handled by --kv-load-failure.");
   kv_load_timeouts_ =
       counter("kv_load_timeouts_total", "KV loads (tiers, pulls) given up after --kv-load-timeout.");
+  lora_requests_ =
+      counter_family("lora_requests_total", "Finished requests (samples) per LoRA adapter (lora_name).");
+  lora_prompt_tokens_ =
+      counter_family("lora_prompt_tokens_total", "Prompt tokens per LoRA adapter (lora_name).");
+  lora_generation_tokens_ =
+      counter_family("lora_generation_tokens_total", "Generated tokens per LoRA adapter (lora_name).");
+  lora_resident_ = gauge("lora_resident_adapters", "LoRA adapters resident in memory.");
+  lora_max_ =
+      gauge("lora_max_resident_adapters", "LoRA adapters that may be resident at once (--max-loras).");
+  lora_load_ = histogram("lora_load_seconds", "Histogram of LoRA adapter load time from disk in seconds.",
+                         {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0});
   export_entries_ = gauge("kv_export_entries", "Prefill: prompts whose KV waits for a pull.");
   export_bytes_ = gauge("kv_export_bytes", "Prefill: bytes of KV waiting for pulls.");
   export_expired_ =
@@ -238,6 +249,23 @@ void ServerMetrics::set_sessions(int64_t active, int64_t pinned_blocks) {
 
 std::string ServerMetrics::render() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void ServerMetrics::observe_lora_finished(const std::string& name, int64_t prompt_tokens,
+                                          int64_t generation_tokens) {
+  const prometheus::Labels labels = {{"model_name", model_name_}, {"lora_name", name}};
+  lora_requests_->Add(labels).Increment();
+  lora_prompt_tokens_->Add(labels).Increment(static_cast<double>(prompt_tokens));
+  lora_generation_tokens_->Add(labels).Increment(static_cast<double>(generation_tokens));
+}
+
+void ServerMetrics::set_lora_residency(int64_t resident, int64_t max_loras) {
+  lora_resident_->Set(static_cast<double>(resident));
+  lora_max_->Set(static_cast<double>(max_loras));
+}
+
+void ServerMetrics::observe_lora_load(double seconds) {
+  lora_load_->Observe(seconds);
 }
 
 }  // namespace inferd

@@ -64,6 +64,12 @@ class ServerMetrics final {
   void set_kv_loads(int64_t failures, int64_t timeouts);
   void set_kv_export(int64_t entries, int64_t bytes, int64_t expired, int64_t refused);
 
+  // LoRA: one finished request (sample) of adapter `name`; the resident adapters; one adapter
+  // load from disk. Thread-safe.
+  void observe_lora_finished(const std::string& name, int64_t prompt_tokens, int64_t generation_tokens);
+  void set_lora_residency(int64_t resident, int64_t max_loras);
+  void observe_lora_load(double seconds);
+
   // The text exposition format (version 0.0.4).
   std::string render() const;
 
@@ -88,6 +94,9 @@ class ServerMetrics final {
   std::map<std::string, TransferFigures> transfer_seen_;  // by side
   prometheus::Counter *kv_load_failures_, *kv_load_timeouts_, *export_expired_, *export_refused_;
   prometheus::Gauge *export_entries_, *export_bytes_;
+  prometheus::Family<prometheus::Counter>*lora_requests_, *lora_prompt_tokens_, *lora_generation_tokens_;
+  prometheus::Gauge *lora_resident_, *lora_max_;
+  prometheus::Histogram* lora_load_;
   int64_t kv_load_failures_seen_ = 0, kv_load_timeouts_seen_ = 0, export_expired_seen_ = 0,
           export_refused_seen_ = 0;
 };

@@ -20,6 +20,7 @@
 #include "formats/row_scales.h"
 #include "formats/safetensors_file.h"
 #include "formats/safetensors_writer.h"
+#include "model/lora_adapter.h"
 #include "model/model_loader.h"
 #include "model/tensor_names.h"
 #include "tensor/dequantize.h"
@@ -93,6 +94,48 @@ Converted convert(const TensorView& t, DType target, ThreadPool& pool) {
   return c;
 }
 
+// t with `lora`'s update of it merged in (W + scale * B A, in f32, in `storage`), or nullopt
+// when the adapter leaves t alone.
+std::optional<TensorView> merged_view(const TensorView& t, const LoraAdapter* lora,
+                                      std::vector<float>* storage) {
+  int64_t layer = 0;
+  LayerTensor role{};
+  if (lora == nullptr || !parse_layer_tensor(t.name, &layer, &role)) return std::nullopt;
+  std::optional<LoraTarget> target;
+  switch (role) {
+    case LayerTensor::kWq: target = LoraTarget::kQ; break;
+    case LayerTensor::kWk: target = LoraTarget::kK; break;
+    case LayerTensor::kWv: target = LoraTarget::kV; break;
+    case LayerTensor::kWo: target = LoraTarget::kO; break;
+    case LayerTensor::kGate: target = LoraTarget::kGate; break;
+    case LayerTensor::kUp: target = LoraTarget::kUp; break;
+    case LayerTensor::kDown: target = LoraTarget::kDown; break;
+    default: return std::nullopt;
+  }
+  if (layer < 0 || layer >= static_cast<int64_t>(lora->layers.size())) return std::nullopt;
+  const LoraMatrix& m = lora->matrix(layer, *target);
+  const int64_t rows = t.num_rows(), cols = t.row_length();
+  if (m.rank == 0 || t.num_dims != 2 || static_cast<int64_t>(m.a.size()) != m.rank * cols ||
+      static_cast<int64_t>(m.bt.size()) != m.rank * rows)
+    return std::nullopt;
+  storage->resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) dequantize_tensor_row(t, r, storage->data() + r * cols);
+  for (int64_t o = 0; o < rows; ++o) {
+    float* w = storage->data() + o * cols;
+    for (int64_t k = 0; k < m.rank; ++k) {
+      const float c = m.scale * m.bt[static_cast<size_t>(k * rows + o)];
+      const float* a = m.a.data() + k * cols;
+      for (int64_t i = 0; i < cols; ++i) w[i] += c * a[i];
+    }
+  }
+  TensorView v = t;
+  v.dtype = DType::kF32;
+  v.data = reinterpret_cast<const std::byte*>(storage->data());
+  v.num_bytes = storage->size() * sizeof(float);
+  v.row_scale = nullptr;
+  return v;
+}
+
 // The stored type of a matrix with rows of `cols` values; counts the choice in `report`.
 DType matrix_type(DType target, int64_t cols, bool embedding_or_output, bool pure, QuantizeReport* report) {
   if (is_four_bit(target) && !pure && embedding_or_output && cols % 32 == 0) {
@@ -134,7 +177,7 @@ template <typename KeepVector, typename Emit>
 Status convert_all(const std::vector<const TensorView*>& tensors, DType target,
                    const QuantizeOptions& options, const CalibrationStats* stats,
                    const std::set<std::string>& embedding_or_output, const QuantizeProgress& progress,
-                   QuantizeReport* report, KeepVector keep_vector, Emit emit) {
+                   QuantizeReport* report, const LoraAdapter* lora, KeepVector keep_vector, Emit emit) {
   const std::set<std::string> skip = companion_names(tensors);
   ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   report->tensors = static_cast<int64_t>(tensors.size() - skip.size());
@@ -156,12 +199,16 @@ Status convert_all(const std::vector<const TensorView*>& tensors, DType target,
                             report);
       }
       Converted c;
-      if (auto g = convert_gptq(*t, dtype, stats, pool)) {
+      std::vector<float> merged_storage;
+      const std::optional<TensorView> merged = merged_view(*t, lora, &merged_storage);
+      report->lora_merged += merged.has_value();
+      const TensorView& w = merged ? *merged : *t;
+      if (auto g = convert_gptq(w, dtype, stats, pool)) {
         if (!*g) return g->status();
         c = std::move(*g).value();
         ++report->gptq;
       } else {
-        c = convert(*t, dtype, pool);
+        c = convert(w, dtype, pool);
       }
       report->output_bytes += c.data.size() + c.row_scales.size() * sizeof(float);
       emit(*t, std::move(c));
@@ -204,7 +251,7 @@ auto matrix_writer(Writer& out) {
 
 Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::string& output, DType target,
                                        const QuantizeProgress& progress, const QuantizeOptions& options,
-                                       const CalibrationStats* stats) {
+                                       const CalibrationStats* stats, const LoraAdapter* lora) {
   INFERD_ASSIGN_OR_RETURN(GgufFile in, GgufFile::open(input));
   GgufFileWriter out;
   for (const auto& [key, value] : in.metadata()) out.set(key, value);
@@ -218,7 +265,7 @@ Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::stri
   for (const TensorView& t : in.tensors()) tensors.push_back(&t);
   QuantizeReport report;
   INFERD_RETURN_IF_ERROR(convert_all(tensors, target, options, stats, {"token_embd.weight", "output.weight"},
-                                     progress, &report, f32_vector_writer(out), matrix_writer(out)));
+                                     progress, &report, lora, f32_vector_writer(out), matrix_writer(out)));
   INFERD_RETURN_IF_ERROR(out.write(output));
   return report;
 }
@@ -228,7 +275,7 @@ Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::stri
 // config, chat template) copied.
 Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& output, DType target,
                                          const QuantizeProgress& progress, const QuantizeOptions& options,
-                                         const CalibrationStats* stats) {
+                                         const CalibrationStats* stats, const LoraAdapter* lora) {
   if (fs::exists(output) && !fs::is_directory(output))
     return invalid_argument(output.string() + ": a Hugging Face directory is written as a directory");
   if (fs::exists(output) && fs::equivalent(input, output))
@@ -254,6 +301,7 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
   QuantizeReport report;
   INFERD_RETURN_IF_ERROR(convert_all(
       tensors, target, options, stats, {"model.embed_tokens.weight", "lm_head.weight"}, progress, &report,
+      lora,
       [&, as_f32 = f32_vector_writer(out)](const TensorView& t) {
         if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16) return as_f32(t);
         out.add_tensor(t.name, t.dtype, shape_of(t), std::vector<std::byte>(t.data, t.data + t.num_bytes));
@@ -289,7 +337,7 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
 Expected<QuantizeReport> quantize_hf_dir_to_gguf(const fs::path& input, const std::string& output,
                                                  DType target, const QuantizeProgress& progress,
                                                  const QuantizeOptions& options,
-                                                 const CalibrationStats* stats) {
+                                                 const CalibrationStats* stats, const LoraAdapter* lora) {
   INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> model, load_model(input.string()));
   const ModelConfig& config = model->config;
   if (config.is_moe()) {
@@ -337,7 +385,7 @@ Expected<QuantizeReport> quantize_hf_dir_to_gguf(const fs::path& input, const st
   for (const TensorView& v : views) tensors.push_back(&v);
   QuantizeReport report;
   INFERD_RETURN_IF_ERROR(convert_all(tensors, target, options, stats, {"token_embd.weight", "output.weight"},
-                                     progress, &report, f32_vector_writer(out), matrix_writer(out)));
+                                     progress, &report, lora, f32_vector_writer(out), matrix_writer(out)));
   INFERD_RETURN_IF_ERROR(out.write(output));
   return report;
 }
@@ -373,6 +421,10 @@ Expected<QuantizeReport> quantize_model(const std::string& input, const std::str
                        "safetensors takes int8, int4, fp8, f16, bf16 or f32)");
   }
   if (!dir && !fs::exists(input, ec)) return not_found(input + ": no such file or directory");
+  if (!options.lora.empty() && !options.calibration_file.empty())
+    return invalid_argument(
+        "--lora and --calibration together are not supported (GPTQ would calibrate on the "
+        "model without the adapter)");
   QuantizeReport calibrated;
   std::unique_ptr<CalibrationStats> stats;
   if (!options.calibration_file.empty()) {
@@ -381,9 +433,18 @@ Expected<QuantizeReport> quantize_model(const std::string& input, const std::str
                               std::string(dtype_info(target).name));
     INFERD_ASSIGN_OR_RETURN(stats, calibration(input, options, &calibrated));
   }
-  auto r = !dir      ? quantize_gguf(input, output, target, progress, options, stats.get())
-           : to_gguf ? quantize_hf_dir_to_gguf(input, output, target, progress, options, stats.get())
-                     : quantize_hf_dir(input, output, target, progress, options, stats.get());
+  std::shared_ptr<const LoraAdapter> lora;
+  if (!options.lora.empty()) {
+    // Checked against the base; its Q / K rows as the tensors below are laid out (a Hugging Face
+    // directory written as GGUF is permuted first).
+    INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> base, load_model(input));
+    if (dir && to_gguf) base->source_format = "gguf";
+    INFERD_ASSIGN_OR_RETURN(lora, load_lora_adapter(options.lora, *base, int64_t{1} << 20));
+  }
+  auto r = !dir ? quantize_gguf(input, output, target, progress, options, stats.get(), lora.get())
+           : to_gguf
+               ? quantize_hf_dir_to_gguf(input, output, target, progress, options, stats.get(), lora.get())
+               : quantize_hf_dir(input, output, target, progress, options, stats.get(), lora.get());
   if (r) r->calibration_tokens = calibrated.calibration_tokens;
   return r;
 }

@@ -21,6 +21,7 @@ struct QuantizeReport {
   int64_t kept_f32_routers = 0;  // MoE routers and shared-expert gates kept at F32
   int64_t smaller_groups = 0;    // int4 matrices in groups of 64: rows not a multiple of 128
   int64_t gptq = 0;              // matrices rounded with GPTQ (calibrated int4)
+  int64_t lora_merged = 0;       // matrices with a LoRA update merged in (options.lora)
   int64_t calibration_tokens = 0;
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;
@@ -33,6 +34,9 @@ struct QuantizeOptions {
   std::string calibration_file;
   int64_t calibration_context = 512;  // tokens per calibration chunk
   int64_t calibration_chunks = 0;     // 0 = every whole chunk of the text
+  // A LoRA adapter (PEFT directory or GGUF adapter) merged into the weights before they are
+  // converted: W + scale * B A in f32, then rounded to the target (not with a calibration).
+  std::string lora;
 };
 
 // progress(done, total, tensor name) after each tensor.

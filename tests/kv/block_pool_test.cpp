@@ -166,6 +166,27 @@ TEST(PrefixCacheTest, ManagerTakesTheLongestMatchingChainButNeverTheLastTokensBl
   EXPECT_EQ(pool.num_free_blocks(), 32);
 }
 
+// A chain's root key (a LoRA adapter's fingerprint; zero for the base) keeps the same tokens of
+// two adapters in blocks of their own: every block key differs, and a request of one never takes
+// the other's blocks.
+TEST(PrefixCacheTest, TheRootKeyKeepsAdaptersApart) {
+  BlockPool pool(32);
+  KVCacheManager kv(pool, 4, /*prefix_caching=*/true);
+  const std::vector<int32_t> a = seq(10, 13);
+  const BlockHash adapter{0x1234, 0x5678}, other{0x1234, 0x5679};
+  ASSERT_EQ(kv.take_cached_prefix(1, {a, {}, adapter}), 0);
+  ASSERT_TRUE(kv.allocate_slots(1, 13));
+  kv.cache_full_blocks(1, {a, {}, adapter}, 13);
+  EXPECT_EQ(kv.take_cached_prefix(2, {a, {}}), 0);            // the base
+  EXPECT_EQ(kv.take_cached_prefix(3, {a, {}, other}), 0);     // another adapter
+  EXPECT_EQ(kv.take_cached_prefix(4, {a, {}, adapter}), 12);  // the same adapter
+  const auto base_keys = kv.block_keys({a, {}}, 13), adapter_keys = kv.block_keys({a, {}, adapter}, 13);
+  ASSERT_EQ(base_keys.size(), 4u);  // three full blocks and the partial one
+  for (size_t i = 0; i < base_keys.size(); ++i) EXPECT_FALSE(base_keys[i] == adapter_keys[i]) << i;
+  EXPECT_TRUE(adapter_keys == kv.block_keys({a, {}, adapter}, 13));
+  for (RequestId id : {1, 4}) kv.free(id);
+}
+
 TEST(PrefixCacheTest, OffMeansNoHits) {
   BlockPool pool(8);
   KVCacheManager kv(pool, 4, /*prefix_caching=*/false);

@@ -11,9 +11,11 @@ namespace inferd::test {
 // Logits of every position of every prompt ([sum of lengths, vocab]), computed in steps: each
 // step takes the next `chunk` tokens of every unfinished prompt (chunk 0 = whole prompts), all
 // prompts together in one flattened batch when `together`, else one prompt at a time.
+// `adapters`: empty, or each prompt's LoRA adapter (null: the base; needs enable_lora()).
 inline std::vector<float> all_logits(Transformer& model, const std::vector<std::vector<int32_t>>& prompts,
                                      int64_t chunk, bool together, int64_t block_size = 16,
-                                     KvDType kv_dtype = KvDType::kF32) {
+                                     KvDType kv_dtype = KvDType::kF32,
+                                     const std::vector<const LoraAdapter*>& adapters = {}) {
   const ModelConfig& c = model.config();
   int64_t max_len = 0, total = 0;
   for (const auto& p : prompts) {
@@ -45,12 +47,14 @@ inline std::vector<float> all_logits(Transformer& model, const std::vector<std::
     std::vector<int32_t> ids, positions, token_seq, rows;
     std::vector<int64_t> slots;
     std::vector<AttentionSequence> seqs;
+    std::vector<const LoraAdapter*> seq_lora;
     std::vector<std::pair<size_t, int64_t>> row_owner;  // (prompt, position)
     for (size_t m = 0; m < members.size(); ++m) {
       const size_t s = members[m];
       const int64_t len = static_cast<int64_t>(prompts[s].size());
       const int64_t n = chunk == 0 ? len - done[s] : std::min(chunk, len - done[s]);
       seqs.push_back({static_cast<int64_t>(ids.size()), n, done[s] + n, tables[s]});
+      if (!adapters.empty()) seq_lora.push_back(adapters[s]);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t pos = done[s] + i;
         rows.push_back(static_cast<int32_t>(ids.size()));
@@ -63,7 +67,7 @@ inline std::vector<float> all_logits(Transformer& model, const std::vector<std::
       done[s] += n;
     }
     std::vector<float> logits(rows.size() * static_cast<size_t>(c.vocab_size));
-    ForwardBatch batch{ids, positions, slots, token_seq, seqs, rows};
+    ForwardBatch batch{ids, positions, slots, token_seq, seqs, rows, seq_lora};
     Status st = model.forward(batch, cache, logits);
     if (!st.is_ok()) return {};
     for (size_t r = 0; r < rows.size(); ++r) {

@@ -1,0 +1,142 @@
+#include "kernels/lora.h"
+
+#include <algorithm>
+
+#include "kernels/f32_kernels.h"
+#include "kernels/simd.h"
+
+namespace inferd {
+
+namespace {
+
+// Columns of y one expansion work item covers: a multiple of 16 (AVX-512 lanes), so where a
+// column falls (vector body or tail) depends on n alone.
+constexpr int64_t kExpandChunk = 128;
+
+// y[c] += sum_r s[r] * bt[r * n + c] for c in [c0, c1), rank by rank from r = 0.
+void expand_generic(const float* s, const float* bt, int64_t rank, int64_t n, int64_t c0, int64_t c1,
+                    float* y) {
+  for (int64_t c = c0; c < c1; ++c) {
+    float acc = 0.0f;
+    for (int64_t r = 0; r < rank; ++r) acc += s[r] * bt[r * n + c];
+    y[c] += acc;
+  }
+}
+
+#if defined(__x86_64__)
+INFERD_AVX512 void expand_avx512(const float* s, const float* bt, int64_t rank, int64_t n, int64_t c0,
+                                 int64_t c1, float* y) {
+  for (int64_t c = c0; c < c1; c += 16) {
+    const int64_t left = std::min<int64_t>(16, c1 - c);
+    const auto mask = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t r = 0; r < rank; ++r)
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(s[r]), _mm512_maskz_loadu_ps(mask, bt + r * n + c), acc);
+    _mm512_mask_storeu_ps(y + c, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y + c), acc));
+  }
+}
+#endif
+
+using ExpandFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*);
+
+ExpandFn expand_for(Isa isa) {
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) return expand_avx512;
+#else
+  (void)isa;
+#endif
+  return expand_generic;
+}
+
+// The group whose items [offsets[g], offsets[g + 1]) hold `item`.
+size_t group_of(const std::vector<int64_t>& offsets, int64_t item) {
+  const auto it = std::upper_bound(offsets.begin(), offsets.end(), item);
+  return static_cast<size_t>(it - offsets.begin()) - 1;
+}
+
+}  // namespace
+
+void lora_update_reference(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups,
+                           float* y, int64_t ldy, int64_t n) {
+  std::vector<float> s;
+  for (const LoraGroup& g : groups) {
+    s.assign(static_cast<size_t>(g.rank), 0.0f);
+    for (const int32_t t : g.rows) {
+      const float* xt = x + t * ldx;
+      for (int64_t r = 0; r < g.rank; ++r) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < k; ++i) acc += g.a[r * k + i] * xt[i];
+        s[static_cast<size_t>(r)] = acc * g.scale;
+      }
+      float* yt = y + t * ldy;
+      for (int64_t c = 0; c < n; ++c) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < g.rank; ++r) acc += s[static_cast<size_t>(r)] * g.bt[r * n + c];
+        yt[c] += acc;
+      }
+    }
+  }
+}
+
+void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
+                 int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool, Isa isa) {
+  if (groups.empty()) return;
+  // Work items: a group's shrink is one item per rank (an A row against all its rows), its
+  // expansion one per column chunk (all its rows).
+  const int64_t chunks = (n + kExpandChunk - 1) / kExpandChunk;
+  scratch.shrunk_offset.assign(groups.size() + 1, 0);
+  scratch.shrink_items.assign(groups.size() + 1, 0);
+  scratch.expand_items.assign(groups.size() + 1, 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto rows = static_cast<int64_t>(groups[g].rows.size());
+    scratch.shrunk_offset[g + 1] = scratch.shrunk_offset[g] + rows * groups[g].rank;
+    scratch.shrink_items[g + 1] = scratch.shrink_items[g] + (rows > 0 ? groups[g].rank : 0);
+    scratch.expand_items[g + 1] = scratch.expand_items[g] + (rows > 0 && groups[g].rank > 0 ? chunks : 0);
+  }
+  const auto shrunk_size = static_cast<size_t>(scratch.shrunk_offset.back());
+  if (scratch.shrunk.size() < shrunk_size) scratch.shrunk.resize(shrunk_size);
+  const F32Kernels& f32 = f32_kernels(isa);
+  float* shrunk = scratch.shrunk.data();
+
+  // Shrink: shrunk[row i of group g][r] = scale * (A_g[r] . x[rows_g[i]]), four rows per A read.
+  pool.parallel_for(scratch.shrink_items.back(), [&](int64_t begin, int64_t end) {
+    float out[4];
+    for (int64_t item = begin; item < end; ++item) {
+      const size_t g = group_of(scratch.shrink_items, item);
+      const LoraGroup& grp = groups[g];
+      const int64_t r = item - scratch.shrink_items[g];
+      const float* a = grp.a + r * k;
+      float* s = shrunk + scratch.shrunk_offset[g];
+      const auto rows = static_cast<int64_t>(grp.rows.size());
+      int64_t i = 0;
+      for (; i + 4 <= rows; i += 4) {
+        const int32_t* t = &grp.rows[static_cast<size_t>(i)];
+        const bool strided = t[1] == t[0] + 1 && t[2] == t[0] + 2 && t[3] == t[0] + 3;
+        if (strided) {
+          f32.dot4(x + t[0] * ldx, ldx, a, k, out);
+        } else {
+          for (int j = 0; j < 4; ++j) out[j] = f32.dot(x + t[j] * ldx, a, k);
+        }
+        for (int j = 0; j < 4; ++j) s[(i + j) * grp.rank + r] = out[j] * grp.scale;
+      }
+      for (; i < rows; ++i)
+        s[i * grp.rank + r] = f32.dot(x + grp.rows[static_cast<size_t>(i)] * ldx, a, k) * grp.scale;
+    }
+  });
+
+  // Expand: y[rows_g[i]] += shrunk[i] B_g^T, one column chunk of one group per item.
+  const ExpandFn expand = expand_for(isa);
+  pool.parallel_for(scratch.expand_items.back(), [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const size_t g = group_of(scratch.expand_items, item);
+      const LoraGroup& grp = groups[g];
+      const int64_t c0 = (item - scratch.expand_items[g]) * kExpandChunk;
+      const int64_t c1 = std::min(n, c0 + kExpandChunk);
+      const float* s = shrunk + scratch.shrunk_offset[g];
+      for (size_t i = 0; i < grp.rows.size(); ++i)
+        expand(s + static_cast<int64_t>(i) * grp.rank, grp.bt, grp.rank, n, c0, c1, y + grp.rows[i] * ldy);
+    }
+  });
+}
+
+}  // namespace inferd

@@ -1,0 +1,47 @@
+// Low-rank (LoRA) updates of a linear layer's output for many adapters in one call: the CPU form
+// of Punica's SGMV (a prefill segment: many rows of one adapter) and BGMV (decode rows, each of
+// its own adapter). Rows are grouped by adapter; each group's rows are shrunk to its rank
+// (s = A x) and expanded back (y += scale * B s), so an adapter's matrices are read once per
+// call however many rows use it.
+//
+// Batch invariance: a row's update is computed in the same order whichever group it is in and
+// however many rows that group has (dot4 is bit-identical to dot; the expansion adds rank by
+// rank, element by element), so a token's result never depends on the rest of the batch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "kernels/cpu_isa.h"
+
+namespace inferd {
+
+// One adapter's matrices for one linear layer and the rows of the batch that use it.
+struct LoraGroup {
+  const float* a = nullptr;   // [rank, k] row-major (PEFT's lora_A.weight)
+  const float* bt = nullptr;  // [rank, n]: lora_B.weight ([n, rank]) transposed
+  int64_t rank = 0;
+  float scale = 0.0f;             // alpha / rank (alpha / sqrt(rank) with rsLoRA)
+  std::span<const int32_t> rows;  // rows of x and y; a row is in at most one group
+};
+
+// y[t, :n] += scale * (x[t, :k] A^T) B^T for every row t of every group; x rows are ldx apart,
+// y rows ldy apart. The scalar reference: plain loops in index order.
+void lora_update_reference(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups,
+                           float* y, int64_t ldy, int64_t n);
+
+// What lora_update keeps between calls (grown as needed, so that a warmed-up step does not
+// allocate): the shrunk rows and where each group's work starts.
+struct LoraScratch {
+  std::vector<float> shrunk;
+  std::vector<int64_t> shrunk_offset, shrink_items, expand_items;
+};
+
+// The same on `pool` with the kernels of `isa` (at most what this CPU runs): the shrink of every
+// group's rows in one hand-off, then the expansion in another.
+void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
+                 int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool, Isa isa);
+
+}  // namespace inferd

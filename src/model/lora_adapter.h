@@ -1,0 +1,58 @@
+// LoRA adapters: low-rank updates W' = W + scale * B A of a base model's linear layers, loaded
+// from PEFT's files (adapter_config.json + adapter_model.safetensors) or llama.cpp's GGUF
+// adapters (general.type = adapter), checked against the base they are applied to, and kept in
+// f32 in the layout the kernels want (A as stored, B transposed: kernels/lora.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "model/model_weights.h"
+
+namespace inferd {
+
+// The linear layers an adapter may change (every layer matrix the loaders know).
+enum class LoraTarget : int { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kNumLoraTargets = 7;
+// PEFT's module names: "q_proj", ..., "down_proj".
+std::string_view lora_target_name(LoraTarget target);
+
+struct LoraMatrix {
+  int64_t rank = 0;  // 0: the adapter leaves this layer's matrix as it is
+  float scale = 0.0f;
+  std::vector<float> a;   // [rank, in_features]
+  std::vector<float> bt;  // [rank, out_features]: B transposed
+};
+
+struct LoraAdapter {
+  std::string path;
+  std::string format;  // "peft" or "gguf"
+  int64_t max_rank = 0;
+  // A hash of the update itself (every A, B and scale): the key that keeps two adapters' KV
+  // apart in the prefix cache and the offload tiers, the same across restarts.
+  uint64_t fingerprint_lo = 0, fingerprint_hi = 0;
+  size_t bytes = 0;                                             // of the f32 matrices
+  std::vector<std::array<LoraMatrix, kNumLoraTargets>> layers;  // [num_layers]
+  std::array<bool, kNumLoraTargets> targets{};                  // which any layer changes
+
+  const LoraMatrix& matrix(int64_t layer, LoraTarget t) const {
+    return layers[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+  }
+};
+
+// Loads the adapter at `path` (a PEFT directory or a .gguf file) for `base`. Refused, with a
+// message naming the tensor or field: another architecture, shapes that do not fit the base,
+// a module that is not one of the seven targets (embeddings, lm_head, experts), a rank above
+// `max_rank`, DoRA, trained biases, modules_to_save.
+Expected<std::shared_ptr<const LoraAdapter>> load_lora_adapter(const std::string& path,
+                                                               const ModelWeights& base, int64_t max_rank);
+
+// The (out, in) shape of a target's weight in `config`'s layers.
+std::array<int64_t, 2> lora_target_shape(const ModelConfig& config, LoraTarget target);
+
+}  // namespace inferd

@@ -1,0 +1,113 @@
+#include "kernels/lora.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "test_support.h"
+
+namespace inferd {
+namespace {
+
+std::vector<Isa> runnable_paths() {
+  std::vector<Isa> paths;
+  for (int i = 0; i <= static_cast<int>(detected_isa()); ++i) paths.push_back(static_cast<Isa>(i));
+  return paths;
+}
+
+struct Adapter {
+  std::vector<float> a, bt;
+  int64_t rank;
+  float scale;
+};
+
+Adapter random_adapter(int64_t rank, int64_t k, int64_t n, std::mt19937& rng) {
+  return Adapter{test::random_floats(static_cast<size_t>(rank * k), rng),
+                 test::random_floats(static_cast<size_t>(rank * n), rng), rank,
+                 std::uniform_real_distribution<float>(0.1f, 2.0f)(rng)};
+}
+
+LoraGroup group(const Adapter& ad, const std::vector<int32_t>& rows) {
+  return LoraGroup{ad.a.data(), ad.bt.data(), ad.rank, ad.scale, rows};
+}
+
+// Random shapes (odd sizes, ranks 1..64, rows scattered, some rows in no group) on every path
+// against the scalar reference.
+TEST(LoraKernelTest, MatchesTheReferenceOnRandomShapesOnEveryPath) {
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t k = std::uniform_int_distribution<int64_t>(1, 300)(rng);
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 400)(rng);
+    const int64_t tokens = std::uniform_int_distribution<int64_t>(1, 23)(rng);
+    const int64_t ldx = k + trial % 3, ldy = n + trial % 5;
+    const int num_adapters = std::uniform_int_distribution<int>(1, 5)(rng);
+    std::vector<Adapter> adapters;
+    for (int i = 0; i < num_adapters; ++i) {
+      const int64_t rank =
+          std::vector<int64_t>{1, 3, 8, 16, 17, 64}[std::uniform_int_distribution<size_t>(0, 5)(rng)];
+      adapters.push_back(random_adapter(rank, k, n, rng));
+    }
+    // Each row: an adapter, or none (-1).
+    std::vector<std::vector<int32_t>> rows(adapters.size());
+    for (int32_t t = 0; t < tokens; ++t) {
+      const int pick = std::uniform_int_distribution<int>(-1, num_adapters - 1)(rng);
+      if (pick >= 0) rows[static_cast<size_t>(pick)].push_back(t);
+    }
+    std::vector<LoraGroup> groups;
+    for (size_t i = 0; i < adapters.size(); ++i) groups.push_back(group(adapters[i], rows[i]));
+    const auto x = test::random_floats(static_cast<size_t>(tokens * ldx), rng);
+    const auto y0 = test::random_floats(static_cast<size_t>(tokens * ldy), rng);
+    std::vector<float> want = y0;
+    lora_update_reference(x.data(), ldx, k, groups, want.data(), ldy, n);
+    for (Isa isa : runnable_paths()) {
+      std::vector<float> got = y0;
+      LoraScratch scratch;
+      lora_update(x.data(), ldx, k, groups, got.data(), ldy, n, scratch, pool, isa);
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t c = 0; c < ldy; ++c) {
+          const auto i = static_cast<size_t>(t * ldy + c);
+          if (c >= n) {
+            ASSERT_EQ(got[i], y0[i]) << "wrote past n";
+            continue;
+          }
+          ASSERT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
+              << isa_name(isa) << " trial " << trial << " t=" << t << " c=" << c;
+        }
+      }
+    }
+  }
+}
+
+// A row's update is the same bit for bit alone, among many rows of its adapter, and in a batch
+// of other adapters: the engine's batch invariance holds with LoRA.
+TEST(LoraKernelTest, ARowsUpdateDoesNotDependOnTheRestOfTheBatch) {
+  std::mt19937 rng(32);
+  ThreadPool pool(2);
+  const int64_t k = 96, n = 333, tokens = 13;
+  const Adapter a = random_adapter(16, k, n, rng), b = random_adapter(8, k, n, rng);
+  const auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
+  for (Isa isa : runnable_paths()) {
+    LoraScratch scratch;
+    std::vector<float> batch(static_cast<size_t>(tokens * n), 0.0f);
+    const std::vector<int32_t> rows_a{0, 1, 2, 3, 4, 5, 9, 12}, rows_b{6, 8, 10};
+    const LoraGroup both[2] = {group(a, rows_a), group(b, rows_b)};
+    lora_update(x.data(), k, k, both, batch.data(), n, n, scratch, pool, isa);
+    for (int32_t t = 0; t < tokens; ++t) {
+      std::vector<float> alone(static_cast<size_t>(n), 0.0f);
+      const bool in_a = std::find(rows_a.begin(), rows_a.end(), t) != rows_a.end();
+      const bool in_b = std::find(rows_b.begin(), rows_b.end(), t) != rows_b.end();
+      const std::vector<int32_t> zero{0};
+      if (in_a || in_b) {
+        const LoraGroup g = group(in_a ? a : b, zero);
+        lora_update(x.data() + t * k, k, k, {&g, 1}, alone.data(), n, n, scratch, pool, isa);
+      }
+      for (int64_t c = 0; c < n; ++c)
+        ASSERT_EQ(batch[static_cast<size_t>(t * n + c)], alone[static_cast<size_t>(c)])
+            << isa_name(isa) << " row " << t << " column " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace inferd
