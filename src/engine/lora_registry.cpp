@@ -6,8 +6,13 @@ LoraRegistry::LoraRegistry(const ModelWeights& base, LoraRegistryOptions options
     : base_(base), options_(options) {}
 
 void LoraRegistry::set_load_observer(std::function<void(double seconds)> observer) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  on_load_ = std::move(observer);
+  std::vector<double> earlier;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    on_load_ = observer;
+    earlier.swap(unobserved_);
+  }
+  for (double seconds : earlier) observer(seconds);  // the loads at start-up
 }
 
 Expected<std::shared_ptr<const LoraAdapter>> LoraRegistry::load(const std::string& path) {
@@ -18,19 +23,21 @@ Expected<std::shared_ptr<const LoraAdapter>> LoraRegistry::load(const std::strin
   {
     std::lock_guard<std::mutex> lock(mutex_);
     observer = on_load_;
+    if (adapter.has_value() && !observer) unobserved_.push_back(seconds);
   }
   if (adapter.has_value() && observer) observer(seconds);
   return adapter;
 }
 
-Status LoraRegistry::add(const std::string& name, const std::string& path, const std::string& reserved) {
+Status LoraRegistry::add(const std::string& name, const std::string& path, const std::string& reserved,
+                         bool replace) {
   if (name.empty()) return invalid_argument("a LoRA adapter needs a name");
   if (name == reserved) return invalid_argument("'" + name + "' is the base model's name");
-  if (contains(name)) return invalid_argument("a LoRA adapter named '" + name + "' is already loaded");
+  auto taken = [&] { return invalid_argument("a LoRA adapter named '" + name + "' is already loaded"); };
+  if (!replace && contains(name)) return taken();
   INFERD_ASSIGN_OR_RETURN(std::shared_ptr<const LoraAdapter> adapter, load(path));
   std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_.count(name) != 0)
-    return invalid_argument("a LoRA adapter named '" + name + "' is already loaded");
+  if (!replace && entries_.count(name) != 0) return taken();
   entries_[name] = Entry{path, std::move(adapter), ++clock_, std::make_shared<std::mutex>()};
   evict_locked();
   return Status::ok();

@@ -35,8 +35,10 @@ class LoraRegistry final {
   LoraRegistry(const ModelWeights& base, LoraRegistryOptions options);
 
   // Loads the adapter at `path` (checked against the base) and offers it as `name`. Errors: the
-  // name is taken (kInvalidArgument) or is the base's `reserved` name, the adapter is refused.
-  Status add(const std::string& name, const std::string& path, const std::string& reserved = {});
+  // name is taken (unless `replace`: then the new adapter takes the name once it loaded) or is the
+  // base's `reserved` name, the adapter is refused.
+  Status add(const std::string& name, const std::string& path, const std::string& reserved = {},
+             bool replace = false);
   // Stops offering `name` (requests running with it finish with it). kNotFound when unknown.
   Status remove(const std::string& name);
   bool contains(const std::string& name) const;
@@ -47,7 +49,7 @@ class LoraRegistry final {
   std::vector<LoraModuleInfo> list() const;
   int64_t num_resident() const;
   int64_t max_loras() const { return options_.max_loras; }
-  // Called after every load from disk with its duration (metrics).
+  // Called after every load from disk with its duration (metrics); at once for earlier loads.
   void set_load_observer(std::function<void(double seconds)> observer);
 
  private:
@@ -67,6 +69,7 @@ class LoraRegistry final {
   std::map<std::string, Entry> entries_;
   uint64_t clock_ = 0;
   std::function<void(double)> on_load_;
+  std::vector<double> unobserved_;  // loads before an observer was set
 };
 
 }  // namespace inferd

@@ -102,6 +102,13 @@ struct LoraWait {
   net::steady_timer wake;
 };
 
+// The same for a load or unload of /v1/load_lora_adapter, /v1/unload_lora_adapter.
+struct StatusWait {
+  explicit StatusWait(net::any_io_executor ex) : wake(ex) { wake.expires_at(Clock::time_point::max()); }
+  std::optional<Status> result;  // I/O thread only
+  net::steady_timer wake;
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -357,7 +364,7 @@ struct HttpServer::Impl {
 
   // The error of a LoRA admin request, or nullopt with the adapter's name (and path) in `out`.
   std::optional<ApiError> parse_lora_admin(const std::string& body, bool load, std::string* name,
-                                           std::string* path) const {
+                                           std::string* path, bool* replace) const {
     auto bad = [](const std::string& m, const char* param) {
       return ApiError{400, m, "invalid_request_error", param, ""};
     };
@@ -379,8 +386,9 @@ struct HttpServer::Impl {
       *path = j["lora_path"].get<std::string>();
       if (j.contains("load_inplace") && !j["load_inplace"].is_boolean())
         return bad("'load_inplace' must be a boolean", "load_inplace");
-      // load_inplace: replace an adapter of that name (vLLM); otherwise a taken name is an error.
-      if (j.value("load_inplace", false) && ctx.lora->contains(*name)) (void)ctx.lora->remove(*name);
+      // load_inplace: replace an adapter of that name once the new one loaded (vLLM); otherwise
+      // a taken name is an error.
+      *replace = j.value("load_inplace", false);
     }
     return std::nullopt;
   }
@@ -388,10 +396,25 @@ struct HttpServer::Impl {
   awaitable<bool> lora_admin_request(Connection& conn, const http::request<http::string_body>& req,
                                      bool load) {
     std::string name, path;
-    std::optional<ApiError> error = parse_lora_admin(req.body(), load, &name, &path);
+    bool replace = false;
+    std::optional<ApiError> error = parse_lora_admin(req.body(), load, &name, &path, &replace);
     if (!error) {
-      // Loading reads and checks the files here, on the I/O thread; the engine never waits for it.
-      const Status s = load ? ctx.lora->add(name, path, options.served_model_name) : ctx.lora->remove(name);
+      // The files are read and checked on the loader thread: neither the I/O thread nor the
+      // engine waits for them.
+      auto wait = std::make_shared<StatusWait>(io.get_executor());
+      net::post(lora_loader,
+                [wait, registry = ctx.lora, load, replace, name, path, base = options.served_model_name] {
+                  Status st = load ? registry->add(name, path, base, replace) : registry->remove(name);
+                  net::post(wait->wake.get_executor(), [wait, st = std::move(st)]() mutable {
+                    wait->result.emplace(std::move(st));
+                    wait->wake.cancel();
+                  });
+                });
+      while (!wait->result) {
+        boost::system::error_code ec;
+        co_await wait->wake.async_wait(net::redirect_error(use_awaitable, ec));
+      }
+      const Status s = *wait->result;
       if (!s.is_ok())
         error = ApiError{s.code() == StatusCode::kNotFound && !load ? 404 : 400, s.message(),
                          "invalid_request_error", load ? "lora_path" : "lora_name", ""};

@@ -71,6 +71,10 @@ def test_a_batch_mixing_adapters_and_the_base_gives_each_request_its_own_answer(
             got = list(pool.map(lambda job: ids(s, job[0], stream=job[1]), jobs))
         for (m, streamed), answer in zip(jobs, got):
             assert answer == alone[m], (m, streamed)
+        metrics = request(s, "GET", "/metrics")[1].decode()
+        assert re.search(r"^inferd:lora_load_seconds_count\{[^}]*\} 3$", metrics, re.M), metrics  # at start-up
+        for m in ["all", "mixed", "attn"]:
+            assert re.search(r'^inferd:lora_requests_total\{[^}]*lora_name="%s"[^}]*\} 3$' % m, metrics, re.M), m
         status, data = request(s, "POST", "/v1/completions", {"model": "nope", "prompt": PROMPT, "max_tokens": 1})
         assert status == 404
         assert json.loads(data)["error"]["code"] == "model_not_found"
@@ -112,6 +116,18 @@ def test_adapters_load_and_unload_at_run_time_and_reload_from_disk_beyond_max_lo
         status, data = request(s, "POST", "/v1/load_lora_adapter", {"lora_name": "x", "path": "y"})
         assert status == 400 and json.loads(data)["error"]["param"] == "path"
         first = ids(s, "all")
+        # load_inplace: a bad replacement keeps the old adapter; a good one takes the name.
+        status, _ = request(s, "POST", "/v1/load_lora_adapter",
+                            {"lora_name": "all", "lora_path": os.path.join(LORA, "qwen3_all"), "load_inplace": True})
+        assert status == 400
+        assert ids(s, "all") == first
+        status, _ = request(s, "POST", "/v1/load_lora_adapter",
+                            {"lora_name": "all", "lora_path": os.path.join(LORA, "qwen2_attn"), "load_inplace": True})
+        assert status == 200
+        assert ids(s, "all") != first
+        status, _ = request(s, "POST", "/v1/load_lora_adapter", dict(load, load_inplace=True))
+        assert status == 200
+        assert ids(s, "all") == first
         for name in ["mixed", "attn"]:
             status, _ = request(s, "POST", "/v1/load_lora_adapter",
                                 {"lora_name": name, "lora_path": os.path.join(LORA, ADAPTERS[name])})
@@ -123,12 +139,12 @@ def test_adapters_load_and_unload_at_run_time_and_reload_from_disk_beyond_max_lo
         assert ids(s, "mixed") != first
         metrics = request(s, "GET", "/metrics")[1].decode()
         loads = float(re.search(r"^inferd:lora_load_seconds_count\{[^}]*\} (\S+)$", metrics, re.M).group(1))
-        assert loads >= 4  # three loads, then "all" again (and "mixed" again after that)
+        assert loads >= 6  # all, two replacements, mixed, attn, then "all" again
         requests = re.search(r'^inferd:lora_requests_total\{[^}]*lora_name="all"[^}]*\} (\S+)$', metrics, re.M)
-        assert requests and float(requests.group(1)) == 2
+        assert requests and float(requests.group(1)) == 5
         tokens = re.search(r'^inferd:lora_generation_tokens_total\{[^}]*lora_name="all"[^}]*\} (\S+)$', metrics,
                            re.M)
-        assert tokens and float(tokens.group(1)) == 24
+        assert tokens and float(tokens.group(1)) == 5 * 12
         status, data = request(s, "POST", "/v1/unload_lora_adapter", {"lora_name": "all"})
         assert status == 200 and b"removed" in data
         status, _ = request(s, "POST", "/v1/unload_lora_adapter", {"lora_name": "all"})

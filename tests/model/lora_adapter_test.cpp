@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "formats/safetensors_writer.h"
 #include "model/model_loader.h"
@@ -223,6 +224,54 @@ TEST(LoraAdapterTest, MismatchedAdaptersAreRefusedNamingTheProblem) {
   auto moe = load_model(base_path("qwen2_moe", ""));
   ASSERT_TRUE(moe.has_value());
   EXPECT_THAT(refusal(adapter_path("qwen2_all", ""), **moe), HasSubstr("mixture-of-experts"));
+}
+
+// Random damage to an adapter's files (bytes flipped, cut short, config fields replaced by other
+// JSON values): every load returns an adapter or an error, never a crash (ASan / UBSan in CI).
+TEST(LoraAdapterTest, DamagedAdapterFilesLoadOrFailCleanly) {
+  auto weights = load_model(base_path("qwen2", ""));
+  ASSERT_TRUE(weights.has_value());
+  std::mt19937 rng(77);
+  const auto gguf = test::read_bytes(adapter_path("qwen2_all", "adapter-f16.gguf"));
+  const auto st = test::read_bytes(adapter_path("qwen2_all", "adapter_model.safetensors"));
+  const std::string dir = test::temp_dir();
+  int refused = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const bool as_gguf = trial % 2 == 0;
+    std::vector<std::byte> bytes = as_gguf ? gguf : st;
+    const int kind = std::uniform_int_distribution<int>(0, 2)(rng);
+    if (kind == 0) {
+      bytes.resize(std::uniform_int_distribution<size_t>(0, bytes.size())(rng));
+    } else {
+      const int flips = std::uniform_int_distribution<int>(1, 8)(rng);
+      // Mostly in the header, where the structure is.
+      const size_t span = kind == 1 ? std::min<size_t>(bytes.size(), 512) : bytes.size();
+      for (int f = 0; f < flips; ++f)
+        bytes[std::uniform_int_distribution<size_t>(0, span - 1)(rng)] =
+            static_cast<std::byte>(std::uniform_int_distribution<int>(0, 255)(rng));
+    }
+    std::string path;
+    if (as_gguf) {
+      path = dir + "/a.gguf";
+      test::write_bytes(path, bytes);
+    } else {
+      path = edited_adapter("qwen2_all", [](auto&) {});
+      test::write_bytes(path + "/adapter_model.safetensors", bytes);
+    }
+    auto a = load_lora_adapter(path, **weights, 64);
+    refused += !a.has_value();
+  }
+  const std::vector<nlohmann::json> values = {
+      nullptr, -1, 0, 1e30, "x", nlohmann::json::array(), nlohmann::json::object(), true, {{"q_proj", "x"}}};
+  for (const char* field : {"r", "lora_alpha", "target_modules", "rank_pattern", "alpha_pattern",
+                            "use_rslora", "bias", "peft_type", "modules_to_save", "use_dora"}) {
+    for (const auto& v : values) {
+      auto a = load_lora_adapter(edited_adapter("qwen2_all", [&](auto& j) { j[field] = v; }), **weights, 64);
+      refused += !a.has_value();
+    }
+  }
+  std::printf("[ figures  ]   %d of %d damaged adapters refused\n", refused, 300 + 10 * 9);
+  EXPECT_GT(refused, 100);
 }
 
 TEST(LoraAdapterTest, ABatchWithAdaptersNeedsEnableLoraAndParallelGroupsAreRefused) {
