@@ -18,6 +18,7 @@
 #include "common/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/lora.h"
 #include "kernels/matmul.h"
 
 #include "kernels/onednn_matmul.h"
@@ -332,6 +333,41 @@ BENCHMARK(BM_Attention)
     ->Args({1, 512})
     ->Args({1, 4096})
     ->Args({512, 512})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// One LoRA update of a SmolLM2-sized layer matrix (576 -> 1536, up_proj) for 16 decode rows
+// spread over `adapters` adapters of rank `rank` (args: adapters, rank).
+void BM_LoraUpdate(benchmark::State& state) {
+  const int64_t adapters = state.range(0), rank = state.range(1), k = 576, n = 1536, rows = 16;
+  std::vector<std::vector<float>> a, bt;
+  std::vector<std::vector<int32_t>> members(static_cast<size_t>(adapters));
+  for (int64_t i = 0; i < adapters; ++i) {
+    a.push_back(random_floats(static_cast<size_t>(rank * k)));
+    bt.push_back(random_floats(static_cast<size_t>(rank * n)));
+  }
+  for (int32_t t = 0; t < rows; ++t) members[static_cast<size_t>(t % adapters)].push_back(t);
+  std::vector<LoraGroup> groups;
+  for (int64_t i = 0; i < adapters; ++i)
+    groups.push_back({a[static_cast<size_t>(i)].data(), bt[static_cast<size_t>(i)].data(), DType::kF32, rank,
+                      0.5f, members[static_cast<size_t>(i)]});
+  const auto x = random_floats(static_cast<size_t>(rows * k));
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  ThreadPool pool(2);
+  LoraScratch scratch;
+  for (auto _ : state) {
+    lora_update(x.data(), k, k, groups, y.data(), n, n, scratch, pool, active_isa());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double flops = 2.0 * rows * rank * (k + n);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LoraUpdate)
+    ->Args({1, 16})
+    ->Args({4, 16})
+    ->Args({16, 16})
+    ->Args({4, 64})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

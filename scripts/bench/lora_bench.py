@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Multi-LoRA serving figures for BENCHMARKS.md, on the default model (SmolLM2-135M-Instruct Q4_1)
-with random adapters of every target module written as llama.cpp's GGUF adapters (both servers
-read them):
+with random adapters of every target module written as llama.cpp's GGUF adapters in F16 (what its
+converter writes by default; both servers read them):
 
   throughput  decode tokens/s of 16 concurrent sequences over 1, 4 and 16 distinct adapters of
               rank 8, 16 and 64, against 16 base-only sequences (on a server without LoRA and on one
@@ -67,8 +67,9 @@ def write_adapter(path, shapes, layers, rank, seed):
             out, inp = shapes[f"blk.{layer}.{t}"]
             a = (rng.standard_normal((rank, inp)) / np.sqrt(inp)).astype(np.float32)
             b = (rng.standard_normal((out, rank)) * 0.05).astype(np.float32)
-            w.add_tensor(f"blk.{layer}.{t}.weight.lora_a", a)
-            w.add_tensor(f"blk.{layer}.{t}.weight.lora_b", b)
+            # F16, as llama.cpp's convert_lora_to_gguf.py writes by default (--outtype f16)
+            w.add_tensor(f"blk.{layer}.{t}.weight.lora_a", a.astype(np.float16))
+            w.add_tensor(f"blk.{layer}.{t}.weight.lora_b", b.astype(np.float16))
     w.write_header_to_file(path=path)
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -119,29 +120,48 @@ def median_rate(port, bodies, rounds):
     return statistics.median(decode_rate(port, bodies) for _ in range(rounds))
 
 
+def total_rate(port, bodies):
+    """Every completion token over the wall time from the first request sent to the last token:
+    the throughput of a workload in which the server may run sequences one group at a time."""
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+        runs = list(pool.map(lambda b: stream(port, b), bodies))
+    return sum(len(t) for t in runs) / (max(t[-1] for t in runs) - t0)
+
+
+def median_total(port, bodies, rounds):
+    return statistics.median(total_rate(port, bodies) for _ in range(rounds))
+
+
 def throughput(model, tmp, shapes, layers, a):
-    print(f"decode, 16 sequences x {a.tokens} tokens, tokens/s (median of {a.rounds}):")
+    """Per rank one server with 16 adapters; base-only (its rows compute exactly as with LoRA off)
+    and 1 / 4 / 16 adapters measured in turn, round after round, so that the machine's drift hits
+    them alike. One LoRA-off server's base-only rate for reference."""
+    print(f"decode, 16 sequences x {a.tokens} tokens, tokens/s while all 16 decode (median of {a.rounds}):")
     proc, port = inferd_server(model, [])
     try:
-        base = median_rate(port, [body("", i, a.tokens) for i in range(16)], a.rounds)
+        off = median_rate(port, [body("", i, a.tokens) for i in range(16)], a.rounds)
     finally:
         proc.terminate(), proc.wait()
-    print(f"  base only, LoRA off:            {base:7.1f}")
+    print(f"  base only, LoRA off:               {off:7.1f}")
     for rank in (8, 16, 64):
         paths = [os.path.join(tmp, f"r{rank}_{k}.gguf") for k in range(16)]
         for k, p in enumerate(paths):
             if not os.path.exists(p):
                 write_adapter(p, shapes, layers, rank, 100 * rank + k)
         proc, port = inferd_server(model, paths)
+        rates = {d: [] for d in (0, 1, 4, 16)}
         try:
-            if rank == 8:
-                on = median_rate(port, [body("", i, a.tokens) for i in range(16)], a.rounds)
-                print(f"  base only, LoRA on:             {on:7.1f}  ({on / base:.2f}x)")
-            for distinct in (1, 4, 16):
-                rate = median_rate(port, [body(f"a{i % distinct}", i, a.tokens) for i in range(16)], a.rounds)
-                print(f"  rank {rank:2d}, {distinct:2d} adapters:          {rate:7.1f}  ({rate / base:.2f}x)")
+            for _ in range(a.rounds):
+                for d in rates:
+                    bodies = [body(f"a{i % d}" if d else "", i, a.tokens) for i in range(16)]
+                    rates[d].append(decode_rate(port, bodies))
         finally:
             proc.terminate(), proc.wait()
+        base = statistics.median(rates[0])
+        print(f"  rank {rank:2d}: base only {base:7.1f};", "; ".join(
+            f"{d:2d} adapters {statistics.median(rates[d]):7.1f} ({statistics.median(rates[d]) / base:.2f}x)"
+            for d in (1, 4, 16)))
 
 
 def ttft(model, tmp, shapes, layers, a):
@@ -167,7 +187,7 @@ def ttft(model, tmp, shapes, layers, a):
         proc.terminate(), proc.wait()
     cold, warm = cold[2:], warm[2:]  # the first alternation warms the page cache
     size = os.path.getsize(paths[0]) / 2**20
-    print(f"TTFT, rank-16 adapter ({size:.1f} MiB F32 GGUF), median of {len(cold)}: cold (load from disk) "
+    print(f"TTFT, rank-16 adapter ({size:.1f} MiB F16 GGUF), median of {len(cold)}: cold (load from disk) "
           f"{1000 * statistics.median(cold):.1f} ms, resident {1000 * statistics.median(warm):.1f} ms")
 
 
@@ -178,14 +198,15 @@ def peer(model, tmp, shapes, layers, a):
     for k, p in enumerate(paths):
         if not os.path.exists(p):
             write_adapter(p, shapes, layers, 16, 1600 + k)
-    print(f"16 sequences x {a.tokens} tokens, rank-16 adapters, decode tokens/s (median of {a.rounds}):")
+    print(f"16 sequences x {a.tokens} tokens, rank-16 adapters, completion tokens / wall time, tokens/s "
+          f"(median of {a.rounds}):")
     results = {}
     proc, port = inferd_server(model, paths)
     try:
         for distinct in (1, 4):
-            results[("inferd", distinct)] = median_rate(
+            results[("inferd", distinct)] = median_total(
                 port, [body(f"a{i % distinct}", i, a.tokens) for i in range(16)], a.rounds)
-        results[("inferd", 0)] = median_rate(port, [body("", i, a.tokens) for i in range(16)], a.rounds)
+        results[("inferd", 0)] = median_total(port, [body("", i, a.tokens) for i in range(16)], a.rounds)
     finally:
         proc.terminate(), proc.wait()
     port = free_port()
@@ -197,9 +218,9 @@ def peer(model, tmp, shapes, layers, a):
     try:
         wait_healthy(proc, port, what="llama-server")
         for distinct in (1, 4):
-            results[("llama.cpp", distinct)] = median_rate(
+            results[("llama.cpp", distinct)] = median_total(
                 port, [body("", i, a.tokens, [{"id": i % distinct, "scale": 1.0}]) for i in range(16)], a.rounds)
-        results[("llama.cpp", 0)] = median_rate(port, [body("", i, a.tokens, []) for i in range(16)], a.rounds)
+        results[("llama.cpp", 0)] = median_total(port, [body("", i, a.tokens, []) for i in range(16)], a.rounds)
     finally:
         proc.terminate(), proc.wait()
     for distinct, label in ((0, "base only"), (1, "1 adapter"), (4, "4 adapters")):

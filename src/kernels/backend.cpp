@@ -82,6 +82,10 @@ class CpuBackend final : public Backend {
     if (const auto* o = dynamic_cast<const OneDnnLinear*>(&w))
       return o->onednn.run(in, tokens, outputs, pool_);
     const auto& v = static_cast<const ViewLinear&>(w);
+    if (v.swiglu && outputs.size() == 2) {  // gate and up as they are
+      matmul(in, tokens, *v.parts[0], nullptr, outputs[0].y, pool_, isa_);
+      return matmul(in, tokens, *v.parts[1], nullptr, outputs[1].y, pool_, isa_);
+    }
     if (v.swiglu) {  // outputs[0] = silu(x gate^T) * (x up^T)
       const int64_t rows = v.parts[0]->num_rows();
       INFERD_CHECK(outputs.size() == 1 && outputs[0].ld == rows);

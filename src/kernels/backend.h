@@ -72,7 +72,8 @@ class Backend {
                                                         bool swiglu) = 0;
   // outputs[p] = x' W_p^T (+ bias_p) for each part p, where x' = rms_norm(x, norm_weight, eps)
   // row by row when norm_weight is given, else x; with swiglu one output = silu(x' gate^T) *
-  // (x' up^T). x: [tokens, k]. Engine thread only (backends keep scratch buffers).
+  // (x' up^T), or two outputs = x' gate^T and x' up^T (for LoRA updates before the silu). x: [tokens, k].
+  // Engine thread only (backends keep scratch buffers).
   virtual void linear(const float* x, int64_t tokens, int64_t k, const float* norm_weight, float eps,
                       const LinearWeights& w, std::span<const LinearOutput> outputs) = 0;
   // linear(g.x, g.tokens, g.k, nullptr, 0, *g.w, {&g.out, 1}) for every group g, with the same

@@ -4,6 +4,7 @@
 
 #include "kernels/f32_kernels.h"
 #include "kernels/simd.h"
+#include "tensor/dequantize.h"
 
 namespace inferd {
 
@@ -13,31 +14,34 @@ namespace {
 // column falls (vector body or tail) depends on n alone.
 constexpr int64_t kExpandChunk = 128;
 
-// y[c] += sum_r s[r] * bt[r * n + c] for c in [c0, c1), rank by rank from r = 0.
-void expand_generic(const float* s, const float* bt, int64_t rank, int64_t n, int64_t c0, int64_t c1,
-                    float* y) {
-  for (int64_t c = c0; c < c1; ++c) {
+// y[c] += sum_r s[r] * bt[r * ld + c] for c in [0, w), rank by rank from r = 0.
+void expand_generic(const float* s, const float* bt, int64_t rank, int64_t ld, int64_t w, float* y) {
+  for (int64_t c = 0; c < w; ++c) {
     float acc = 0.0f;
-    for (int64_t r = 0; r < rank; ++r) acc += s[r] * bt[r * n + c];
+    for (int64_t r = 0; r < rank; ++r) acc += s[r] * bt[r * ld + c];
     y[c] += acc;
   }
 }
 
 #if defined(__x86_64__)
-INFERD_AVX512 void expand_avx512(const float* s, const float* bt, int64_t rank, int64_t n, int64_t c0,
-                                 int64_t c1, float* y) {
-  for (int64_t c = c0; c < c1; c += 16) {
-    const int64_t left = std::min<int64_t>(16, c1 - c);
+INFERD_AVX512 void expand_avx512(const float* s, const float* bt, int64_t rank, int64_t ld, int64_t w,
+                                 float* y) {
+  for (int64_t c = 0; c < w; c += 16) {
+    const int64_t left = std::min<int64_t>(16, w - c);
     const auto mask = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t r = 0; r < rank; ++r)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(s[r]), _mm512_maskz_loadu_ps(mask, bt + r * n + c), acc);
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(s[r]), _mm512_maskz_loadu_ps(mask, bt + r * ld + c), acc);
     _mm512_mask_storeu_ps(y + c, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y + c), acc));
   }
 }
 #endif
 
-using ExpandFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*);
+using ExpandFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+
+size_t value_bytes(DType dtype) {
+  return dtype == DType::kF32 ? 4 : 2;
+}
 
 ExpandFn expand_for(Isa isa) {
 #if defined(__x86_64__)
@@ -58,20 +62,25 @@ size_t group_of(const std::vector<int64_t>& offsets, int64_t item) {
 
 void lora_update_reference(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups,
                            float* y, int64_t ldy, int64_t n) {
-  std::vector<float> s;
+  std::vector<float> s, a, bt;
   for (const LoraGroup& g : groups) {
     s.assign(static_cast<size_t>(g.rank), 0.0f);
+    a.resize(static_cast<size_t>(g.rank * k));
+    bt.resize(static_cast<size_t>(g.rank * n));
+    dequantize_row(g.dtype, static_cast<const std::byte*>(g.a), a.data(), g.rank * k);
+    dequantize_row(g.dtype, static_cast<const std::byte*>(g.bt), bt.data(), g.rank * n);
     for (const int32_t t : g.rows) {
       const float* xt = x + t * ldx;
       for (int64_t r = 0; r < g.rank; ++r) {
         float acc = 0.0f;
-        for (int64_t i = 0; i < k; ++i) acc += g.a[r * k + i] * xt[i];
+        for (int64_t i = 0; i < k; ++i) acc += a[static_cast<size_t>(r * k + i)] * xt[i];
         s[static_cast<size_t>(r)] = acc * g.scale;
       }
       float* yt = y + t * ldy;
       for (int64_t c = 0; c < n; ++c) {
         float acc = 0.0f;
-        for (int64_t r = 0; r < g.rank; ++r) acc += s[static_cast<size_t>(r)] * g.bt[r * n + c];
+        for (int64_t r = 0; r < g.rank; ++r)
+          acc += s[static_cast<size_t>(r)] * bt[static_cast<size_t>(r * n + c)];
         yt[c] += acc;
       }
     }
@@ -99,13 +108,23 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGro
   float* shrunk = scratch.shrunk.data();
 
   // Shrink: shrunk[row i of group g][r] = scale * (A_g[r] . x[rows_g[i]]), four rows per A read.
+  // 16-bit weights are expanded (exactly) into a buffer of each thread's (grown once): the same
+  // sums as f32 ones.
   pool.parallel_for(scratch.shrink_items.back(), [&](int64_t begin, int64_t end) {
     float out[4];
+    thread_local std::vector<float> buffer;
     for (int64_t item = begin; item < end; ++item) {
       const size_t g = group_of(scratch.shrink_items, item);
       const LoraGroup& grp = groups[g];
       const int64_t r = item - scratch.shrink_items[g];
-      const float* a = grp.a + r * k;
+      const auto* a_row =
+          static_cast<const std::byte*>(grp.a) + static_cast<size_t>(r * k) * value_bytes(grp.dtype);
+      const float* a = reinterpret_cast<const float*>(a_row);
+      if (grp.dtype != DType::kF32) {
+        if (buffer.size() < static_cast<size_t>(k)) buffer.resize(static_cast<size_t>(k));
+        f32.dequantize_row(grp.dtype, a_row, buffer.data(), k);
+        a = buffer.data();
+      }
       float* s = shrunk + scratch.shrunk_offset[g];
       const auto rows = static_cast<int64_t>(grp.rows.size());
       int64_t i = 0;
@@ -127,14 +146,27 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGro
   // Expand: y[rows_g[i]] += shrunk[i] B_g^T, one column chunk of one group per item.
   const ExpandFn expand = expand_for(isa);
   pool.parallel_for(scratch.expand_items.back(), [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> buffer;
     for (int64_t item = begin; item < end; ++item) {
       const size_t g = group_of(scratch.expand_items, item);
       const LoraGroup& grp = groups[g];
       const int64_t c0 = (item - scratch.expand_items[g]) * kExpandChunk;
-      const int64_t c1 = std::min(n, c0 + kExpandChunk);
+      const int64_t w = std::min(n, c0 + kExpandChunk) - c0;
+      const float* bt = static_cast<const float*>(grp.bt) + c0;
+      int64_t ld = n;
+      if (grp.dtype != DType::kF32) {  // this chunk's columns of every rank row, as f32
+        if (buffer.size() < static_cast<size_t>(grp.rank * w))
+          buffer.resize(static_cast<size_t>(grp.rank * w));
+        for (int64_t r = 0; r < grp.rank; ++r)
+          f32.dequantize_row(grp.dtype,
+                             static_cast<const std::byte*>(grp.bt) + static_cast<size_t>(r * n + c0) * 2,
+                             buffer.data() + r * w, w);
+        bt = buffer.data();
+        ld = w;
+      }
       const float* s = shrunk + scratch.shrunk_offset[g];
       for (size_t i = 0; i < grp.rows.size(); ++i)
-        expand(s + static_cast<int64_t>(i) * grp.rank, grp.bt, grp.rank, n, c0, c1, y + grp.rows[i] * ldy);
+        expand(s + static_cast<int64_t>(i) * grp.rank, bt, grp.rank, ld, w, y + grp.rows[i] * ldy + c0);
     }
   });
 }

@@ -15,13 +15,15 @@
 
 #include "common/thread_pool.h"
 #include "kernels/cpu_isa.h"
+#include "tensor/dtype.h"
 
 namespace inferd {
 
 // One adapter's matrices for one linear layer and the rows of the batch that use it.
 struct LoraGroup {
-  const float* a = nullptr;   // [rank, k] row-major (PEFT's lora_A.weight)
-  const float* bt = nullptr;  // [rank, n]: lora_B.weight ([n, rank]) transposed
+  const void* a = nullptr;    // [rank, k] row-major (PEFT's lora_A.weight), of `dtype`
+  const void* bt = nullptr;   // [rank, n]: lora_B.weight ([n, rank]) transposed, of `dtype`
+  DType dtype = DType::kF32;  // kF32, kF16 or kBF16 (expanded to f32 exactly, a slice at a time)
   int64_t rank = 0;
   float scale = 0.0f;             // alpha / rank (alpha / sqrt(rank) with rsLoRA)
   std::span<const int32_t> rows;  // rows of x and y; a row is in at most one group

@@ -158,7 +158,9 @@ Expected<OneDnnWeight> OneDnnWeight::create(std::span<const TensorView* const> p
 void OneDnnWeight::run(const float* x, int64_t tokens, std::span<const QuantMatmulOutput> outputs,
                        ThreadPool& pool) const {
   const Impl& m = *impl_;
-  INFERD_CHECK(outputs.size() == (m.swiglu ? 1 : m.part_rows.size()));
+  // A SwiGLU weight with two outputs gives gate and up as they are (no silu).
+  const bool raw = m.swiglu && outputs.size() == 2;
+  INFERD_CHECK(raw || outputs.size() == (m.swiglu ? 1 : m.part_rows.size()));
   if (tokens == 0) return;
   const memory::data_type dt = m.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const void* src = x;
@@ -184,6 +186,11 @@ void OneDnnWeight::run(const float* x, int64_t tokens, std::span<const QuantMatm
       // Epilogue: the slice's columns into the outputs (+ bias), or silu(gate) * up.
       for (int64_t t = 0; t < tokens; ++t) {
         const float* row = s.out.data() + t * s.width;
+        if (raw) {
+          std::copy_n(row, s.rows, outputs[0].y + t * outputs[0].ld + s.first);
+          std::copy_n(row + s.rows, s.rows, outputs[1].y + t * outputs[1].ld + s.first);
+          continue;
+        }
         if (m.swiglu) {
           silu_mul(row, row + s.rows, outputs[0].y + t * outputs[0].ld + s.first, s.rows);
           continue;

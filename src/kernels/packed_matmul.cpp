@@ -952,7 +952,7 @@ Epilogues epilogues(Isa isa) {
 // 8 tokens: run_tile(tile, first_token, num_tokens, out), results written into the outputs.
 // out / out_up: [kMaxTokens * kQuantTileRows] scratch.
 template <typename RunTile>
-void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, int64_t u, int64_t tokens,
+void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw, int64_t u, int64_t tokens,
               const Epilogues& e, RunTile& run_tile, float* out, float* out_up) {
   // The part this unit's rows belong to, and the unit's first row in it.
   size_t part = 0;
@@ -968,7 +968,13 @@ void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, int64_t u
   for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
     const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
     float* y = o.y + t0 * o.ld + row0;
-    if (w.swiglu()) {
+    if (raw) {  // a SwiGLU weight's gate and up as they are, into two outputs
+      const QuantMatmulOutput& up = outputs[1];
+      run_tile(w.tile(2 * u), t0, nt, out);
+      run_tile(w.tile(2 * u + 1), t0, nt, out_up);
+      e.store(out, nt, rows, y, o.ld, nullptr);
+      e.store(out_up, nt, rows, up.y + t0 * up.ld + row0, up.ld, nullptr);
+    } else if (w.swiglu()) {
       run_tile(w.tile(2 * u), t0, nt, out);
       run_tile(w.tile(2 * u + 1), t0, nt, out_up);
       e.swiglu(out, out_up, nt, rows, y, o.ld);
@@ -987,13 +993,15 @@ int64_t num_units(const PackedWeight& w) {
 template <typename RunTile>
 void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, int64_t tokens,
            ThreadPool& pool, Isa isa, RunTile run_tile) {
-  INFERD_CHECK(outputs.size() == (w.swiglu() ? 1 : w.num_parts()));
+  const bool raw = w.swiglu() && outputs.size() == 2;
+  INFERD_CHECK(raw || outputs.size() == (w.swiglu() ? 1 : w.num_parts()));
   if (tokens == 0) return;
   const Epilogues e = epilogues(isa);
   pool.parallel_for(num_units(w), [&](int64_t begin, int64_t end) {
     alignas(64) float out[kMaxTokens * kQuantTileRows];
     alignas(64) float out_up[kMaxTokens * kQuantTileRows];
-    for (int64_t u = begin; u < end; ++u) run_unit(w, outputs.data(), u, tokens, e, run_tile, out, out_up);
+    for (int64_t u = begin; u < end; ++u)
+      run_unit(w, outputs.data(), raw, u, tokens, e, run_tile, out, out_up);
   });
 }
 
@@ -1062,7 +1070,7 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
                                            w.block_bytes(), grp.x, t0, nt, o, w.tile(0) + w.num_bytes()});
         }
       };
-      run_unit(w, &grp.out, u - first[g], grp.tokens, e, run_tile, out, out_up);
+      run_unit(w, &grp.out, false, u - first[g], grp.tokens, e, run_tile, out, out_up);
     }
   });
 }

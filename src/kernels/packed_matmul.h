@@ -136,7 +136,8 @@ class PackedWeight final {
 };
 
 // y = x w^T (+ bias) for every part of a block-quantized w: outputs[p] receives part p. With a
-// SwiGLU-packed w, one output receives silu(gate) * up ([tokens, intermediate]). Runs the active
+// SwiGLU-packed w, one output receives silu(gate) * up ([tokens, intermediate]), or two outputs
+// receive gate and up as they are (bit-identical to what the fused epilogue starts from). Runs the active
 // ISA's path unless `isa` says otherwise (tests); the split over threads is by tiles of rows.
 void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa = active_isa());

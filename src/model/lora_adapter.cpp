@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "common/files.h"
+#include "common/half.h"
 #include "formats/gguf_file.h"
 #include "formats/safetensors_file.h"
 #include "model/tensor_names.h"
@@ -147,7 +148,23 @@ Status finish(const PendingMap& pending, const ModelWeights& base, int64_t max_r
     XXH3_128bits_update(state, &m.scale, sizeof(m.scale));
     XXH3_128bits_update(state, m.a.data(), m.a.size() * sizeof(float));
     XXH3_128bits_update(state, m.bt.data(), m.bt.size() * sizeof(float));
-    adapter->bytes += (m.a.size() + m.bt.size()) * sizeof(float);
+    // Both halves in one 16-bit type: kept so (the values convert back exactly).
+    if (p.a->dtype == p.b->dtype && (p.a->dtype == DType::kF16 || p.a->dtype == DType::kBF16)) {
+      m.dtype = p.a->dtype;
+      auto narrow = [&](const std::vector<float>& v) {
+        std::vector<uint16_t> out16(v.size());
+        for (size_t i = 0; i < v.size(); ++i)
+          out16[i] = m.dtype == DType::kF16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+        return out16;
+      };
+      m.a16 = narrow(m.a);
+      m.bt16 = narrow(m.bt);
+      m.a = {};
+      m.bt = {};
+      adapter->bytes += (m.a16.size() + m.bt16.size()) * sizeof(uint16_t);
+    } else {
+      adapter->bytes += (m.a.size() + m.bt.size()) * sizeof(float);
+    }
     adapter->max_rank = std::max(adapter->max_rank, rank);
     adapter->targets[static_cast<size_t>(t)] = true;
   }
@@ -328,6 +345,21 @@ Expected<std::shared_ptr<const LoraAdapter>> load_gguf(const std::string& path, 
 }
 
 }  // namespace
+
+namespace {
+std::vector<float> widen(const std::vector<uint16_t>& v, DType dtype) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = dtype == DType::kF16 ? f16_to_f32(v[i]) : bf16_to_f32(v[i]);
+  return out;
+}
+}  // namespace
+
+std::vector<float> LoraMatrix::a_values() const {
+  return dtype == DType::kF32 ? a : widen(a16, dtype);
+}
+std::vector<float> LoraMatrix::bt_values() const {
+  return dtype == DType::kF32 ? bt : widen(bt16, dtype);
+}
 
 std::string_view lora_target_name(LoraTarget target) {
   return kTargetNames[static_cast<size_t>(target)];

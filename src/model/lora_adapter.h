@@ -1,7 +1,8 @@
 // LoRA adapters: low-rank updates W' = W + scale * B A of a base model's linear layers, loaded
 // from PEFT's files (adapter_config.json + adapter_model.safetensors) or llama.cpp's GGUF
 // adapters (general.type = adapter), checked against the base they are applied to, and kept in
-// f32 in the layout the kernels want (A as stored, B transposed: kernels/lora.h).
+// the layout the kernels want (A as stored, B transposed: kernels/lora.h), in F16 / BF16 when
+// the file stores them so, else in f32.
 #pragma once
 
 #include <array>
@@ -22,11 +23,24 @@ inline constexpr int kNumLoraTargets = 7;
 // PEFT's module names: "q_proj", ..., "down_proj".
 std::string_view lora_target_name(LoraTarget target);
 
+// An adapter stored in F16 or BF16 stays so in memory (half the bytes each step reads; the
+// kernels expand it exactly); any other type is kept in f32.
 struct LoraMatrix {
   int64_t rank = 0;  // 0: the adapter leaves this layer's matrix as it is
   float scale = 0.0f;
-  std::vector<float> a;   // [rank, in_features]
-  std::vector<float> bt;  // [rank, out_features]: B transposed
+  DType dtype = DType::kF32;
+  std::vector<float> a, bt;         // kF32: [rank, in_features] and B transposed, [rank, out_features]
+  std::vector<uint16_t> a16, bt16;  // kF16 / kBF16: the same
+
+  const void* a_data() const {
+    return dtype == DType::kF32 ? static_cast<const void*>(a.data()) : a16.data();
+  }
+  const void* bt_data() const {
+    return dtype == DType::kF32 ? static_cast<const void*>(bt.data()) : bt16.data();
+  }
+  // The values as f32 (a copy).
+  std::vector<float> a_values() const;
+  std::vector<float> bt_values() const;
 };
 
 struct LoraAdapter {

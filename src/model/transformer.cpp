@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
@@ -47,7 +48,7 @@ void Transformer::norm_linear(const std::vector<float>& norm_weight, int64_t lay
                               const LinearWeights& w, std::span<const LinearOutput> outputs, int64_t n) {
   const ModelConfig& c = config();
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  if (observer_ == nullptr && !lora_)
+  if (observer_ == nullptr)
     return backend_->linear(hidden_.data(), n, c.hidden_size, norm_weight.data(), eps, w, outputs);
   backend_->rms_norm(hidden_.data(), norm_weight.data(), normed_.data(), n, c.hidden_size, eps);
   if (observer_ != nullptr) observer_->observe(layer, input, normed_.data(), n, c.hidden_size);
@@ -63,22 +64,16 @@ void Transformer::linear(const float* x, int64_t k, int64_t layer, LinearInput i
 Status Transformer::enable_lora() {
   if (tp_ != nullptr || pp_ != nullptr)
     return unsupported("LoRA adapters are not supported with tensor or pipeline parallelism");
-  if (lora_) return Status::ok();
-  for (size_t i = 0; i < weights_.layers.size(); ++i) {
-    const LayerWeights& l = weights_.layers[i];
-    if (l.is_moe()) continue;
-    const TensorView* parts[2] = {&l.w_gate, &l.w_up};
-    layers_[i].gate_and_up = backend_->prepare_linear(parts, false);
-    layers_[i].gate_up.reset();  // the fused pair is not used again
-  }
   lora_ = true;
-  capacity_ = 0;  // reserve() grows up_ too
+  capacity_ = 0;  // reserve() grows the LoRA buffers too
   return Status::ok();
 }
 
 void Transformer::prepare_lora(const ForwardBatch& b) {
   lora_adapters_.clear();
   for (auto& rows : lora_rows_) rows.clear();
+  lora_mlp_rows_.clear();
+  plain_mlp_rows_.clear();
   if (b.sequence_lora.empty()) return;
   for (size_t t = 0; t < b.token_sequence.size(); ++t) {
     const LoraAdapter* a = b.sequence_lora[static_cast<size_t>(b.token_sequence[t])];
@@ -91,15 +86,35 @@ void Transformer::prepare_lora(const ForwardBatch& b) {
     }
     lora_rows_[i].push_back(static_cast<int32_t>(t));
   }
+  if (lora_adapters_.empty()) return;
+  // The MLP's gate and up: the rows of adapters that change either, adapter after adapter (each
+  // adapter's rows a contiguous range of the gathered rows), and the others.
+  if (lora_mlp_local_.size() < lora_adapters_.size()) lora_mlp_local_.resize(lora_adapters_.size());
+  for (size_t i = 0; i < lora_adapters_.size(); ++i) {
+    lora_mlp_local_[i].clear();
+    const auto& tg = lora_adapters_[i]->targets;
+    if (!tg[static_cast<size_t>(LoraTarget::kGate)] && !tg[static_cast<size_t>(LoraTarget::kUp)]) continue;
+    for (const int32_t t : lora_rows_[i]) {
+      lora_mlp_local_[i].push_back(static_cast<int32_t>(lora_mlp_rows_.size()));
+      lora_mlp_rows_.push_back(t);
+    }
+  }
+  if (lora_mlp_rows_.empty()) return;
+  std::vector<bool>& in_lora = lora_row_flag_;
+  in_lora.assign(b.token_sequence.size(), false);
+  for (const int32_t t : lora_mlp_rows_) in_lora[static_cast<size_t>(t)] = true;
+  for (size_t t = 0; t < in_lora.size(); ++t)
+    if (!in_lora[t]) plain_mlp_rows_.push_back(static_cast<int32_t>(t));
 }
 
-void Transformer::apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t k, float* y,
-                             int64_t n) {
+void Transformer::apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t k, float* y, int64_t n,
+                             bool gathered) {
   lora_groups_.clear();
   for (size_t i = 0; i < lora_adapters_.size(); ++i) {
     const LoraMatrix& m = lora_adapters_[i]->matrix(layer, target);
     if (m.rank == 0) continue;
-    lora_groups_.push_back(LoraGroup{m.a.data(), m.bt.data(), m.rank, m.scale, lora_rows_[i]});
+    lora_groups_.push_back(LoraGroup{m.a_data(), m.bt_data(), m.dtype, m.rank, m.scale,
+                                     gathered ? lora_mlp_local_[i] : lora_rows_[i]});
   }
   if (lora_groups_.empty()) return;
   backend_->lora_update(x, k, k, lora_groups_, y, n, n);
@@ -116,7 +131,11 @@ void Transformer::reserve(int64_t n) {
   grow(v_, c.kv_dim());
   grow(attn_, c.q_dim());
   grow(gate_, c.intermediate_size);
-  if (lora_) grow(up_, c.intermediate_size);
+  if (lora_) {
+    grow(lora_x_, c.hidden_size);
+    grow(lora_gate_, c.intermediate_size);
+    grow(lora_up_, c.intermediate_size);
+  }
   grow(proj_, c.hidden_size);
   if (c.rope_scaling.type == RopeScalingType::kDynamic) grow(own_inv_freq_, rope_.size());
   token_inv_freq_.resize(static_cast<size_t>(n));
@@ -278,6 +297,8 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
                                {v_.data(), c.kv_dim(), bias(l.bv)}};
   norm_linear(l.attn_norm, layer_index, LinearInput::kAttention, *p.qkv, qkv, n);
   if (!lora_adapters_.empty()) {
+    // The updates' input: the normed rows (the fused path above never writes them out).
+    backend_->rms_norm(hidden_.data(), l.attn_norm.data(), normed_.data(), n, c.hidden_size, eps);
     apply_lora(layer_index, LoraTarget::kQ, normed_.data(), c.hidden_size, q_.data(), c.q_dim());
     apply_lora(layer_index, LoraTarget::kK, normed_.data(), c.hidden_size, k_.data(), c.kv_dim());
     apply_lora(layer_index, LoraTarget::kV, normed_.data(), c.hidden_size, v_.data(), c.kv_dim());
@@ -307,6 +328,40 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
   return Status::ok();
 }
 
+void Transformer::lora_gate_up(const LayerWeights& l, int64_t layer, int64_t n) {
+  // Rows of adapters that change gate or up: gate and up as two outputs of the same SwiGLU
+  // weight, each with its update, then silu(gate) * up. Every other row takes the fused path it
+  // takes without LoRA. A row's path depends on its own adapter alone: batch-invariant.
+  const ModelConfig& c = config();
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  const LayerLinears& p = layers_[static_cast<size_t>(layer)];
+  backend_->rms_norm(hidden_.data(), l.ffn_norm.data(), normed_.data(), n, h, eps);
+  if (observer_ != nullptr) observer_->observe(layer, LinearInput::kMlp, normed_.data(), n, h);
+  const auto m = static_cast<int64_t>(lora_mlp_rows_.size());
+  for (int64_t i = 0; i < m; ++i)
+    std::copy_n(&normed_[static_cast<size_t>(lora_mlp_rows_[static_cast<size_t>(i)] * h)], h,
+                &lora_x_[i * h]);
+  const LinearOutput raw[2] = {{lora_gate_.data(), inter, nullptr}, {lora_up_.data(), inter, nullptr}};
+  backend_->linear(lora_x_.data(), m, h, nullptr, eps, *p.gate_up, raw);
+  apply_lora(layer, LoraTarget::kGate, lora_x_.data(), h, lora_gate_.data(), inter, /*gathered=*/true);
+  apply_lora(layer, LoraTarget::kUp, lora_x_.data(), h, lora_up_.data(), inter, /*gathered=*/true);
+  backend_->silu_mul(lora_gate_.data(), lora_up_.data(), lora_gate_.data(), m * inter);
+  for (int64_t i = 0; i < m; ++i)
+    std::copy_n(&lora_gate_[i * inter], inter,
+                &gate_[static_cast<size_t>(lora_mlp_rows_[static_cast<size_t>(i)] * inter)]);
+  const auto rest = static_cast<int64_t>(plain_mlp_rows_.size());
+  if (rest == 0) return;
+  for (int64_t i = 0; i < rest; ++i)
+    std::copy_n(&hidden_[static_cast<size_t>(plain_mlp_rows_[static_cast<size_t>(i)] * h)], h,
+                &lora_x_[i * h]);
+  const LinearOutput fused{lora_gate_.data(), inter, nullptr};
+  backend_->linear(lora_x_.data(), rest, h, l.ffn_norm.data(), eps, *p.gate_up, {&fused, 1});
+  for (int64_t i = 0; i < rest; ++i)
+    std::copy_n(&lora_gate_[i * inter], inter,
+                &gate_[static_cast<size_t>(plain_mlp_rows_[static_cast<size_t>(i)] * inter)]);
+}
+
 Status Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
   const ModelConfig& c = config();
   const LayerLinears& p = layers_[static_cast<size_t>(layer)];
@@ -321,19 +376,11 @@ Status Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
     return Status::ok();
   }
   // gate_ = silu(x gate^T) * (x up^T) in one pass over both matrices where the backend can.
-  if (lora_) {
-    // gate and up apart, each with its update, then silu(gate) * up.
-    const LinearOutput gate_up[2] = {{gate_.data(), c.intermediate_size, nullptr},
-                                     {up_.data(), c.intermediate_size, nullptr}};
-    norm_linear(l.ffn_norm, layer, LinearInput::kMlp, *p.gate_and_up, gate_up, n);
-    if (!lora_adapters_.empty()) {
-      apply_lora(layer, LoraTarget::kGate, normed_.data(), c.hidden_size, gate_.data(), c.intermediate_size);
-      apply_lora(layer, LoraTarget::kUp, normed_.data(), c.hidden_size, up_.data(), c.intermediate_size);
-    }
-    backend_->silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.intermediate_size);
-  } else {
-    const LinearOutput gate{gate_.data(), c.intermediate_size, nullptr};
+  const LinearOutput gate{gate_.data(), c.intermediate_size, nullptr};
+  if (lora_mlp_rows_.empty()) {
     norm_linear(l.ffn_norm, layer, LinearInput::kMlp, *p.gate_up, {&gate, 1}, n);
+  } else {
+    lora_gate_up(l, layer, n);
   }
   linear(gate_.data(), c.intermediate_size, layer, LinearInput::kDown, *p.down,
          {proj_.data(), c.hidden_size, nullptr}, n);

@@ -92,10 +92,9 @@ class Transformer final {
   // next stage's rank of the same tensor rank, and only rank 0 of stage 0 gets logits.
   Status set_pipeline(PipelineGroup* group);
 
-  // Lets batches carry LoRA adapters (ForwardBatch::sequence_lora). From then on every batch,
-  // with adapters or without, takes the same path (the norm before Q, K, V and the MLP computed
-  // apart, gate and up as two outputs), so that a row's result never depends on whether other
-  // rows of its step use adapters. Not with tensor or pipeline parallelism (an error).
+  // Lets batches carry LoRA adapters (ForwardBatch::sequence_lora). Rows of the base compute
+  // exactly as without LoRA; a row's result depends on its own adapter alone, never on the other
+  // rows of its step. Not with tensor or pipeline parallelism (an error).
   Status enable_lora();
   bool lora_enabled() const { return lora_; }
 
@@ -126,7 +125,11 @@ class Transformer final {
   // Groups the batch's rows by adapter (lora_adapters_, lora_rows_).
   void prepare_lora(const ForwardBatch& batch);
   // y[t] += the update of `target` in `layer` for each row t whose sequence has an adapter.
-  void apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t k, float* y, int64_t n);
+  // `gathered`: x and y hold lora_mlp_rows_ only (in that order).
+  void apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t k, float* y, int64_t n,
+                  bool gathered = false);
+  // gate_ = silu(gate) * up of a step with rows whose adapters change gate or up.
+  void lora_gate_up(const LayerWeights& layer, int64_t layer_index, int64_t num_tokens);
   // Points token_inv_freq_ at each token's RoPE frequencies.
   void prepare_rope(std::span<const int32_t> positions);
 
@@ -135,8 +138,7 @@ class Transformer final {
     std::unique_ptr<LinearWeights> wo;
     std::unique_ptr<LinearWeights> gate_up;  // gate and up as one SwiGLU matmul
     std::unique_ptr<LinearWeights> down;
-    std::unique_ptr<MoeMlp> moe;                 // instead of gate_up and down in MoE layers
-    std::unique_ptr<LinearWeights> gate_and_up;  // with LoRA: gate and up as two outputs
+    std::unique_ptr<MoeMlp> moe;  // instead of gate_up and down in MoE layers
   };
 
   const ModelWeights& weights_;
@@ -151,6 +153,10 @@ class Transformer final {
   std::vector<const LoraAdapter*> lora_adapters_;  // the step's distinct adapters
   std::vector<std::vector<int32_t>> lora_rows_;    // [adapter] its token rows
   std::vector<LoraGroup> lora_groups_;
+  std::vector<int32_t> lora_mlp_rows_;                // rows whose adapter changes gate or up
+  std::vector<std::vector<int32_t>> lora_mlp_local_;  // [adapter] its rows' places in lora_mlp_rows_
+  std::vector<int32_t> plain_mlp_rows_;               // the other rows (when lora_mlp_rows_ is not empty)
+  std::vector<bool> lora_row_flag_;
   TensorParallelGroup* tp_ = nullptr;
   std::vector<int64_t> tp_vocab_begin_, tp_vocab_count_;  // [ranks] their rows of lm_head
   std::vector<int64_t> tp_counts_;                        // [ranks] floats each sends to gather
@@ -168,7 +174,9 @@ class Transformer final {
   std::vector<float> v_;          // [T, kv_dim]
   std::vector<float> attn_;       // [T, q_dim]
   std::vector<float> gate_;       // [T, intermediate]
-  std::vector<float> up_;         // [T, intermediate] with LoRA only
+  std::vector<float> lora_x_;     // [T, hidden] gathered rows (LoRA only)
+  std::vector<float> lora_gate_;  // [T, intermediate]
+  std::vector<float> lora_up_;    // [T, intermediate]
   std::vector<float> proj_;       // [T, hidden]
 };
 

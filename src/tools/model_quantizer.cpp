@@ -113,10 +113,15 @@ std::optional<TensorView> merged_view(const TensorView& t, const LoraAdapter* lo
     default: return std::nullopt;
   }
   if (layer < 0 || layer >= static_cast<int64_t>(lora->layers.size())) return std::nullopt;
-  const LoraMatrix& m = lora->matrix(layer, *target);
+  const LoraMatrix& lm = lora->matrix(layer, *target);
   const int64_t rows = t.num_rows(), cols = t.row_length();
-  if (m.rank == 0 || t.num_dims != 2 || static_cast<int64_t>(m.a.size()) != m.rank * cols ||
-      static_cast<int64_t>(m.bt.size()) != m.rank * rows)
+  if (lm.rank == 0 || t.num_dims != 2) return std::nullopt;
+  struct {
+    int64_t rank;
+    float scale;
+    std::vector<float> a, bt;
+  } m{lm.rank, lm.scale, lm.a_values(), lm.bt_values()};
+  if (static_cast<int64_t>(m.a.size()) != m.rank * cols || static_cast<int64_t>(m.bt.size()) != m.rank * rows)
     return std::nullopt;
   storage->resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) dequantize_tensor_row(t, r, storage->data() + r * cols);

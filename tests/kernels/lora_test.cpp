@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
+
+#include "common/half.h"
 
 #include "test_support.h"
 
@@ -28,7 +31,7 @@ Adapter random_adapter(int64_t rank, int64_t k, int64_t n, std::mt19937& rng) {
 }
 
 LoraGroup group(const Adapter& ad, const std::vector<int32_t>& rows) {
-  return LoraGroup{ad.a.data(), ad.bt.data(), ad.rank, ad.scale, rows};
+  return LoraGroup{ad.a.data(), ad.bt.data(), DType::kF32, ad.rank, ad.scale, rows};
 }
 
 // Random shapes (odd sizes, ranks 1..64, rows scattered, some rows in no group) on every path
@@ -105,6 +108,44 @@ TEST(LoraKernelTest, ARowsUpdateDoesNotDependOnTheRestOfTheBatch) {
       for (int64_t c = 0; c < n; ++c)
         ASSERT_EQ(batch[static_cast<size_t>(t * n + c)], alone[static_cast<size_t>(c)])
             << isa_name(isa) << " row " << t << " column " << c;
+    }
+  }
+}
+
+// An adapter held in F16 or BF16 gives, bit for bit, what the same values held in f32 give (the
+// kernels expand them exactly), on every path and for odd sizes.
+TEST(LoraKernelTest, SixteenBitWeightsEqualTheirF32Values) {
+  std::mt19937 rng(33);
+  ThreadPool pool(2);
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (const auto& [k, n, rank] :
+         {std::tuple{64, 64, 8}, std::tuple{97, 301, 5}, std::tuple{576, 1536, 16}}) {
+      Adapter ad = random_adapter(rank, k, n, rng);
+      std::vector<uint16_t> a16(ad.a.size()), bt16(ad.bt.size());
+      auto narrow = [&](std::vector<float>& v, std::vector<uint16_t>& out) {
+        for (size_t i = 0; i < v.size(); ++i) {
+          out[i] = dtype == DType::kF16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+          v[i] = dtype == DType::kF16 ? f16_to_f32(out[i]) : bf16_to_f32(out[i]);  // the values held
+        }
+      };
+      narrow(ad.a, a16);
+      narrow(ad.bt, bt16);
+      const int64_t tokens = 11;
+      const std::vector<int32_t> rows{0, 2, 3, 4, 5, 6, 9, 10};
+      const auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
+      for (Isa isa : runnable_paths()) {
+        std::vector<float> y32(static_cast<size_t>(tokens * n), 0.5f), y16 = y32;
+        LoraScratch scratch;
+        const LoraGroup g32 = group(ad, rows);
+        const LoraGroup g16{a16.data(), bt16.data(), dtype, ad.rank, ad.scale, rows};
+        lora_update(x.data(), k, k, {&g32, 1}, y32.data(), n, n, scratch, pool, isa);
+        lora_update(x.data(), k, k, {&g16, 1}, y16.data(), n, n, scratch, pool, isa);
+        ASSERT_EQ(y16, y32) << dtype_info(dtype).name << " " << isa_name(isa) << " k=" << k;
+        std::vector<float> want(static_cast<size_t>(tokens * n), 0.5f);
+        lora_update_reference(x.data(), k, k, {&g16, 1}, want.data(), n, n);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(y16[i], want[i], 1e-4 * (1.0 + std::abs(want[i])));
+      }
     }
   }
 }

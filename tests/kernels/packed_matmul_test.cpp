@@ -285,6 +285,42 @@ TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
       const float want = g[i] / (1.0f + std::exp(-g[i])) * u[i];
       ASSERT_NEAR(y[i], want, 4e-7f * std::max(1.0f, std::fabs(want)));
     }
+    // Two outputs: gate and up as they are (what LoRA updates before the silu), bit for bit the
+    // separate matmuls, on every path.
+    for (Isa isa : paths()) {
+      std::vector<float> rg(y.size()), ru(y.size());
+      const QuantMatmulOutput raw[2] = {{rg.data(), 37, nullptr}, {ru.data(), 37, nullptr}};
+      quant_matmul(xq, *fused, raw, pool, isa);
+      ASSERT_EQ(rg, g) << isa_name(isa);
+      ASSERT_EQ(ru, u) << isa_name(isa);
+    }
+  }
+}
+
+TEST(FloatMatmulTest, SwigluWithTwoOutputsGivesGateAndUpAsTheSeparateMatmuls) {
+  ThreadPool pool(2);
+  std::mt19937 rng(18);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int64_t k = 70;
+    std::vector<std::byte> sg, su;
+    TensorView gate = test::random_tensor(dtype, 37, k, rng, &sg);
+    TensorView up = test::random_tensor(dtype, 37, k, rng, &su);
+    auto x = test::random_floats(9 * k, rng);
+    auto fused = PackedWeight::pack_swiglu(gate, up);
+    ASSERT_TRUE(fused.has_value());
+    std::vector<float> g(9 * 37), u(9 * 37);
+    for (auto [view, dst] : {std::pair{&gate, &g}, std::pair{&up, &u}}) {
+      const TensorView* one[] = {view};
+      auto packed = PackedWeight::pack(one);
+      ASSERT_TRUE(packed.has_value());
+      const QuantMatmulOutput o{dst->data(), 37, nullptr};
+      float_matmul(x.data(), 9, *packed, {&o, 1}, pool);
+    }
+    std::vector<float> rg(g.size()), ru(u.size());
+    const QuantMatmulOutput raw[2] = {{rg.data(), 37, nullptr}, {ru.data(), 37, nullptr}};
+    float_matmul(x.data(), 9, *fused, raw, pool);
+    EXPECT_EQ(rg, g) << dtype_info(dtype).name;
+    EXPECT_EQ(ru, u) << dtype_info(dtype).name;
   }
 }
 

@@ -128,7 +128,7 @@ TEST(LoraAdapterTest, PeftAndGgufFormsGiveTheSameLogits) {
 // Three adapters and the base in one batch (prompt i gets adapter i % 4), whole prompts and in
 // chunks, give each prompt's logits bit for bit as it alone; on the f32 and the int8 path.
 TEST(LoraAdapterTest, ABatchMixingAdaptersAndTheBaseEqualsEachPromptAlone) {
-  for (const char* file : {"", "model-q8_0.gguf"}) {
+  for (const char* file : {"", "model-q8_0.gguf", "model-f16.gguf"}) {
     auto weights = load_model(base_path("qwen2", file));
     ASSERT_TRUE(weights.has_value());
     std::vector<std::shared_ptr<const LoraAdapter>> held;
@@ -274,7 +274,7 @@ TEST(LoraAdapterTest, DamagedAdapterFilesLoadOrFailCleanly) {
   EXPECT_GT(refused, 100);
 }
 
-TEST(LoraAdapterTest, ABatchWithAdaptersNeedsEnableLoraAndParallelGroupsAreRefused) {
+TEST(LoraAdapterTest, ABatchWithAdaptersNeedsEnableLoraAndBaseRowsComputeAsWithoutLora) {
   auto weights = load_model(base_path("qwen2", ""));
   ASSERT_TRUE(weights.has_value());
   auto adapter = load_lora_adapter(adapter_path("qwen2_all", ""), **weights, 64);
@@ -285,11 +285,27 @@ TEST(LoraAdapterTest, ABatchWithAdaptersNeedsEnableLoraAndParallelGroupsAreRefus
   EXPECT_TRUE(test::all_logits(model, prompts, 0, true, 16, KvDType::kF32, {adapter->get()}).empty());
   ASSERT_TRUE(model.enable_lora().is_ok());
   EXPECT_FALSE(test::all_logits(model, prompts, 0, true, 16, KvDType::kF32, {adapter->get()}).empty());
-  // A base-only batch after enable_lora() gives the base model's logits (to rounding of the
-  // unfused norm / SwiGLU path).
-  Transformer plain(**weights, pool);
-  const auto a = test::all_logits(model, prompts, 0, true), b = test::all_logits(plain, prompts, 0, true);
-  EXPECT_LT(test::relative_max_error(a.data(), b.data(), a.size()), 1e-5);
+  // Rows of the base compute exactly as without LoRA, on every weight path, alone and beside
+  // adapter rows.
+  for (const char* file : {"", "model-q8_0.gguf", "model-f16.gguf"}) {
+    auto w = load_model(base_path("qwen2", file));
+    ASSERT_TRUE(w.has_value());
+    auto a = load_lora_adapter(adapter_path("qwen2_all", ""), **w, 64);
+    ASSERT_TRUE(a.has_value());
+    Transformer plain(**w, pool), lora(**w, pool);
+    ASSERT_TRUE(lora.enable_lora().is_ok());
+    const auto ref = load_lora_reference("qwen2_all");
+    const auto want = test::all_logits(plain, ref.prompts, 0, true);
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(test::all_logits(lora, ref.prompts, 0, true), want) << file;
+    std::vector<std::vector<int32_t>> both = ref.prompts;
+    both.insert(both.end(), ref.prompts.begin(), ref.prompts.end());
+    std::vector<const LoraAdapter*> adapters(ref.prompts.size(), nullptr);
+    adapters.resize(both.size(), a->get());
+    const auto mixed = test::all_logits(lora, both, 0, true, 16, KvDType::kF32, adapters);
+    ASSERT_EQ(mixed.size(), 2 * want.size());
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), mixed.begin())) << file;
+  }
 }
 
 }  // namespace
