@@ -12,7 +12,7 @@ converter writes by default; both servers read them):
               adapter) on inferd and on llama.cpp's llama-server (per-request "lora" field), same
               threads, same sequences; llama-server must exist (scripts/peer/build_llama_cpp.sh)
 
-    scripts/bench/lora_bench.py [throughput] [ttft] [peer] [--rounds 2] [--tokens 96]
+    scripts/bench/lora_bench.py [throughput] [ttft] [peer] [--rounds 2] [--tokens 96] [--ranks 8,16,64]
 
 Needs numpy and gguf (scripts/setup --fixtures installs them).
 """
@@ -144,7 +144,7 @@ def throughput(model, tmp, shapes, layers, a):
     finally:
         proc.terminate(), proc.wait()
     print(f"  base only, LoRA off:               {off:7.1f}")
-    for rank in (8, 16, 64):
+    for rank in a.ranks:
         paths = [os.path.join(tmp, f"r{rank}_{k}.gguf") for k in range(16)]
         for k, p in enumerate(paths):
             if not os.path.exists(p):
@@ -233,6 +233,7 @@ def main():
     p.add_argument("parts", nargs="*", default=["throughput", "ttft", "peer"])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--tokens", type=int, default=96)
+    p.add_argument("--ranks", type=lambda v: [int(r) for r in v.split(",")], default=[8, 16, 64])
     p.add_argument("--model", default=default_model())
     a = p.parse_args()
     if not os.path.exists(INFERD):

@@ -149,6 +149,10 @@ class CpuBackend final : public Backend {
     ::inferd::lora_update(x, ldx, k, groups, y, ldy, n, lora_scratch_, pool_, isa_);
   }
 
+  void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
+    ::inferd::lora_silu_mul(gate, up, out, n, isa_);
+  }
+
   void embed(const TensorView& table, std::span<const int32_t> ids, float* out) override {
     const int64_t width = table.row_length();
     for (size_t t = 0; t < ids.size(); ++t)

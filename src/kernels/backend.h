@@ -96,6 +96,8 @@ class Backend {
   // adapters' updates of one linear layer in one call. Engine thread only.
   virtual void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups,
                            float* y, int64_t ldy, int64_t n) = 0;
+  // out = silu(gate) * up for the MLP rows a LoRA adapter changed (kernels/lora.h).
+  virtual void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   // out[t] = table[ids[t]] as f32 rows.
   virtual void embed(const TensorView& table, std::span<const int32_t> ids, float* out) = 0;
 };

@@ -1,6 +1,7 @@
 #include "kernels/lora.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/f32_kernels.h"
 #include "kernels/simd.h"
@@ -12,7 +13,7 @@ namespace {
 
 // Columns of y one expansion work item covers: a multiple of 16 (AVX-512 lanes), so where a
 // column falls (vector body or tail) depends on n alone.
-constexpr int64_t kExpandChunk = 128;
+constexpr int64_t kExpandChunk = 64;
 
 // y[c] += sum_r s[r] * bt[r * ld + c] for c in [0, w), rank by rank from r = 0.
 void expand_generic(const float* s, const float* bt, int64_t rank, int64_t ld, int64_t w, float* y) {
@@ -33,6 +34,60 @@ INFERD_AVX512 void expand_avx512(const float* s, const float* bt, int64_t rank, 
     for (int64_t r = 0; r < rank; ++r)
       acc = _mm512_fmadd_ps(_mm512_set1_ps(s[r]), _mm512_maskz_loadu_ps(mask, bt + r * ld + c), acc);
     _mm512_mask_storeu_ps(y + c, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y + c), acc));
+  }
+}
+// The 16 values from p[i] (masked) of a weight of type D, as f32 (exact).
+template <DType D>
+INFERD_AVX512 inline __m512 load16(const void* p, int64_t i, __mmask16 m) {
+  if constexpr (D == DType::kF32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
+    if constexpr (D == DType::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// out[j] = x[j] . a (k values) for j < nrows (1..4): one chain of fmas per row over 16 lanes,
+// then a lane sum; a row's result does not depend on nrows.
+template <DType D>
+INFERD_AVX512 void shrink_rows_avx512(const float* const* x, int nrows, const void* a, int64_t k,
+                                      float* out) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t i = 0; i < k; i += 16) {
+    const int64_t left = std::min<int64_t>(16, k - i);
+    const auto mask = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
+    const __m512 w = load16<D>(a, i, mask);
+    for (int j = 0; j < nrows; ++j)
+      acc[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x[j] + i), w, acc[j]);
+  }
+  for (int j = 0; j < nrows; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
+}
+
+// y[c] += sum_r s[r] * bt[r * ld + c] for c in [0, w), bt of type D: expand_avx512's arithmetic.
+template <DType D>
+INFERD_AVX512 void expand_typed_avx512(const float* s, const void* bt, int64_t rank, int64_t ld, int64_t w,
+                                       float* y) {
+  for (int64_t c = 0; c < w; c += 16) {
+    const int64_t left = std::min<int64_t>(16, w - c);
+    const auto mask = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t r = 0; r < rank; ++r)
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(s[r]), load16<D>(bt, r * ld + c, mask), acc);
+    _mm512_mask_storeu_ps(y + c, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y + c), acc));
+  }
+}
+
+// silu(g) * u, n values, with the vector exp (exp_avx512).
+INFERD_AVX512 void silu_mul_avx512(const float* g, const float* u, float* out, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t left = std::min<int64_t>(16, n - i);
+    const auto mask = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(mask, g + i);
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(out + i, mask, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mask, u + i)));
   }
 }
 #endif
@@ -87,6 +142,75 @@ void lora_update_reference(const float* x, int64_t ldx, int64_t k, std::span<con
   }
 }
 
+#if defined(__x86_64__)
+namespace {
+
+// The AVX-512 path: weights of any of the three types read in place (16-bit ones expanded in
+// registers), the same arithmetic for all three. scratch's items and offsets are set.
+void run_avx512(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
+                int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool) {
+  float* shrunk = scratch.shrunk.data();
+  pool.parallel_for(scratch.shrink_items.back(), [&](int64_t begin, int64_t end) {
+    float out[4];
+    const float* xs[4];
+    for (int64_t item = begin; item < end; ++item) {
+      const size_t g = group_of(scratch.shrink_items, item);
+      const LoraGroup& grp = groups[g];
+      const int64_t r = item - scratch.shrink_items[g];
+      const void* a =
+          static_cast<const std::byte*>(grp.a) + static_cast<size_t>(r * k) * value_bytes(grp.dtype);
+      float* s = shrunk + scratch.shrunk_offset[g];
+      const auto rows = static_cast<int64_t>(grp.rows.size());
+      for (int64_t i = 0; i < rows; i += 4) {
+        const int nrows = static_cast<int>(std::min<int64_t>(4, rows - i));
+        for (int j = 0; j < nrows; ++j) xs[j] = x + grp.rows[static_cast<size_t>(i + j)] * ldx;
+        if (grp.dtype == DType::kF16) {
+          shrink_rows_avx512<DType::kF16>(xs, nrows, a, k, out);
+        } else if (grp.dtype == DType::kBF16) {
+          shrink_rows_avx512<DType::kBF16>(xs, nrows, a, k, out);
+        } else {
+          shrink_rows_avx512<DType::kF32>(xs, nrows, a, k, out);
+        }
+        for (int j = 0; j < nrows; ++j) s[(i + j) * grp.rank + r] = out[j] * grp.scale;
+      }
+    }
+  });
+  const int64_t chunks = (n + kExpandChunk - 1) / kExpandChunk;
+  (void)chunks;
+  pool.parallel_for(scratch.expand_items.back(), [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const size_t g = group_of(scratch.expand_items, item);
+      const LoraGroup& grp = groups[g];
+      const int64_t c0 = (item - scratch.expand_items[g]) * kExpandChunk;
+      const int64_t w = std::min(n, c0 + kExpandChunk) - c0;
+      const void* bt =
+          static_cast<const std::byte*>(grp.bt) + static_cast<size_t>(c0) * value_bytes(grp.dtype);
+      const float* s = shrunk + scratch.shrunk_offset[g];
+      for (size_t i = 0; i < grp.rows.size(); ++i) {
+        const float* si = s + static_cast<int64_t>(i) * grp.rank;
+        float* yi = y + grp.rows[i] * ldy + c0;
+        if (grp.dtype == DType::kF16) {
+          expand_typed_avx512<DType::kF16>(si, bt, grp.rank, n, w, yi);
+        } else if (grp.dtype == DType::kBF16) {
+          expand_typed_avx512<DType::kBF16>(si, bt, grp.rank, n, w, yi);
+        } else {
+          expand_typed_avx512<DType::kF32>(si, bt, grp.rank, n, w, yi);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+#endif
+
+void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n, Isa isa) {
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) return silu_mul_avx512(gate, up, out, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
                  int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool, Isa isa) {
   if (groups.empty()) return;
@@ -107,6 +231,10 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGro
   const F32Kernels& f32 = f32_kernels(isa);
   float* shrunk = scratch.shrunk.data();
 
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512))
+    return run_avx512(x, ldx, k, groups, y, ldy, n, scratch, pool);
+#endif
   // Shrink: shrunk[row i of group g][r] = scale * (A_g[r] . x[rows_g[i]]), four rows per A read.
   // 16-bit weights are expanded (exactly) into a buffer of each thread's (grown once): the same
   // sums as f32 ones.

@@ -46,4 +46,8 @@ struct LoraScratch {
 void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
                  int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool, Isa isa);
 
+// out = silu(gate) * up, n values (out may be gate), with the vector exp where the ISA has one:
+// the activation of the MLP rows whose gate and up a LoRA adapter changed.
+void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n, Isa isa);
+
 }  // namespace inferd

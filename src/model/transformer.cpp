@@ -346,7 +346,7 @@ void Transformer::lora_gate_up(const LayerWeights& l, int64_t layer, int64_t n) 
   backend_->linear(lora_x_.data(), m, h, nullptr, eps, *p.gate_up, raw);
   apply_lora(layer, LoraTarget::kGate, lora_x_.data(), h, lora_gate_.data(), inter, /*gathered=*/true);
   apply_lora(layer, LoraTarget::kUp, lora_x_.data(), h, lora_up_.data(), inter, /*gathered=*/true);
-  backend_->silu_mul(lora_gate_.data(), lora_up_.data(), lora_gate_.data(), m * inter);
+  backend_->lora_silu_mul(lora_gate_.data(), lora_up_.data(), lora_gate_.data(), m * inter);
   for (int64_t i = 0; i < m; ++i)
     std::copy_n(&lora_gate_[i * inter], inter,
                 &gate_[static_cast<size_t>(lora_mlp_rows_[static_cast<size_t>(i)] * inter)]);

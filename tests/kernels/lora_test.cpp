@@ -150,5 +150,21 @@ TEST(LoraKernelTest, SixteenBitWeightsEqualTheirF32Values) {
   }
 }
 
+TEST(LoraKernelTest, SiluMulMatchesLibmOnEveryPath) {
+  std::mt19937 rng(34);
+  for (int64_t n : {1, 15, 16, 17, 100, 1536}) {
+    auto g = test::random_floats(static_cast<size_t>(n), rng, -30.0f, 30.0f);
+    auto u = test::random_floats(static_cast<size_t>(n), rng);
+    for (Isa isa : runnable_paths()) {
+      std::vector<float> out(g.size());
+      lora_silu_mul(g.data(), u.data(), out.data(), n, isa);
+      for (size_t i = 0; i < g.size(); ++i) {
+        const double want = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+        ASSERT_NEAR(out[i], want, 1e-6 * (1.0 + std::abs(want))) << isa_name(isa) << " n=" << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd
