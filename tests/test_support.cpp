@@ -24,6 +24,12 @@
 
 namespace inferd::test {
 
+std::vector<Isa> runnable_paths() {
+  std::vector<Isa> paths;
+  for (int i = 0; i <= static_cast<int>(detected_isa()); ++i) paths.push_back(static_cast<Isa>(i));
+  return paths;
+}
+
 std::string fixture_path(const std::string& relative) {
   return std::string(INFERD_FIXTURES_DIR) + "/" + relative;
 }

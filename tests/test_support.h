@@ -7,12 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
 #include "tensor/tensor_view.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd::test {
 
 std::string fixture_path(const std::string& relative);
+// Every kernel path this CPU can run, scalar first.
+std::vector<Isa> runnable_paths();
 std::vector<std::byte> read_bytes(const std::string& path);
 std::vector<float> read_f32(const std::string& path);
 std::string read_text(const std::string& path);

@@ -144,9 +144,8 @@ class CpuBackend final : public Backend {
     inferd::silu_mul(gate, up, out, n);
   }
 
-  void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
-                   int64_t ldy, int64_t n) override {
-    ::inferd::lora_update(x, ldx, k, groups, y, ldy, n, lora_scratch_, pool_, isa_);
+  void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs) override {
+    ::inferd::lora_update(x, ldx, k, outputs, lora_scratch_, pool_, isa_);
   }
 
   void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n) override {

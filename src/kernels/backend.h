@@ -92,10 +92,9 @@ class Backend {
                        int64_t pos, const float* inv_freq, RopePairing pairing, float scale) = 0;
   // out = silu(gate) * up, n values.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
-  // y[t] += scale * (x[t] A^T) B^T for the rows of each group (kernels/lora.h): many LoRA
-  // adapters' updates of one linear layer in one call. Engine thread only.
-  virtual void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups,
-                           float* y, int64_t ldy, int64_t n) = 0;
+  // y[t] += scale * (x[t] A^T) B^T for the rows of each group of each output (kernels/lora.h):
+  // many LoRA adapters' updates of the linear layers reading x in one call. Engine thread only.
+  virtual void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs) = 0;
   // out = silu(gate) * up for the MLP rows a LoRA adapter changed (kernels/lora.h).
   virtual void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   // out[t] = table[ids[t]] as f32 rows.

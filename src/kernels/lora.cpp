@@ -1,6 +1,7 @@
 #include "kernels/lora.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "kernels/f32_kernels.h"
@@ -14,6 +15,8 @@ namespace {
 // Columns of y one expansion work item covers: a multiple of 16 (AVX-512 lanes), so where a
 // column falls (vector body or tail) depends on n alone.
 constexpr int64_t kExpandChunk = 64;
+// A rows of one shrink work item on the AVX-512 path (the other paths take one).
+constexpr int64_t kShrinkRanks = 4;
 
 // y[c] += sum_r s[r] * bt[r * ld + c] for c in [0, w), rank by rank from r = 0.
 void expand_generic(const float* s, const float* bt, int64_t rank, int64_t ld, int64_t w, float* y) {
@@ -25,17 +28,6 @@ void expand_generic(const float* s, const float* bt, int64_t rank, int64_t ld, i
 }
 
 #if defined(__x86_64__)
-INFERD_AVX512 void expand_avx512(const float* s, const float* bt, int64_t rank, int64_t ld, int64_t w,
-                                 float* y) {
-  for (int64_t c = 0; c < w; c += 16) {
-    const int64_t left = std::min<int64_t>(16, w - c);
-    const auto mask = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t r = 0; r < rank; ++r)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(s[r]), _mm512_maskz_loadu_ps(mask, bt + r * ld + c), acc);
-    _mm512_mask_storeu_ps(y + c, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y + c), acc));
-  }
-}
 // The 16 values from p[i] (masked) of a weight of type D, as f32 (exact).
 template <DType D>
 INFERD_AVX512 inline __m512 load16(const void* p, int64_t i, __mmask16 m) {
@@ -48,35 +40,84 @@ INFERD_AVX512 inline __m512 load16(const void* p, int64_t i, __mmask16 m) {
   }
 }
 
-// out[j] = x[j] . a (k values) for j < nrows (1..4): one chain of fmas per row over 16 lanes,
-// then a lane sum; a row's result does not depend on nrows.
-template <DType D>
-INFERD_AVX512 void shrink_rows_avx512(const float* const* x, int nrows, const void* a, int64_t k,
-                                      float* out) {
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+// The sum of v's 16 lanes, halves added pairwise: l[i] + l[i + 8], then + 4, + 2, + 1
+// (_mm512_reduce_add_ps's order; GCC 12's unmasked shuffles and casts trip -Wuninitialized here).
+INFERD_AVX512 inline float lane_sum(__m512 v) {
+  const __m512 s8 = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(0xffff, v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 s4 = _mm512_add_ps(s8, _mm512_maskz_shuffle_f32x4(0xffff, s8, s8, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512 s2 = _mm512_add_ps(s4, _mm512_maskz_permute_ps(0xffff, s4, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_cvtss_f32(_mm512_add_ps(s2, _mm512_maskz_permute_ps(0xffff, s2, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+// out[j][q] = x[j] . a[q] (k values; a's rows k apart) for j < R rows and q < Q ranks (1..4
+// each): sixteen independent chains of fmas over 16 lanes, then a lane sum. The value of (j, q)
+// is the same chain whatever R and Q are, so a row's result does not depend on the batch.
+template <DType D, int R, int Q>
+INFERD_AVX512 void shrink_tile_avx512(const float* const* x, const void* a, int64_t k, float (*out)[4]) {
+  __m512 acc[R][Q];
+  _Pragma("GCC unroll 4") for (int j = 0; j < R; ++j) _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q)
+      acc[j][q] = _mm512_setzero_ps();
   for (int64_t i = 0; i < k; i += 16) {
     const int64_t left = std::min<int64_t>(16, k - i);
     const auto mask = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
-    const __m512 w = load16<D>(a, i, mask);
-    for (int j = 0; j < nrows; ++j)
-      acc[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x[j] + i), w, acc[j]);
+    __m512 w[Q];
+    _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) w[q] = load16<D>(a, q * k + i, mask);
+    _Pragma("GCC unroll 4") for (int j = 0; j < R; ++j) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x[j] + i);
+      _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) acc[j][q] = _mm512_fmadd_ps(xv, w[q], acc[j][q]);
+    }
   }
-  for (int j = 0; j < nrows; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
+  _Pragma("GCC unroll 4") for (int j = 0; j < R; ++j) _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q)
+      out[j][q] = lane_sum(acc[j][q]);
 }
 
-// y[c] += sum_r s[r] * bt[r * ld + c] for c in [0, w), bt of type D: expand_avx512's arithmetic.
+using ShrinkTile = void (*)(const float* const*, const void*, int64_t, float (*)[4]);
+
+template <DType D, int R>
+constexpr std::array<ShrinkTile, 4> shrink_tiles_of_rows() {
+  return {shrink_tile_avx512<D, R, 1>, shrink_tile_avx512<D, R, 2>, shrink_tile_avx512<D, R, 3>,
+          shrink_tile_avx512<D, R, 4>};
+}
+
+// [rows - 1][ranks - 1]
 template <DType D>
-INFERD_AVX512 void expand_typed_avx512(const float* s, const void* bt, int64_t rank, int64_t ld, int64_t w,
-                                       float* y) {
-  for (int64_t c = 0; c < w; c += 16) {
-    const int64_t left = std::min<int64_t>(16, w - c);
-    const auto mask = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t r = 0; r < rank; ++r)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(s[r]), load16<D>(bt, r * ld + c, mask), acc);
-    _mm512_mask_storeu_ps(y + c, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y + c), acc));
+constexpr std::array<std::array<ShrinkTile, 4>, 4> kShrinkTiles = {
+    shrink_tiles_of_rows<D, 1>(), shrink_tiles_of_rows<D, 2>(), shrink_tiles_of_rows<D, 3>(),
+    shrink_tiles_of_rows<D, 4>()};
+
+// y[j][c] += sum_r s[j][r] * bt[r * ld + c] for c in [0, w) (w <= 64) and j < R rows (1..4): each
+// (row, column) one chain over the ranks from r = 0, a B value read once for all R rows.
+template <DType D, int R>
+INFERD_AVX512 void expand_tile_avx512(const float* const* s, const void* bt, int64_t rank, int64_t ld,
+                                      int64_t w, float* const* y) {
+  __mmask16 mask[4];
+  _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) {
+    const int64_t left = std::clamp<int64_t>(w - 16 * q, 0, 16);
+    mask[q] = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
+  }
+  __m512 acc[R][4];
+  _Pragma("GCC unroll 4") for (int j = 0; j < R; ++j) _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+      acc[j][q] = _mm512_setzero_ps();
+  for (int64_t r = 0; r < rank; ++r) {
+    __m512 b[4];
+    _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) b[q] = load16<D>(bt, r * ld + 16 * q, mask[q]);
+    _Pragma("GCC unroll 4") for (int j = 0; j < R; ++j) {
+      const __m512 sv = _mm512_set1_ps(s[j][r]);
+      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) acc[j][q] = _mm512_fmadd_ps(sv, b[q], acc[j][q]);
+    }
+  }
+  _Pragma("GCC unroll 4") for (int j = 0; j < R; ++j) _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) {
+    float* p = y[j] + 16 * q;
+    _mm512_mask_storeu_ps(p, mask[q], _mm512_add_ps(_mm512_maskz_loadu_ps(mask[q], p), acc[j][q]));
   }
 }
+
+using ExpandTile = void (*)(const float* const*, const void*, int64_t, int64_t, int64_t, float* const*);
+
+// [rows - 1]
+template <DType D>
+constexpr std::array<ExpandTile, 4> kExpandTiles = {expand_tile_avx512<D, 1>, expand_tile_avx512<D, 2>,
+                                                    expand_tile_avx512<D, 3>, expand_tile_avx512<D, 4>};
 
 // silu(g) * u, n values, with the vector exp (exp_avx512).
 INFERD_AVX512 void silu_mul_avx512(const float* g, const float* u, float* out, int64_t n) {
@@ -92,19 +133,8 @@ INFERD_AVX512 void silu_mul_avx512(const float* g, const float* u, float* out, i
 }
 #endif
 
-using ExpandFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
-
 size_t value_bytes(DType dtype) {
   return dtype == DType::kF32 ? 4 : 2;
-}
-
-ExpandFn expand_for(Isa isa) {
-#if defined(__x86_64__)
-  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) return expand_avx512;
-#else
-  (void)isa;
-#endif
-  return expand_generic;
 }
 
 // The group whose items [offsets[g], offsets[g + 1]) hold `item`.
@@ -146,56 +176,59 @@ void lora_update_reference(const float* x, int64_t ldx, int64_t k, std::span<con
 namespace {
 
 // The AVX-512 path: weights of any of the three types read in place (16-bit ones expanded in
-// registers), the same arithmetic for all three. scratch's items and offsets are set.
-void run_avx512(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
-                int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool) {
+// registers), the same arithmetic for all three. scratch's work, items and offsets are set.
+void run_avx512(const float* x, int64_t ldx, int64_t k, LoraScratch& scratch, ThreadPool& pool) {
   float* shrunk = scratch.shrunk.data();
+  auto tiles_of = [](DType d) -> const auto& {
+    return d == DType::kF16    ? kShrinkTiles<DType::kF16>
+           : d == DType::kBF16 ? kShrinkTiles<DType::kBF16>
+                               : kShrinkTiles<DType::kF32>;
+  };
   pool.parallel_for(scratch.shrink_items.back(), [&](int64_t begin, int64_t end) {
-    float out[4];
+    float out[4][4];
     const float* xs[4];
     for (int64_t item = begin; item < end; ++item) {
       const size_t g = group_of(scratch.shrink_items, item);
-      const LoraGroup& grp = groups[g];
-      const int64_t r = item - scratch.shrink_items[g];
+      const LoraGroup& grp = *scratch.work[g].group;
+      const int64_t r0 = (item - scratch.shrink_items[g]) * kShrinkRanks;
+      const int nranks = static_cast<int>(std::min<int64_t>(kShrinkRanks, grp.rank - r0));
       const void* a =
-          static_cast<const std::byte*>(grp.a) + static_cast<size_t>(r * k) * value_bytes(grp.dtype);
+          static_cast<const std::byte*>(grp.a) + static_cast<size_t>(r0 * k) * value_bytes(grp.dtype);
       float* s = shrunk + scratch.shrunk_offset[g];
+      const auto& tiles = tiles_of(grp.dtype);
       const auto rows = static_cast<int64_t>(grp.rows.size());
       for (int64_t i = 0; i < rows; i += 4) {
         const int nrows = static_cast<int>(std::min<int64_t>(4, rows - i));
         for (int j = 0; j < nrows; ++j) xs[j] = x + grp.rows[static_cast<size_t>(i + j)] * ldx;
-        if (grp.dtype == DType::kF16) {
-          shrink_rows_avx512<DType::kF16>(xs, nrows, a, k, out);
-        } else if (grp.dtype == DType::kBF16) {
-          shrink_rows_avx512<DType::kBF16>(xs, nrows, a, k, out);
-        } else {
-          shrink_rows_avx512<DType::kF32>(xs, nrows, a, k, out);
-        }
-        for (int j = 0; j < nrows; ++j) s[(i + j) * grp.rank + r] = out[j] * grp.scale;
+        tiles[static_cast<size_t>(nrows - 1)][static_cast<size_t>(nranks - 1)](xs, a, k, out);
+        for (int j = 0; j < nrows; ++j)
+          for (int q = 0; q < nranks; ++q) s[(i + j) * grp.rank + r0 + q] = out[j][q] * grp.scale;
       }
     }
   });
-  const int64_t chunks = (n + kExpandChunk - 1) / kExpandChunk;
-  (void)chunks;
   pool.parallel_for(scratch.expand_items.back(), [&](int64_t begin, int64_t end) {
+    const float* ss[4];
+    float* ys[4];
     for (int64_t item = begin; item < end; ++item) {
       const size_t g = group_of(scratch.expand_items, item);
-      const LoraGroup& grp = groups[g];
+      const LoraScratch::Work& wk = scratch.work[g];
+      const LoraGroup& grp = *wk.group;
       const int64_t c0 = (item - scratch.expand_items[g]) * kExpandChunk;
-      const int64_t w = std::min(n, c0 + kExpandChunk) - c0;
+      const int64_t w = std::min(wk.n, c0 + kExpandChunk) - c0;
       const void* bt =
           static_cast<const std::byte*>(grp.bt) + static_cast<size_t>(c0) * value_bytes(grp.dtype);
       const float* s = shrunk + scratch.shrunk_offset[g];
-      for (size_t i = 0; i < grp.rows.size(); ++i) {
-        const float* si = s + static_cast<int64_t>(i) * grp.rank;
-        float* yi = y + grp.rows[i] * ldy + c0;
-        if (grp.dtype == DType::kF16) {
-          expand_typed_avx512<DType::kF16>(si, bt, grp.rank, n, w, yi);
-        } else if (grp.dtype == DType::kBF16) {
-          expand_typed_avx512<DType::kBF16>(si, bt, grp.rank, n, w, yi);
-        } else {
-          expand_typed_avx512<DType::kF32>(si, bt, grp.rank, n, w, yi);
+      const auto& tiles = grp.dtype == DType::kF16    ? kExpandTiles<DType::kF16>
+                          : grp.dtype == DType::kBF16 ? kExpandTiles<DType::kBF16>
+                                                      : kExpandTiles<DType::kF32>;
+      const auto rows = static_cast<int64_t>(grp.rows.size());
+      for (int64_t i = 0; i < rows; i += 4) {
+        const int nrows = static_cast<int>(std::min<int64_t>(4, rows - i));
+        for (int j = 0; j < nrows; ++j) {
+          ss[j] = s + (i + j) * grp.rank;
+          ys[j] = wk.y + grp.rows[static_cast<size_t>(i + j)] * wk.ldy + c0;
         }
+        tiles[static_cast<size_t>(nrows - 1)](ss, bt, grp.rank, wk.n, w, ys);
       }
     }
   });
@@ -211,20 +244,28 @@ void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n, Is
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
-                 int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool, Isa isa) {
-  if (groups.empty()) return;
-  // Work items: a group's shrink is one item per rank (an A row against all its rows), its
-  // expansion one per column chunk (all its rows).
-  const int64_t chunks = (n + kExpandChunk - 1) / kExpandChunk;
-  scratch.shrunk_offset.assign(groups.size() + 1, 0);
-  scratch.shrink_items.assign(groups.size() + 1, 0);
-  scratch.expand_items.assign(groups.size() + 1, 0);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto rows = static_cast<int64_t>(groups[g].rows.size());
-    scratch.shrunk_offset[g + 1] = scratch.shrunk_offset[g] + rows * groups[g].rank;
-    scratch.shrink_items[g + 1] = scratch.shrink_items[g] + (rows > 0 ? groups[g].rank : 0);
-    scratch.expand_items[g + 1] = scratch.expand_items[g] + (rows > 0 && groups[g].rank > 0 ? chunks : 0);
+void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs,
+                 LoraScratch& scratch, ThreadPool& pool, Isa isa) {
+  // Every output's groups in one list. Work items: a group's shrink is one item per rank (an A
+  // row against all its rows), its expansion one per column chunk of its output (all its rows).
+  scratch.work.clear();
+  for (const LoraOutput& o : outputs)
+    for (const LoraGroup& g : o.groups)
+      if (!g.rows.empty() && g.rank > 0) scratch.work.push_back({&g, o.y, o.ldy, o.n});
+  if (scratch.work.empty()) return;
+  const size_t groups = scratch.work.size();
+  const bool avx512 = static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
+  const int64_t ranks_per_item = avx512 ? kShrinkRanks : 1;
+  scratch.shrunk_offset.assign(groups + 1, 0);
+  scratch.shrink_items.assign(groups + 1, 0);
+  scratch.expand_items.assign(groups + 1, 0);
+  for (size_t g = 0; g < groups; ++g) {
+    const LoraScratch::Work& wk = scratch.work[g];
+    const auto rows = static_cast<int64_t>(wk.group->rows.size());
+    scratch.shrunk_offset[g + 1] = scratch.shrunk_offset[g] + rows * wk.group->rank;
+    scratch.shrink_items[g + 1] =
+        scratch.shrink_items[g] + (wk.group->rank + ranks_per_item - 1) / ranks_per_item;
+    scratch.expand_items[g + 1] = scratch.expand_items[g] + (wk.n + kExpandChunk - 1) / kExpandChunk;
   }
   const auto shrunk_size = static_cast<size_t>(scratch.shrunk_offset.back());
   if (scratch.shrunk.size() < shrunk_size) scratch.shrunk.resize(shrunk_size);
@@ -232,8 +273,7 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGro
   float* shrunk = scratch.shrunk.data();
 
 #if defined(__x86_64__)
-  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512))
-    return run_avx512(x, ldx, k, groups, y, ldy, n, scratch, pool);
+  if (avx512) return run_avx512(x, ldx, k, scratch, pool);
 #endif
   // Shrink: shrunk[row i of group g][r] = scale * (A_g[r] . x[rows_g[i]]), four rows per A read.
   // 16-bit weights are expanded (exactly) into a buffer of each thread's (grown once): the same
@@ -243,7 +283,7 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGro
     thread_local std::vector<float> buffer;
     for (int64_t item = begin; item < end; ++item) {
       const size_t g = group_of(scratch.shrink_items, item);
-      const LoraGroup& grp = groups[g];
+      const LoraGroup& grp = *scratch.work[g].group;
       const int64_t r = item - scratch.shrink_items[g];
       const auto* a_row =
           static_cast<const std::byte*>(grp.a) + static_cast<size_t>(r * k) * value_bytes(grp.dtype);
@@ -272,29 +312,30 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGro
   });
 
   // Expand: y[rows_g[i]] += shrunk[i] B_g^T, one column chunk of one group per item.
-  const ExpandFn expand = expand_for(isa);
   pool.parallel_for(scratch.expand_items.back(), [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> buffer;
     for (int64_t item = begin; item < end; ++item) {
       const size_t g = group_of(scratch.expand_items, item);
-      const LoraGroup& grp = groups[g];
+      const LoraScratch::Work& wk = scratch.work[g];
+      const LoraGroup& grp = *wk.group;
       const int64_t c0 = (item - scratch.expand_items[g]) * kExpandChunk;
-      const int64_t w = std::min(n, c0 + kExpandChunk) - c0;
+      const int64_t w = std::min(wk.n, c0 + kExpandChunk) - c0;
       const float* bt = static_cast<const float*>(grp.bt) + c0;
-      int64_t ld = n;
+      int64_t ld = wk.n;
       if (grp.dtype != DType::kF32) {  // this chunk's columns of every rank row, as f32
         if (buffer.size() < static_cast<size_t>(grp.rank * w))
           buffer.resize(static_cast<size_t>(grp.rank * w));
         for (int64_t r = 0; r < grp.rank; ++r)
           f32.dequantize_row(grp.dtype,
-                             static_cast<const std::byte*>(grp.bt) + static_cast<size_t>(r * n + c0) * 2,
+                             static_cast<const std::byte*>(grp.bt) + static_cast<size_t>(r * wk.n + c0) * 2,
                              buffer.data() + r * w, w);
         bt = buffer.data();
         ld = w;
       }
       const float* s = shrunk + scratch.shrunk_offset[g];
       for (size_t i = 0; i < grp.rows.size(); ++i)
-        expand(s + static_cast<int64_t>(i) * grp.rank, bt, grp.rank, ld, w, y + grp.rows[i] * ldy + c0);
+        expand_generic(s + static_cast<int64_t>(i) * grp.rank, bt, grp.rank, ld, w,
+                       wk.y + grp.rows[i] * wk.ldy + c0);
     }
   });
 }

@@ -34,17 +34,43 @@ struct LoraGroup {
 void lora_update_reference(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups,
                            float* y, int64_t ldy, int64_t n);
 
+// The updates of one linear layer among several that read the same x (Q, K and V; gate and up):
+// its adapters' groups and its output, n values per row, rows ldy apart.
+struct LoraOutput {
+  std::span<const LoraGroup> groups;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int64_t n = 0;
+};
+
 // What lora_update keeps between calls (grown as needed, so that a warmed-up step does not
-// allocate): the shrunk rows and where each group's work starts.
+// allocate): every output's groups in one list, the shrunk rows and where each group's work
+// starts.
 struct LoraScratch {
+  struct Work {
+    const LoraGroup* group = nullptr;
+    float* y = nullptr;
+    int64_t ldy = 0;
+    int64_t n = 0;
+  };
+  std::vector<Work> work;
   std::vector<float> shrunk;
   std::vector<int64_t> shrunk_offset, shrink_items, expand_items;
 };
 
-// The same on `pool` with the kernels of `isa` (at most what this CPU runs): the shrink of every
-// group's rows in one hand-off, then the expansion in another.
-void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
-                 int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool, Isa isa);
+// The updates of every output on `pool` with the kernels of `isa` (at most what this CPU runs):
+// the shrink of every group of every output in one hand-off, then the expansion in another, so
+// that layers reading the same x (Q, K, V) cost two hand-offs, not two each. A row's result is
+// the same whichever outputs share the call.
+void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs,
+                 LoraScratch& scratch, ThreadPool& pool, Isa isa);
+
+// One output's updates.
+inline void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraGroup> groups, float* y,
+                        int64_t ldy, int64_t n, LoraScratch& scratch, ThreadPool& pool, Isa isa) {
+  const LoraOutput out{groups, y, ldy, n};
+  lora_update(x, ldx, k, {&out, 1}, scratch, pool, isa);
+}
 
 // out = silu(gate) * up, n values (out may be gate), with the vector exp where the ISA has one:
 // the activation of the MLP rows whose gate and up a LoRA adapter changed.

@@ -73,6 +73,19 @@ void permute_rows(std::vector<float>& w, int64_t rows, int64_t cols, int64_t hea
   w = std::move(out);
 }
 
+// `name` without its suffix `a_suffix` (*is_a = true) or `b_suffix` (*is_a = false); empty when
+// it ends in neither (or is nothing but the suffix).
+std::string strip_pair_suffix(const std::string& name, std::string_view a_suffix, std::string_view b_suffix,
+                              bool* is_a) {
+  for (const std::string_view s : {a_suffix, b_suffix}) {
+    if (name.size() > s.size() && name.ends_with(s)) {
+      *is_a = s == a_suffix;
+      return name.substr(0, name.size() - s.size());
+    }
+  }
+  return "";
+}
+
 Status check_dtype(const TensorView& t) {
   if (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16 || t.dtype == DType::kQ8_0)
     return Status::ok();
@@ -262,14 +275,7 @@ Expected<std::shared_ptr<const LoraAdapter>> load_peft(const std::string& dir, c
     std::string name = t.name;
     if (name.rfind("base_model.model.", 0) == 0) name = name.substr(17);
     bool is_a = false;
-    std::string module;
-    for (const char* suffix : {".lora_A.weight", ".lora_B.weight"}) {
-      const std::string s = suffix;
-      if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
-        module = name.substr(0, name.size() - s.size());
-        is_a = s == ".lora_A.weight";
-      }
-    }
+    const std::string module = strip_pair_suffix(name, ".lora_A.weight", ".lora_B.weight", &is_a);
     int64_t layer = 0;
     LayerTensor role{};
     std::optional<LoraTarget> target;
@@ -320,14 +326,7 @@ Expected<std::shared_ptr<const LoraAdapter>> load_gguf(const std::string& path, 
   for (const TensorView& t : file.tensors()) {
     const std::string& name = t.name;
     bool is_a = false;
-    std::string base_name;
-    for (const char* suffix : {".lora_a", ".lora_b"}) {
-      const std::string s = suffix;
-      if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
-        base_name = name.substr(0, name.size() - s.size());
-        is_a = s == ".lora_a";
-      }
-    }
+    const std::string base_name = strip_pair_suffix(name, ".lora_a", ".lora_b", &is_a);
     int64_t layer = 0;
     LayerTensor role{};
     std::optional<LoraTarget> target;

@@ -107,17 +107,22 @@ void Transformer::prepare_lora(const ForwardBatch& b) {
     if (!in_lora[t]) plain_mlp_rows_.push_back(static_cast<int32_t>(t));
 }
 
-void Transformer::apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t k, float* y, int64_t n,
-                             bool gathered) {
-  lora_groups_.clear();
-  for (size_t i = 0; i < lora_adapters_.size(); ++i) {
-    const LoraMatrix& m = lora_adapters_[i]->matrix(layer, target);
-    if (m.rank == 0) continue;
-    lora_groups_.push_back(LoraGroup{m.a_data(), m.bt_data(), m.dtype, m.rank, m.scale,
-                                     gathered ? lora_mlp_local_[i] : lora_rows_[i]});
+void Transformer::apply_lora(int64_t layer, std::span<const LoraTargetOutput> targets, const float* x,
+                             int64_t k, bool gathered) {
+  LoraOutput outputs[kNumLoraTargets];
+  size_t count = 0;
+  for (const LoraTargetOutput& t : targets) {
+    std::vector<LoraGroup>& groups = lora_groups_[static_cast<size_t>(t.target)];
+    groups.clear();
+    for (size_t i = 0; i < lora_adapters_.size(); ++i) {
+      const LoraMatrix& m = lora_adapters_[i]->matrix(layer, t.target);
+      if (m.rank == 0) continue;
+      groups.push_back(LoraGroup{m.a_data(), m.bt_data(), m.dtype, m.rank, m.scale,
+                                 gathered ? lora_mlp_local_[i] : lora_rows_[i]});
+    }
+    if (!groups.empty()) outputs[count++] = LoraOutput{groups, t.y, t.n, t.n};
   }
-  if (lora_groups_.empty()) return;
-  backend_->lora_update(x, k, k, lora_groups_, y, n, n);
+  if (count > 0) backend_->lora_update(x, k, k, {outputs, count});
 }
 
 void Transformer::reserve(int64_t n) {
@@ -299,9 +304,10 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
   if (!lora_adapters_.empty()) {
     // The updates' input: the normed rows (the fused path above never writes them out).
     backend_->rms_norm(hidden_.data(), l.attn_norm.data(), normed_.data(), n, c.hidden_size, eps);
-    apply_lora(layer_index, LoraTarget::kQ, normed_.data(), c.hidden_size, q_.data(), c.q_dim());
-    apply_lora(layer_index, LoraTarget::kK, normed_.data(), c.hidden_size, k_.data(), c.kv_dim());
-    apply_lora(layer_index, LoraTarget::kV, normed_.data(), c.hidden_size, v_.data(), c.kv_dim());
+    const LoraTargetOutput targets[3] = {{LoraTarget::kQ, q_.data(), c.q_dim()},
+                                         {LoraTarget::kK, k_.data(), c.kv_dim()},
+                                         {LoraTarget::kV, v_.data(), c.kv_dim()}};
+    apply_lora(layer_index, targets, normed_.data(), c.hidden_size);
   }
   for (int64_t t = 0; t < n; ++t) {
     float* q = &q_[t * c.q_dim()];
@@ -320,8 +326,10 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
                       attn_.data());
   linear(attn_.data(), c.q_dim(), layer_index, LinearInput::kOutput, *p.wo,
          {proj_.data(), c.hidden_size, nullptr}, n);
-  if (!lora_adapters_.empty())
-    apply_lora(layer_index, LoraTarget::kO, attn_.data(), c.q_dim(), proj_.data(), c.hidden_size);
+  if (!lora_adapters_.empty()) {
+    const LoraTargetOutput o{LoraTarget::kO, proj_.data(), c.hidden_size};
+    apply_lora(layer_index, {&o, 1}, attn_.data(), c.q_dim());
+  }
   INFERD_RETURN_IF_ERROR(reduce_proj(n));
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
@@ -344,8 +352,9 @@ void Transformer::lora_gate_up(const LayerWeights& l, int64_t layer, int64_t n) 
                 &lora_x_[i * h]);
   const LinearOutput raw[2] = {{lora_gate_.data(), inter, nullptr}, {lora_up_.data(), inter, nullptr}};
   backend_->linear(lora_x_.data(), m, h, nullptr, eps, *p.gate_up, raw);
-  apply_lora(layer, LoraTarget::kGate, lora_x_.data(), h, lora_gate_.data(), inter, /*gathered=*/true);
-  apply_lora(layer, LoraTarget::kUp, lora_x_.data(), h, lora_up_.data(), inter, /*gathered=*/true);
+  const LoraTargetOutput targets[2] = {{LoraTarget::kGate, lora_gate_.data(), inter},
+                                       {LoraTarget::kUp, lora_up_.data(), inter}};
+  apply_lora(layer, targets, lora_x_.data(), h, /*gathered=*/true);
   backend_->lora_silu_mul(lora_gate_.data(), lora_up_.data(), lora_gate_.data(), m * inter);
   for (int64_t i = 0; i < m; ++i)
     std::copy_n(&lora_gate_[i * inter], inter,
@@ -384,8 +393,10 @@ Status Transformer::mlp_block(const LayerWeights& l, int64_t layer, int64_t n) {
   }
   linear(gate_.data(), c.intermediate_size, layer, LinearInput::kDown, *p.down,
          {proj_.data(), c.hidden_size, nullptr}, n);
-  if (!lora_adapters_.empty())
-    apply_lora(layer, LoraTarget::kDown, gate_.data(), c.intermediate_size, proj_.data(), c.hidden_size);
+  if (!lora_adapters_.empty()) {
+    const LoraTargetOutput down{LoraTarget::kDown, proj_.data(), c.hidden_size};
+    apply_lora(layer, {&down, 1}, gate_.data(), c.intermediate_size);
+  }
   INFERD_RETURN_IF_ERROR(reduce_proj(n));
   for (int64_t i = 0; i < n * c.hidden_size; ++i)
     hidden_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];

@@ -4,6 +4,7 @@
 // padded) and a KvCache; it writes each new token's K/V and returns logits for chosen rows.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -124,9 +125,16 @@ class Transformer final {
   void reserve(int64_t num_tokens);
   // Groups the batch's rows by adapter (lora_adapters_, lora_rows_).
   void prepare_lora(const ForwardBatch& batch);
-  // y[t] += the update of `target` in `layer` for each row t whose sequence has an adapter.
-  // `gathered`: x and y hold lora_mlp_rows_ only (in that order).
-  void apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t k, float* y, int64_t n,
+  // One linear layer whose LoRA update apply_lora adds: its output, n values per row.
+  struct LoraTargetOutput {
+    LoraTarget target;
+    float* y;
+    int64_t n;
+  };
+  // y[t] += the update of each target in `layer` (all reading x) for each row t whose sequence
+  // has an adapter, in one backend call. `gathered`: x and y hold lora_mlp_rows_ only (in that
+  // order).
+  void apply_lora(int64_t layer, std::span<const LoraTargetOutput> targets, const float* x, int64_t k,
                   bool gathered = false);
   // gate_ = silu(gate) * up of a step with rows whose adapters change gate or up.
   void lora_gate_up(const LayerWeights& layer, int64_t layer_index, int64_t num_tokens);
@@ -150,10 +158,10 @@ class Transformer final {
   std::unique_ptr<LinearWeights> lm_head_;
   LinearObserver* observer_ = nullptr;
   bool lora_ = false;
-  std::vector<const LoraAdapter*> lora_adapters_;  // the step's distinct adapters
-  std::vector<std::vector<int32_t>> lora_rows_;    // [adapter] its token rows
-  std::vector<LoraGroup> lora_groups_;
-  std::vector<int32_t> lora_mlp_rows_;                // rows whose adapter changes gate or up
+  std::vector<const LoraAdapter*> lora_adapters_;                    // the step's distinct adapters
+  std::vector<std::vector<int32_t>> lora_rows_;                      // [adapter] its token rows
+  std::array<std::vector<LoraGroup>, kNumLoraTargets> lora_groups_;  // [target] this call's groups
+  std::vector<int32_t> lora_mlp_rows_;                               // rows whose adapter changes gate or up
   std::vector<std::vector<int32_t>> lora_mlp_local_;  // [adapter] its rows' places in lora_mlp_rows_
   std::vector<int32_t> plain_mlp_rows_;               // the other rows (when lora_mlp_rows_ is not empty)
   std::vector<bool> lora_row_flag_;

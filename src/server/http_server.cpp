@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -94,18 +95,12 @@ struct Channel {
   net::steady_timer wake;  // I/O thread only: cancelled to wake the handler
 };
 
-// A LoRA adapter loaded off the I/O thread for one request: the loader sets `result` and
-// cancels `wake` on the I/O thread.
-struct LoraWait {
-  explicit LoraWait(net::any_io_executor ex) : wake(ex) { wake.expires_at(Clock::time_point::max()); }
-  std::optional<Expected<std::shared_ptr<const LoraAdapter>>> result;  // I/O thread only
-  net::steady_timer wake;
-};
-
-// The same for a load or unload of /v1/load_lora_adapter, /v1/unload_lora_adapter.
-struct StatusWait {
-  explicit StatusWait(net::any_io_executor ex) : wake(ex) { wake.expires_at(Clock::time_point::max()); }
-  std::optional<Status> result;  // I/O thread only
+// The result of work done on the LoRA loader thread for one handler: the loader sets `result`
+// and cancels `wake` on the I/O thread.
+template <class T>
+struct LoaderWait {
+  explicit LoaderWait(net::any_io_executor ex) : wake(ex) { wake.expires_at(Clock::time_point::max()); }
+  std::optional<T> result;  // I/O thread only
   net::steady_timer wake;
 };
 
@@ -393,6 +388,30 @@ struct HttpServer::Impl {
     return std::nullopt;
   }
 
+  // Starts `work` on the LoRA loader thread (adapter files are read and checked while the I/O
+  // thread and the engine go on); its result lands in the returned wait, on the I/O thread.
+  template <class F>
+  std::shared_ptr<LoaderWait<std::invoke_result_t<F>>> start_on_lora_loader(F work) {
+    using T = std::invoke_result_t<F>;
+    auto wait = std::make_shared<LoaderWait<T>>(io.get_executor());
+    net::post(lora_loader, [wait, work = std::move(work)]() mutable {
+      T result = work();
+      net::post(wait->wake.get_executor(), [wait, result = std::move(result)]() mutable {
+        wait->result.emplace(std::move(result));
+        wait->wake.cancel();
+      });
+    });
+    return wait;
+  }
+  // Resumes once `wait` holds its result.
+  template <class T>
+  static awaitable<void> until_done(LoaderWait<T>& wait) {
+    while (!wait.result) {
+      boost::system::error_code ec;
+      co_await wait.wake.async_wait(net::redirect_error(use_awaitable, ec));
+    }
+  }
+
   awaitable<bool> lora_admin_request(Connection& conn, const http::request<http::string_body>& req,
                                      bool load) {
     std::string name, path;
@@ -401,19 +420,11 @@ struct HttpServer::Impl {
     if (!error) {
       // The files are read and checked on the loader thread: neither the I/O thread nor the
       // engine waits for them.
-      auto wait = std::make_shared<StatusWait>(io.get_executor());
-      net::post(lora_loader,
-                [wait, registry = ctx.lora, load, replace, name, path, base = options.served_model_name] {
-                  Status st = load ? registry->add(name, path, base, replace) : registry->remove(name);
-                  net::post(wait->wake.get_executor(), [wait, st = std::move(st)]() mutable {
-                    wait->result.emplace(std::move(st));
-                    wait->wake.cancel();
-                  });
-                });
-      while (!wait->result) {
-        boost::system::error_code ec;
-        co_await wait->wake.async_wait(net::redirect_error(use_awaitable, ec));
-      }
+      auto wait = start_on_lora_loader(
+          [registry = ctx.lora, load, replace, name, path, base = options.served_model_name] {
+            return load ? registry->add(name, path, base, replace) : registry->remove(name);
+          });
+      co_await until_done(*wait);
       const Status s = *wait->result;
       if (!s.is_ok())
         error = ApiError{s.code() == StatusCode::kNotFound && !load ? 404 : 400, s.message(),
@@ -663,27 +674,19 @@ struct HttpServer::Impl {
     if (!prepared.lora_name.empty()) {
       // The adapter, loaded on another thread when it is not resident (a cold adapter's
       // requests wait for it; the I/O thread and the engine go on).
-      auto wait = std::make_shared<LoraWait>(io.get_executor());
-      net::post(lora_loader, [wait, registry = ctx.lora, name = prepared.lora_name] {
-        auto adapter = registry->acquire(name);
-        net::post(wait->wake.get_executor(), [wait, adapter = std::move(adapter)]() mutable {
-          wait->result.emplace(std::move(adapter));
-          wait->wake.cancel();
-        });
-      });
-      while (!wait->result) {
-        boost::system::error_code ec;
-        co_await wait->wake.async_wait(net::redirect_error(use_awaitable, ec));
-      }
-      if (!wait->result->has_value()) {
-        const Status& s = wait->result->status();
+      auto wait = start_on_lora_loader(
+          [registry = ctx.lora, name = prepared.lora_name] { return registry->acquire(name); });
+      co_await until_done(*wait);
+      const Expected<std::shared_ptr<const LoraAdapter>>& adapter = *wait->result;
+      if (!adapter.has_value()) {
+        const Status& s = adapter.status();
         const ApiError error{s.code() == StatusCode::kNotFound ? 404 : 500, s.message(),
                              "invalid_request_error", "model",
                              s.code() == StatusCode::kNotFound ? "model_not_found" : ""};
         Response res = error_response(req, error);
         co_return co_await send(*conn, res);
       }
-      for (RequestSpec& spec : prepared.input.requests) spec.lora = wait->result->value();
+      for (RequestSpec& spec : prepared.input.requests) spec.lora = adapter.value();
     }
     const GenerateRequest& api = prepared.api;
     ProcessedInput& input = prepared.input;

@@ -13,12 +13,7 @@
 namespace inferd {
 namespace {
 
-// Every path this CPU can run, scalar first.
-std::vector<Isa> runnable_paths() {
-  std::vector<Isa> paths;
-  for (int i = 0; i <= static_cast<int>(detected_isa()); ++i) paths.push_back(static_cast<Isa>(i));
-  return paths;
-}
+using test::runnable_paths;
 
 TEST(CpuIsaTest, NamesRoundTripAndUnknownNamesAreRejected) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kVnni, Isa::kAmx})

@@ -12,11 +12,7 @@
 namespace inferd {
 namespace {
 
-std::vector<Isa> runnable_paths() {
-  std::vector<Isa> paths;
-  for (int i = 0; i <= static_cast<int>(detected_isa()); ++i) paths.push_back(static_cast<Isa>(i));
-  return paths;
-}
+using test::runnable_paths;
 
 struct Adapter {
   std::vector<float> a, bt;
@@ -109,6 +105,49 @@ TEST(LoraKernelTest, ARowsUpdateDoesNotDependOnTheRestOfTheBatch) {
         ASSERT_EQ(batch[static_cast<size_t>(t * n + c)], alone[static_cast<size_t>(c)])
             << isa_name(isa) << " row " << t << " column " << c;
     }
+  }
+}
+
+// Outputs sharing one call (Q, K and V; gate and up) get, bit for bit, what a call of their own
+// gives, with odd widths and different adapters (and an output without groups) per output.
+TEST(LoraKernelTest, OutputsSharingACallEqualEachOutputAlone) {
+  std::mt19937 rng(34);
+  ThreadPool pool(2);
+  const int64_t k = 77, tokens = 11;
+  const int64_t widths[3] = {131, 47, 1};
+  const auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
+  const std::vector<int32_t> rows_a{0, 2, 3, 4, 5, 10}, rows_b{1, 7, 9};
+  std::vector<Adapter> adapters;
+  for (const int64_t n : widths) {
+    adapters.push_back(random_adapter(16, k, n, rng));
+    adapters.push_back(random_adapter(5, k, n, rng));
+  }
+  std::vector<LoraGroup> groups[3];
+  for (int o = 0; o < 3; ++o) {
+    groups[o].push_back(group(adapters[static_cast<size_t>(2 * o)], rows_a));
+    if (o != 1) groups[o].push_back(group(adapters[static_cast<size_t>(2 * o + 1)], rows_b));
+  }
+  groups[2].clear();  // an output no adapter changes
+  for (Isa isa : runnable_paths()) {
+    LoraScratch scratch;
+    std::vector<float> initial[3], together[3];
+    LoraOutput outputs[3];
+    for (int o = 0; o < 3; ++o) {
+      initial[o] = test::random_floats(static_cast<size_t>(tokens * widths[o]), rng);
+      together[o] = initial[o];
+      outputs[o] = LoraOutput{groups[o], together[o].data(), widths[o], widths[o]};
+    }
+    lora_update(x.data(), k, k, outputs, scratch, pool, isa);
+    for (int o = 0; o < 3; ++o) {
+      std::vector<float> alone = initial[o], want = initial[o];
+      lora_update(x.data(), k, k, groups[o], alone.data(), widths[o], widths[o], scratch, pool, isa);
+      lora_update_reference(x.data(), k, k, groups[o], want.data(), widths[o], widths[o]);
+      ASSERT_EQ(together[o], alone) << isa_name(isa) << " output " << o;
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(together[o][i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
+            << isa_name(isa) << " output " << o;
+    }
+    ASSERT_EQ(together[2], initial[2]) << "an output without groups changed";
   }
 }
 
