@@ -31,7 +31,7 @@ import urllib.request
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import INFERD, free_port, start_server, wait_healthy  # noqa: E402
+from serve_util import INFERD, free_port, peer_build, start_server, wait_healthy  # noqa: E402
 
 import gguf  # noqa: E402
 
@@ -199,7 +199,7 @@ def peer(model, tmp, shapes, layers, a):
         if not os.path.exists(p):
             write_adapter(p, shapes, layers, 16, 1600 + k)
     print(f"16 sequences x {a.tokens} tokens, rank-16 adapters, completion tokens / wall time, tokens/s "
-          f"(median of {a.rounds}):")
+          f"(median of {a.rounds}); peer: {peer_build()}:")
     results = {}
     proc, port = inferd_server(model, paths)
     try:

@@ -15,7 +15,11 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import peer_build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 INFERD = ROOT / "build" / "inferd"
@@ -58,6 +62,7 @@ def main():
             subprocess.run([str(INFERD), "quantize", "-i", str(model("f16")), "-o", str(model(fmt)), "--type", fmt,
                             "--pure"], check=True, capture_output=True)
     theirs = {fmt: peer(model(fmt), args) for fmt in ("q8_0", "q4_0", "f16", "bf16")}
+    print(f"peer: {peer_build()}")
     print("| inferd format | file MB | inferd pp512 | inferd tg128 | llama.cpp format | llama.cpp pp512 | "
           "llama.cpp tg128 | pp ratio | tg ratio |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -7,6 +7,19 @@ import threading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INFERD = os.path.join(ROOT, "build", "inferd")
+PEER_DIR = os.path.expanduser(os.environ.get("INFERD_PEER_DIR", "~/.cache/inferd-peer"))
+
+
+def peer_build():
+    """Which llama.cpp build the peer is, as scripts/peer/build_llama_cpp.sh recorded it (variant,
+    why, CPU): printed with every comparison, so that a figure names the build it was won against."""
+    try:
+        with open(os.path.join(PEER_DIR, "BUILD")) as f:
+            fields = dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+    except OSError:
+        return "unknown build (no BUILD file: rebuild with scripts/peer/build_llama_cpp.sh)"
+    return (f"llama.cpp of llama-cpp-python {fields.get('llama-cpp-python', '?')}, {fields.get('variant', '?')} build "
+            f"({fields.get('why', '?')}) on {fields.get('cpu', '?')}")
 
 
 def start_server(*flags):
