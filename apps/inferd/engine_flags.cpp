@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/byte_size.h"
+#include "engine/speculative_config.h"
 #include "kernels/onednn_matmul.h"
 #include "kv/disk_kv_tier.h"
 #include "kv/kv_cache.h"
@@ -76,6 +77,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
           {"recompute", KvLoadFailure::kRecompute}, {"fail", KvLoadFailure::kFail}}));
   cmd->add_option("--max-model-len", f->max_model_len,
                   "longest prompt + output (default: the model's context)");
+  cmd->add_option(
+      "--speculative-config", f->speculative_config,
+      "speculative decoding as vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, "
+      "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 4}' (prompt lookup)");
 }
 
 KvOffloadOptions offload_options(const EngineFlags& f) {
@@ -111,6 +116,7 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
   o.scheduler.kv_load_failure = f.kv_load_failure;
   o.scheduler.session_max_share = f.session_max_share;
   o.scheduler.policy = f.schedule_policy;
+  INFERD_ASSIGN_OR_RETURN(o.scheduler.speculative, parse_speculative_config(f.speculative_config));
   o.scheduler.max_model_len = f.max_model_len > 0 ? std::min(f.max_model_len, model.max_position_embeddings)
                                                   : model.max_position_embeddings;
   INFERD_RETURN_IF_ERROR(o.validate());

@@ -31,6 +31,7 @@ struct EngineFlags {
   double kv_load_timeout = 5;
   KvLoadFailure kv_load_failure = KvLoadFailure::kRecompute;
   BackendKind matmul = BackendKind::kPacked;
+  std::string speculative_config;  // JSON (engine/speculative_config.h); empty: off
 };
 
 // --matmul packed|f32|onednn: the backend the transformer's ops run on (see BackendKind).

@@ -134,6 +134,9 @@ void AsyncEngine::loop() {
     sessions_ = engine_.kv_cache_manager().num_sessions();
     pinned_blocks_ = engine_.kv_cache_manager().num_pinned_blocks();
     revived_blocks_ = engine_.block_pool().num_revived();
+    spec_drafts_ = engine_.stats().spec_drafts;
+    spec_draft_tokens_ = engine_.stats().spec_draft_tokens;
+    spec_accepted_tokens_ = engine_.stats().spec_accepted_tokens;
     for (const StepOutput& out : outputs) {
       auto it = callbacks_.find(out.id);
       if (it == callbacks_.end()) continue;

@@ -68,6 +68,10 @@ class AsyncEngine final {
   // KV loads that failed / timed out so far (tier loads and pulls). Thread-safe.
   int64_t num_kv_load_failures() const { return kv_load_failures_.load(); }
   int64_t num_kv_load_timeouts() const { return kv_load_timeouts_.load(); }
+  // Speculative decoding so far (EngineStats' spec_*). Thread-safe.
+  int64_t num_spec_drafts() const { return spec_drafts_.load(); }
+  int64_t num_spec_draft_tokens() const { return spec_draft_tokens_.load(); }
+  int64_t num_spec_accepted_tokens() const { return spec_accepted_tokens_.load(); }
 
  private:
   struct Submission {
@@ -93,7 +97,8 @@ class AsyncEngine final {
   std::unordered_map<RequestId, Listener> callbacks_;  // engine thread only
   std::atomic<int64_t> num_running_{0}, num_waiting_{0}, num_free_blocks_{0}, num_preemptions_{0},
       prefix_queries_{0}, prefix_hits_{0}, sessions_{0}, pinned_blocks_{0}, revived_blocks_{0},
-      num_submitted_sequences_{0}, num_waiting_sequences_{0}, kv_load_failures_{0}, kv_load_timeouts_{0};
+      num_submitted_sequences_{0}, num_waiting_sequences_{0}, kv_load_failures_{0}, kv_load_timeouts_{0},
+      spec_drafts_{0}, spec_draft_tokens_{0}, spec_accepted_tokens_{0};
   std::thread thread_;
 };
 

@@ -214,9 +214,10 @@ std::vector<StepOutput> Engine::step() {
   std::vector<StepOutput> out = std::exchange(pending_outputs_, {});
   const auto t0 = Clock::now();
   const ScheduledBatch batch = scheduler_.schedule();
+  // Every item computes its last token (and its drafts): a decode step.
   const bool decode_only =
       !batch.empty() && std::all_of(batch.items.begin(), batch.items.end(), [](const auto& item) {
-        return item.num_new_tokens == 1 &&
+        return item.num_new_tokens == 1 + item.num_draft_tokens &&
                item.request->num_computed_tokens >= static_cast<int64_t>(item.request->prompt.size());
       });
   auto t1 = Clock::now(), t2 = t1, t3 = t1;
@@ -238,29 +239,57 @@ std::vector<StepOutput> Engine::step() {
     INFERD_CHECK_MSG(s.is_ok(), s.message().c_str());  // batches are built by us: a failure is a bug
     t2 = Clock::now();
     sampled_.assign(batch.items.size(), -1);
+    accepted_.assign(batch.items.size(), 0);
     const auto items = runner_.sample_items();
     for (size_t k = 0; k < items.size(); ++k) {
       const auto item = static_cast<size_t>(items[k]);
       Request& r = *batch.items[item].request;
       if (r.kv_export_id != 0 && r.output.empty()) export_prompt_kv(r);
-      SampleResult res = samplers_.at(r.id).sample(runner_.logits_row(k), r.prompt, r.output);
-      sampled_[item] = res.token;
-      if (res.grammar_dead_end) dead_ends_.push_back(r.id);
+      Sampler& sampler = samplers_.at(r.id);
       StepOutput o;
       o.id = r.group;
       o.index = r.sample_index;
       o.first_scheduled = r.first_scheduled;
-      o.new_tokens.push_back(res.token);
-      if (r.sampling.logprobs) {
-        o.logprobs.push_back(res.logprob);
-        o.top_logprobs.push_back(std::move(res.top_logprobs));
+      auto emit = [&](SampleResult& res) {
+        o.new_tokens.push_back(res.token);
+        if (r.sampling.logprobs) {
+          o.logprobs.push_back(res.logprob);
+          o.top_logprobs.push_back(std::move(res.top_logprobs));
+        }
+      };
+      if (r.draft.empty()) {
+        SampleResult res = sampler.sample(runner_.logits_row(k), r.prompt, r.output);
+        sampled_[item] = res.token;
+        if (res.grammar_dead_end) dead_ends_.push_back(r.id);
+        emit(res);
+      } else {
+        // Verify the drafts: sample each position as decoding one token at a time would (the
+        // rows are bit for bit those, batch invariance), keep going while the sample is the
+        // draft. With a draft of one token per position this is speculative sampling's
+        // rejection rule exactly: a draft is kept with the target's probability of it, and a
+        // rejection samples the target's distribution without it. Greedy or seeded, the tokens
+        // are those of decoding without drafts.
+        history_.assign(r.output.begin(), r.output.end());
+        size_t j = 0;
+        for (;; ++j) {
+          SampleResult res = sampler.sample(runner_.logits_row(k, j), r.prompt, history_);
+          const int32_t token = res.token;
+          emit(res);
+          history_.push_back(token);
+          if (j == r.draft.size() || token != r.draft[j] || is_stop_token(r, token)) break;
+        }
+        sampled_[item] = history_.back();
+        accepted_[item] = static_cast<int32_t>(j);
+        ++stats_.spec_drafts;
+        stats_.spec_draft_tokens += static_cast<int64_t>(r.draft.size());
+        stats_.spec_accepted_tokens += static_cast<int64_t>(j);
       }
       out.push_back(std::move(o));
       // Before update(): a sample that finishes at once must not free the prompt's blocks first.
       if (r.num_samples > 1 && !r.forked && r.output.empty()) fork_samples(r, runner_.logits_row(k), &out);
     }
     t3 = Clock::now();
-    scheduler_.update(batch, sampled_);
+    scheduler_.update(batch, sampled_, accepted_);
     for (RequestId id : dead_ends_)
       scheduler_.fail(id, "the output grammar allows no token of the model's vocabulary here");
     dead_ends_.clear();
@@ -275,7 +304,10 @@ std::vector<StepOutput> Engine::step() {
   stats_.sample_seconds += seconds_between(t2, t3);
   if (decode_only) {
     ++stats_.decode_steps;
-    stats_.decode_tokens += batch.num_tokens;
+    // Tokens generated (a decode step's items each emit one and their accepted drafts).
+    int64_t generated = static_cast<int64_t>(batch.items.size());
+    for (const int32_t a : accepted_) generated += a;
+    stats_.decode_tokens += generated;
     stats_.decode_seconds += seconds_between(t0, t4);
   }
   if (!batch.empty())

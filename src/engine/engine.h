@@ -80,8 +80,13 @@ struct EngineStats {
   // Steps in which every request computed exactly one generated token (no prompt tokens): the
   // figures of decode throughput.
   int64_t decode_steps = 0;
-  int64_t decode_tokens = 0;
+  int64_t decode_tokens = 0;  // tokens they generated
   double decode_seconds = 0;  // their whole step time (bookkeeping included)
+  // Speculative decoding: verifications (a request's drafts in one step), drafts proposed, drafts
+  // accepted (vLLM's spec_decode_num_drafts / num_draft_tokens / num_accepted_tokens).
+  int64_t spec_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
   double total_seconds() const { return schedule_seconds + execute_seconds + sample_seconds; }
 };
 
@@ -177,6 +182,8 @@ class Engine final {
   RequestId next_id_ = 1;
   uint64_t next_arrival_ = 0;
   std::vector<int32_t> sampled_;
+  std::vector<int32_t> accepted_;  // [item] its drafts accepted this step
+  std::vector<int32_t> history_;   // a verified request's output so far, drafts accepted included
   EngineStats stats_;
   KvStoreIdentity identity_;
   std::vector<StepOutput> pending_outputs_;  // first tokens of disaggregated requests, for the next step

@@ -11,6 +11,7 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
   token_sequence_.clear();
   logit_rows_.clear();
   sample_items_.clear();
+  sample_first_row_.clear();
   slots_.clear();
   sequences_.clear();
   sequence_lora_.clear();
@@ -28,8 +29,10 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
       slots_.push_back(kv_.slot(r.id, p));
       token_sequence_.push_back(static_cast<int32_t>(i));
     }
-    if (first + n == r.num_tokens()) {
-      logit_rows_.push_back(static_cast<int32_t>(ids_.size() - 1));
+    const auto drafts = static_cast<int64_t>(r.draft.size());
+    if (first + n == r.num_tokens() + drafts) {
+      sample_first_row_.push_back(static_cast<int32_t>(logit_rows_.size()));
+      for (int64_t j = drafts; j >= 0; --j) logit_rows_.push_back(static_cast<int32_t>(ids_.size() - 1 - j));
       sample_items_.push_back(static_cast<int32_t>(i));
     }
   }
@@ -47,9 +50,10 @@ Status ModelRunner::copy_block(int32_t src, int32_t dst) {
   return Status::ok();
 }
 
-std::span<const float> ModelRunner::logits_row(size_t i) const {
+std::span<const float> ModelRunner::logits_row(size_t i, size_t j) const {
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
-  return std::span<const float>(logits_).subspan(i * vocab, vocab);
+  const auto row = static_cast<size_t>(sample_first_row_[i]) + j;
+  return std::span<const float>(logits_).subspan(row * vocab, vocab);
 }
 
 }  // namespace inferd

@@ -20,10 +20,12 @@ class ModelRunner final {
   ModelRunner(Transformer& model, KvCache& cache, const KVCacheManager& kv);
 
   // Runs one step. On success `sample_items` lists the indices of batch items that reached the
-  // end of their tokens and `logits()` holds one row of vocab logits for each, in that order.
+  // end of their tokens and `logits_row(i)` holds the vocab logits of each, in that order; an
+  // item with drafts has 1 + drafts rows (`logits_row(i, j)`: after its j-th computed token of
+  // the step, the row that predicts draft j, the last one the token after every draft).
   Status execute(const ScheduledBatch& batch);
   std::span<const int32_t> sample_items() const { return sample_items_; }
-  std::span<const float> logits_row(size_t i) const;
+  std::span<const float> logits_row(size_t i, size_t j = 0) const;
   // Copies KV block src to dst (a forked sample's copy of its prompt's last block), on every rank.
   Status copy_block(int32_t src, int32_t dst);
 
@@ -36,7 +38,7 @@ class ModelRunner final {
   const KVCacheManager& kv_;
   StepMirror* mirror_ = nullptr;
   // Reused across steps: no allocation once the largest batch has been seen.
-  std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, sample_items_;
+  std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, sample_items_, sample_first_row_;
   std::vector<int64_t> slots_;
   std::vector<AttentionSequence> sequences_;
   std::vector<const LoraAdapter*> sequence_lora_;  // [sequences] each one's adapter (null: the base)

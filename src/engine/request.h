@@ -3,6 +3,7 @@
 // Scheduler; the engine thread alone reads and writes it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -71,13 +72,28 @@ struct Request {
   int32_t num_samples = 1;
   bool forked = false;
 
+  // Speculative decoding: this step's proposed next tokens after the last output token (set by
+  // the scheduler, verified by the engine with the step's logits, cleared by update()). Not part
+  // of num_tokens(); their K/V is computed this step and kept only for the accepted ones.
+  std::vector<int32_t> draft;
+
   // No phases: a request just has tokens, some computed. Prefill = many uncomputed tokens.
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int64_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+  // The token at `pos` of prompt, output, then draft.
   int32_t token_at(int64_t pos) const {
     const auto p = static_cast<size_t>(pos);
-    return p < prompt.size() ? prompt[p] : output[p - prompt.size()];
+    if (p < prompt.size()) return prompt[p];
+    return p - prompt.size() < output.size() ? output[p - prompt.size()]
+                                             : draft[p - prompt.size() - output.size()];
   }
 };
+
+// Whether `token` ends the request (one of its stop token ids, unless it ignores EOS).
+inline bool is_stop_token(const Request& r, int32_t token) {
+  if (r.limits.ignore_eos) return false;
+  return std::find(r.limits.stop_token_ids.begin(), r.limits.stop_token_ids.end(), token) !=
+         r.limits.stop_token_ids.end();
+}
 
 }  // namespace inferd

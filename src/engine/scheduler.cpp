@@ -14,6 +14,17 @@ bool runs_before(const Request* a, const Request* b) {
 }
 }  // namespace
 
+Status SpeculativeOptions::validate() const {
+  if (!enabled) return Status::ok();
+  if (ngram.num_speculative_tokens < 1 || ngram.num_speculative_tokens > 64)
+    return invalid_argument("num_speculative_tokens must be in [1, 64]");
+  if (ngram.prompt_lookup_min < 1) return invalid_argument("prompt_lookup_min must be >= 1");
+  if (ngram.prompt_lookup_max < ngram.prompt_lookup_min)
+    return invalid_argument("prompt_lookup_max must be >= prompt_lookup_min");
+  if (disable_by_batch_size < 1) return invalid_argument("disable_by_batch_size must be >= 1");
+  return Status::ok();
+}
+
 Status SchedulerOptions::validate() const {
   if (max_num_batched_tokens < 1) return invalid_argument("max_num_batched_tokens must be >= 1");
   if (max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1");
@@ -23,7 +34,7 @@ Status SchedulerOptions::validate() const {
   if (!(session_max_share >= 0 && session_max_share <= 1))
     return invalid_argument("session_max_share must be in [0, 1]");
   if (!(kv_load_timeout_seconds > 0)) return invalid_argument("kv_load_timeout_seconds must be > 0");
-  return Status::ok();
+  return speculative.validate();
 }
 
 Scheduler::Scheduler(const SchedulerOptions& options, KVCacheManager& kv) : options_(options), kv_(kv) {
@@ -98,12 +109,28 @@ ScheduledBatch Scheduler::schedule() {
   return batch;
 }
 
+void Scheduler::propose_draft(Request* r, int64_t budget) {
+  r->draft.clear();
+  const SpeculativeOptions& spec = options_.speculative;
+  // Decoding (its last token the one to compute), past its first token (forking and KV export
+  // happen at that one), without a grammar (whose matcher would have to roll back rejections).
+  if (!spec.enabled || static_cast<int64_t>(running_.size()) > spec.disable_by_batch_size ||
+      r->num_uncomputed_tokens() != 1 || r->output.empty() || r->sampling.grammar)
+    return;
+  // The step emits the accepted drafts and one token more: within max_tokens, the context and
+  // the budget.
+  const int64_t room = std::min({r->limits.max_tokens - static_cast<int64_t>(r->output.size()) - 1,
+                                 options_.max_model_len - r->num_tokens() - 1, budget - 1});
+  propose_ngram(r->prompt, r->output, spec.ngram, room, &r->draft);
+}
+
 void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget) {
   const std::vector<Request*> order = running_;  // preemption edits running_
   for (Request* r : order) {
     if (*budget <= 0) break;
     if (r->state != RequestState::kRunning || r->scheduled_in_step == step_) continue;
-    const int64_t n = std::min(r->num_uncomputed_tokens(), *budget);
+    propose_draft(r, *budget);
+    const int64_t n = std::min(r->num_uncomputed_tokens(), *budget) + static_cast<int64_t>(r->draft.size());
     bool fits = true;
     while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
       if (!preempt_one(r, std::numeric_limits<int32_t>::min(), batch, budget)) {
@@ -115,7 +142,7 @@ void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget) {
     }
     if (!fits) continue;
     r->scheduled_in_step = step_;
-    batch->items.push_back({r, n});
+    batch->items.push_back({r, n, static_cast<int64_t>(r->draft.size())});
     batch->num_tokens += n;
     *budget -= n;
   }
@@ -297,6 +324,7 @@ void Scheduler::preempt(Request* victim, ScheduledBatch* batch, int64_t* budget)
     }
   }
   kv_.free(victim->id);
+  victim->draft.clear();
   victim->num_computed_tokens = 0;
   victim->kv_load_done = false;  // a new admission may load its KV again
   ++victim->num_preemptions;
@@ -320,7 +348,7 @@ void Scheduler::observe_step(const ScheduledBatch& batch, double seconds) {
   constexpr double kAlpha = 0.2;
   int64_t prefills = 0;
   for (const auto& item : batch.items) {
-    if (item.num_new_tokens > 1) ++prefills;
+    if (item.num_new_tokens - item.num_draft_tokens > 1) ++prefills;
   }
   auto blend = [&](double* avg, double x) { *avg = *avg == 0 ? x : (1 - kAlpha) * *avg + kAlpha * x; };
   if (prefills > 0) {
@@ -330,12 +358,24 @@ void Scheduler::observe_step(const ScheduledBatch& batch, double seconds) {
   }
 }
 
-void Scheduler::update(const ScheduledBatch& batch, std::span<const int32_t> sampled) {
+void Scheduler::update(const ScheduledBatch& batch, std::span<const int32_t> sampled,
+                       std::span<const int32_t> accepted) {
   INFERD_CHECK(sampled.size() == batch.items.size());
+  INFERD_CHECK(accepted.empty() || accepted.size() == batch.items.size());
   for (size_t i = 0; i < batch.items.size(); ++i) {
     Request* r = batch.items[i].request;
-    if (r->state != RequestState::kRunning) continue;
-    r->num_computed_tokens += batch.items[i].num_new_tokens;
+    if (r->state != RequestState::kRunning) {
+      r->draft.clear();
+      continue;
+    }
+    const auto drafts = static_cast<int64_t>(r->draft.size());
+    const int64_t taken = accepted.empty() ? 0 : accepted[i];
+    INFERD_CHECK(taken >= 0 && taken <= drafts);
+    // The rejected drafts' positions are computed again when their real tokens come (the same
+    // slots): they neither count as computed nor reach the prefix cache.
+    r->num_computed_tokens += batch.items[i].num_new_tokens - (drafts - taken);
+    r->output.insert(r->output.end(), r->draft.begin(), r->draft.begin() + taken);
+    r->draft.clear();
     kv_.cache_full_blocks(r->id, tokens_of(*r), r->num_computed_tokens);
     if (r->num_computed_tokens < r->num_tokens()) continue;  // still prefilling
     accept_token(r, sampled[i]);
@@ -367,12 +407,6 @@ void Scheduler::add_forked(std::unique_ptr<Request> request, int32_t first_token
   r->scheduled_in_step = step_;
   running_.push_back(r);
   accept_token(r, first_token);
-}
-
-bool Scheduler::is_stop_token(const Request& r, int32_t token) {
-  if (r.limits.ignore_eos) return false;
-  return std::find(r.limits.stop_token_ids.begin(), r.limits.stop_token_ids.end(), token) !=
-         r.limits.stop_token_ids.end();
 }
 
 void Scheduler::finish(Request* r, FinishReason reason) {

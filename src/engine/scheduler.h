@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/ngram_proposer.h"
 #include "engine/request.h"
 #include "kv/kv_cache_manager.h"
 
@@ -39,6 +40,18 @@ enum class KvLoadFailure {
   kFail,       // the request ends with an error naming the failure
 };
 
+// Speculative decoding by prompt lookup (engine/ngram_proposer.h): a decoding request proposes
+// drafts that its next step computes and the engine verifies (vLLM's --speculative-config
+// '{"method": "ngram", ...}').
+struct SpeculativeOptions {
+  bool enabled = false;
+  NgramOptions ngram;
+  // Draft only while at most this many requests run: past it a step is compute-bound and the
+  // rows of rejected drafts cost more than accepted ones save (vLLM's disable_by_batch_size).
+  int64_t disable_by_batch_size = 4;
+  Status validate() const;
+};
+
 struct SchedulerOptions {
   int64_t max_num_batched_tokens = 2048;  // tokens per step
   int64_t max_num_seqs = 64;              // running requests at once
@@ -49,13 +62,15 @@ struct SchedulerOptions {
   double session_max_share = 0.5;      // of the KV pool that session pins may hold
   double kv_load_timeout_seconds = 5;  // a KV load not landed by then is given up (policy below)
   KvLoadFailure kv_load_failure = KvLoadFailure::kRecompute;
+  SpeculativeOptions speculative;
 
   Status validate() const;
 };
 
 struct ScheduledItem {
-  Request* request;        // not owned
-  int64_t num_new_tokens;  // tokens of this request computed in this step
+  Request* request;              // not owned
+  int64_t num_new_tokens;        // tokens of this request computed in this step
+  int64_t num_draft_tokens = 0;  // of which speculative drafts (the request's draft)
 };
 
 // One step's plan: plain data for the model runner.
@@ -90,8 +105,11 @@ class Scheduler final {
 
   // Records the step: computed tokens advance; each item whose request reached the end of its
   // known tokens gets the sampled token appended (sampled[i] belongs to items[i]; ignored for
-  // items still prefilling). Requests that finish free their blocks.
-  void update(const ScheduledBatch& batch, std::span<const int32_t> sampled);
+  // items still prefilling). Requests that finish free their blocks. An item with drafts first
+  // gets its first accepted[i] drafts appended (the engine verified them; the K/V of the rest is
+  // dropped: those positions count as not computed); `accepted` empty: none accepted.
+  void update(const ScheduledBatch& batch, std::span<const int32_t> sampled,
+              std::span<const int32_t> accepted = {});
 
   // Feeds the adaptive policy with how long a step took (engine thread, after update()).
   void observe_step(const ScheduledBatch& batch, double seconds);
@@ -127,6 +145,8 @@ class Scheduler final {
 
  private:
   void schedule_running(ScheduledBatch* batch, int64_t* budget);
+  // Sets r->draft for this step (cleared when r does not speculate now).
+  void propose_draft(Request* r, int64_t budget);
   void admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t prefill_cap);
   // Starts a load of the request's KV past its cached prefix when the block source may hold it;
   // true when the request now waits for it.
@@ -149,7 +169,6 @@ class Scheduler final {
   void finish(Request* r, FinishReason reason);
   // Appends a sampled token to a running request and finishes it on a stop token or at its length.
   void accept_token(Request* r, int32_t token);
-  static bool is_stop_token(const Request& r, int32_t token);
   void insert_waiting(Request* r);
   static KVCacheManager::Tokens tokens_of(const Request& r) {
     return {r.prompt, r.output,

@@ -340,6 +340,8 @@ struct HttpServer::Impl {
       metrics->set_offload(tiers, o->num_dropped_writes());
     }
     metrics->set_kv_loads(ctx.engine->num_kv_load_failures(), ctx.engine->num_kv_load_timeouts());
+    metrics->set_spec_decode(ctx.engine->num_spec_drafts(), ctx.engine->num_spec_draft_tokens(),
+                             ctx.engine->num_spec_accepted_tokens());
     auto transfer = [&](const char* side, const KvTransferStats& st) {
       metrics->set_transfer({side, st.pulls.load(), st.blocks.load(), st.bytes.load(), st.failures.load(),
                              st.corrupt.load(), st.micros.load()});

@@ -122,6 +122,12 @@ ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model
       counter_family("lora_prompt_tokens_total", "Prompt tokens per LoRA adapter (lora_name).");
   lora_generation_tokens_ =
       counter_family("lora_generation_tokens_total", "Generated tokens per LoRA adapter (lora_name).");
+  spec_drafts_ =
+      counter("spec_decode_num_drafts_total", "Speculative decoding: verifications of a request's drafts.");
+  spec_draft_tokens_ =
+      counter("spec_decode_num_draft_tokens_total", "Speculative decoding: draft tokens proposed.");
+  spec_accepted_ =
+      counter("spec_decode_num_accepted_tokens_total", "Speculative decoding: draft tokens accepted.");
   lora_resident_ = gauge("lora_resident_adapters", "LoRA adapters resident in memory.");
   lora_max_ =
       gauge("lora_max_resident_adapters", "LoRA adapters that may be resident at once (--max-loras).");
@@ -233,6 +239,12 @@ void ServerMetrics::set_transfer(const TransferFigures& t) {
 void ServerMetrics::set_kv_loads(int64_t failures, int64_t timeouts) {
   advance(kv_load_failures_, failures, &kv_load_failures_seen_);
   advance(kv_load_timeouts_, timeouts, &kv_load_timeouts_seen_);
+}
+
+void ServerMetrics::set_spec_decode(int64_t drafts, int64_t draft_tokens, int64_t accepted_tokens) {
+  advance(spec_drafts_, drafts, &spec_drafts_seen_);
+  advance(spec_draft_tokens_, draft_tokens, &spec_draft_tokens_seen_);
+  advance(spec_accepted_, accepted_tokens, &spec_accepted_seen_);
 }
 
 void ServerMetrics::set_kv_export(int64_t entries, int64_t bytes, int64_t expired, int64_t refused) {

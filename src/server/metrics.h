@@ -62,6 +62,8 @@ class ServerMetrics final {
   void set_transfer(const TransferFigures& t);
   // KV loads (tiers and pulls) that failed / timed out; prefill: the export buffer's state.
   void set_kv_loads(int64_t failures, int64_t timeouts);
+  // Speculative decoding: verifications, draft tokens proposed, draft tokens accepted (totals).
+  void set_spec_decode(int64_t drafts, int64_t draft_tokens, int64_t accepted_tokens);
   void set_kv_export(int64_t entries, int64_t bytes, int64_t expired, int64_t refused);
 
   // LoRA: one finished request (sample) of adapter `name`; the resident adapters; one adapter
@@ -93,10 +95,12 @@ class ServerMetrics final {
       *transfer_failures_, *transfer_corrupt_, *transfer_seconds_;
   std::map<std::string, TransferFigures> transfer_seen_;  // by side
   prometheus::Counter *kv_load_failures_, *kv_load_timeouts_, *export_expired_, *export_refused_;
+  prometheus::Counter *spec_drafts_, *spec_draft_tokens_, *spec_accepted_;
   prometheus::Gauge *export_entries_, *export_bytes_;
   prometheus::Family<prometheus::Counter>*lora_requests_, *lora_prompt_tokens_, *lora_generation_tokens_;
   prometheus::Gauge *lora_resident_, *lora_max_;
   prometheus::Histogram* lora_load_;
+  int64_t spec_drafts_seen_ = 0, spec_draft_tokens_seen_ = 0, spec_accepted_seen_ = 0;
   int64_t kv_load_failures_seen_ = 0, kv_load_timeouts_seen_ = 0, export_expired_seen_ = 0,
           export_refused_seen_ = 0;
 };

