@@ -90,7 +90,7 @@ struct Outcome {
 
 // Runs the specs all at once (or one after another) and collects each one's tokens.
 Outcome run(Transformer& model, const EngineOptions& o, const std::vector<RequestSpec>& specs,
-        bool together = true) {
+            bool together = true) {
   Engine engine(model, o);
   Outcome r;
   r.tokens.resize(specs.size());
@@ -158,7 +158,8 @@ class SpeculativeEngineTest : public ::testing::TestWithParam<const char*> {
   }
   // Speculation on gives exactly the run without it, and drafts were proposed, accepted and
   // rejected (so both the kept and the rolled-back KV paths ran).
-  Outcome expect_same_as_without(const std::vector<RequestSpec>& specs, EngineOptions on, bool together = true) {
+  Outcome expect_same_as_without(const std::vector<RequestSpec>& specs, EngineOptions on,
+                                 bool together = true) {
     EngineOptions off = on;
     off.scheduler.speculative.enabled = false;
     const Outcome plain = run(*model_, off, specs, together);
