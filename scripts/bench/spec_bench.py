@@ -15,7 +15,7 @@ default model (SmolLM2-135M-Instruct Q4_1), for BENCHMARKS.md:
 
            (--workload chat: free writing instead, where drafts are few and often rejected)
 
-    scripts/bench/spec_bench.py [single] [batch] [--rounds 3] [--tokens 256] [--workload copy|chat]
+    scripts/bench/spec_bench.py [single] [batch] [--rounds 3] [--tokens 256] [--workload copy|chat] [--sequences 1,2,4,8,16]
 """
 import argparse
 import concurrent.futures
@@ -152,7 +152,7 @@ def batch(a):
     configs = {"off": None, "default": {"num_speculative_tokens": 5},
                "always": {"num_speculative_tokens": 5, "disable_by_batch_size": 64}}
     servers = {label: server(spec) for label, spec in configs.items()}
-    ns = (1, 2, 4, 8, 16)
+    ns = a.sequences
     rates = {(label, n): [] for label in configs for n in ns}
     try:
         for label, (_, port) in servers.items():
@@ -180,6 +180,8 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--workload", choices=["copy", "chat"], default="copy", help="the batch part's prompts")
+    p.add_argument("--sequences", type=lambda v: [int(n) for n in v.split(",")], default=[1, 2, 4, 8, 16],
+                   help="the batch part's concurrencies")
     a = p.parse_args()
     if not os.path.exists(INFERD):
         raise SystemExit(f"build inferd first ({INFERD})")

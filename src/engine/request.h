@@ -76,6 +76,10 @@ struct Request {
   // the scheduler, verified by the engine with the step's logits, cleared by update()). Not part
   // of num_tokens(); their K/V is computed this step and kept only for the accepted ones.
   std::vector<int32_t> draft;
+  // Back-off after drafts that were all rejected: the steps to skip drafting, and the skip the
+  // next all-rejected draft sets (doubling, up to 32; reset by an accepted draft).
+  int32_t spec_skip = 0;
+  int32_t spec_backoff = 0;
 
   // No phases: a request just has tokens, some computed. Prefill = many uncomputed tokens.
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }

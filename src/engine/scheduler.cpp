@@ -117,6 +117,12 @@ void Scheduler::propose_draft(Request* r, int64_t budget) {
   if (!spec.enabled || static_cast<int64_t>(running_.size()) > spec.disable_by_batch_size ||
       r->num_uncomputed_tokens() != 1 || r->output.empty() || r->sampling.grammar)
     return;
+  // Its last drafts were all rejected: free text that copies nothing costs the rows of the
+  // drafts and saves no step, so it waits (1, 2, 4, ... 32 steps) before drafting again.
+  if (r->spec_skip > 0) {
+    --r->spec_skip;
+    return;
+  }
   // The step emits the accepted drafts and one token more: within max_tokens, the context and
   // the budget.
   const int64_t room = std::min({r->limits.max_tokens - static_cast<int64_t>(r->output.size()) - 1,
@@ -375,6 +381,10 @@ void Scheduler::update(const ScheduledBatch& batch, std::span<const int32_t> sam
     // slots): they neither count as computed nor reach the prefix cache.
     r->num_computed_tokens += batch.items[i].num_new_tokens - (drafts - taken);
     r->output.insert(r->output.end(), r->draft.begin(), r->draft.begin() + taken);
+    if (drafts > 0) {
+      r->spec_backoff = taken > 0 ? 0 : std::min(32, std::max(1, 2 * r->spec_backoff));
+      r->spec_skip = r->spec_backoff;
+    }
     r->draft.clear();
     kv_.cache_full_blocks(r->id, tokens_of(*r), r->num_computed_tokens);
     if (r->num_computed_tokens < r->num_tokens()) continue;  // still prefilling

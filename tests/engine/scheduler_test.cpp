@@ -570,5 +570,44 @@ TEST(SchedulerRemoteKvTest, APullWaitsForFreeBlocks) {
   EXPECT_EQ(f.pool.num_used_blocks(), 0);
 }
 
+// Speculative drafts: a decoding request drafts the continuation of its prompt's repeats, the
+// accepted ones are appended and computed, the rejected ones not; drafts that were all rejected
+// make it skip drafting for 1, 2, 4, ... steps, an accepted one resets that.
+TEST(SchedulerTest, DraftsAreAcceptedInPartAndAllRejectedOnesBackOff) {
+  SchedulerOptions o = opts(64);
+  o.speculative.enabled = true;
+  o.speculative.ngram = {3, 1, 1};
+  Fixture f(64, 4, o);
+  const RequestId id = f.add(6, 40, 0, 20);  // prompt 20 21 22 23 24 25
+  ScheduledBatch b = f.sched.schedule();     // the prompt
+  f.sched.update(b, std::vector<int32_t>{20});
+  Request* r = b.items[0].request;
+  auto step = [&](int32_t accepted, int32_t last) {
+    ScheduledBatch s = f.sched.schedule();
+    EXPECT_EQ(s.items.size(), 1u);
+    const auto drafts = static_cast<int64_t>(r->draft.size());
+    EXPECT_EQ(s.items[0].num_new_tokens, 1 + drafts);
+    EXPECT_EQ(s.items[0].num_draft_tokens, drafts);
+    f.sched.update(s, std::vector<int32_t>{last}, std::vector<int32_t>{drafts > 0 ? accepted : 0});
+    return drafts;
+  };
+  // Output so far "20": the 1-gram 20 occurred at the prompt's start, so 21 22 23 are drafted.
+  EXPECT_EQ(step(2, 30), 3);  // 21 22 kept, 30 sampled after them
+  EXPECT_EQ(r->output, (std::vector<int32_t>{20, 21, 22, 30}));
+  EXPECT_EQ(r->num_computed_tokens, 6 + 3);  // 20 21 22 computed; 30 not yet
+  // "30" never occurred before: no draft.
+  EXPECT_EQ(step(0, 21), 0);
+  // "21" again: 22 30 21 drafted, all rejected: the next step drafts nothing, the one after does.
+  EXPECT_EQ(step(0, 24), 3);
+  EXPECT_EQ(r->num_computed_tokens, static_cast<int64_t>(r->prompt.size() + r->output.size()) - 1);
+  EXPECT_EQ(step(0, 20), 0);  // skipped (back-off 1)
+  EXPECT_EQ(step(0, 20), 3);  // "20" drafts again; all rejected: back-off 2
+  EXPECT_EQ(step(0, 20), 0);
+  EXPECT_EQ(step(0, 20), 0);
+  EXPECT_EQ(step(1, 20), 1);  // "20" was last followed by "20" alone; it is kept: the back-off resets
+  EXPECT_GT(step(0, 20), 0);
+  (void)id;
+}
+
 }  // namespace
 }  // namespace inferd
