@@ -15,7 +15,10 @@ default model (SmolLM2-135M-Instruct Q4_1), for BENCHMARKS.md:
 
            (--workload chat: free writing instead, where drafts are few and often rejected)
 
-    scripts/bench/spec_bench.py [single] [batch] [--rounds 3] [--tokens 256] [--workload copy|chat] [--sequences 1,2,4,8,16]
+  peer     one sequence of each workload on llama-server (--spec-type ngram-simple, 3-token drafts,
+           and without) against inferd (k = 3, and without), in one run
+
+    scripts/bench/spec_bench.py [single] [batch] [peer] [--rounds 3] [--tokens 256] [--workload copy|chat] [--sequences 1,2,4,8,16]
 """
 import argparse
 import concurrent.futures
@@ -24,12 +27,13 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import INFERD, ROOT, start_server  # noqa: E402
+from serve_util import INFERD, PEER_DIR, ROOT, free_port, peer_build, start_server, wait_healthy  # noqa: E402
 
 KS = (2, 3, 5, 8)
 
@@ -139,6 +143,40 @@ def single(a):
                   f"answer {'identical' if same else 'DIFFERENT'}")
 
 
+def peer(a):
+    """One sequence on llama-server (its n-gram drafting: --spec-type ngram-simple, 3-token lookup,
+    3-token drafts) against inferd
+    (prompt lookup), same prompts, same threads, each off and with 3 drafts, in one run."""
+    binary = os.path.join(PEER_DIR, "bin", "llama-server")
+    if not os.path.exists(binary):
+        raise SystemExit(f"no llama-server at {binary}: run scripts/peer/build_llama_cpp.sh")
+    print(f"one sequence, greedy, max_tokens {a.tokens}: decode tokens/s (median of {a.rounds}); "
+          f"peer: {peer_build()}")
+    def llama(spec):
+        port = free_port()
+        args = [binary, "-m", default_model(), "-t", "2", "-np", "1", "-c", "4096", "--port", str(port)]
+        if spec:
+            args += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "3"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_healthy(proc, port, what="llama-server")
+        return proc, port
+    servers = {"inferd off": lambda: server(), "inferd k=3": lambda: server(
+        {"num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}),
+        "llama-server off": lambda: llama(False), "llama-server ngram-simple, 3 drafts": lambda: llama(True)}
+    for name, prompt in workloads().items():
+        rates = {}
+        for label, start in servers.items():
+            proc, port = start()
+            try:
+                stream(port, prompt, a.tokens)  # warm-up
+                runs = [stream(port, prompt, a.tokens) for _ in range(a.rounds)]
+            finally:
+                proc.terminate(), proc.wait()
+            rates[label] = statistics.median((n - 1) / s for n, s, _ in runs)
+        print(f"  {name}: " + "; ".join(f"{k} {v:6.1f}" for k, v in rates.items()) +
+              f"  -> inferd k=3 / llama-server with drafts {rates['inferd k=3'] / rates['llama-server ngram-simple, 3 drafts']:.2f}x")
+
+
 CHAT = ["Write a long story about a lighthouse keeper and the sea.",
         "Explain how bread is made, step by step, for a child."]
 
@@ -176,7 +214,7 @@ def batch(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("parts", nargs="*", default=["single", "batch"])
+    p.add_argument("parts", nargs="*", default=["single", "batch", "peer"])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--workload", choices=["copy", "chat"], default="copy", help="the batch part's prompts")
@@ -186,7 +224,7 @@ def main():
     if not os.path.exists(INFERD):
         raise SystemExit(f"build inferd first ({INFERD})")
     for part in a.parts:
-        {"single": single, "batch": batch}[part](a)
+        {"single": single, "batch": batch, "peer": peer}[part](a)
 
 
 if __name__ == "__main__":
