@@ -122,6 +122,12 @@ BenchCommands add_bench_commands(CLI::App* bench, BenchServeFlags* f, BenchLaten
   latency->add_option("-n,--n-gen", l->options.gen_tokens, "generated tokens (tg), 0 to skip")
       ->check(CLI::NonNegativeNumber);
   latency->add_option("-r,--repetitions", l->options.repetitions, "repetitions")->check(CLI::PositiveNumber);
+  latency
+      ->add_option("-d,--n-depth", l->options.depth,
+                   "tokens already in the KV cache when the tg run starts (as llama-bench's -d; pp runs "
+                   "at depth 0)")
+      ->check(CLI::NonNegativeNumber);
+  add_kv_dtype_flag(latency, &l->options.kv_dtype);
   latency->add_flag("--json", l->json, "print one JSON object instead of a table");
   add_matmul_flag(latency, &l->matmul);
   return {serve, latency};
@@ -245,6 +251,8 @@ int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
                         {"threads", threads},
                         {"n_prompt", f.options.prompt_tokens},
                         {"n_gen", f.options.gen_tokens},
+                        {"n_depth", f.options.depth},
+                        {"kv_cache_dtype", std::string(kv_dtype_name(f.options.kv_dtype))},
                         {"repetitions", f.options.repetitions},
                         {"prompt_tokens_per_second", pp.is_null() ? pp : pp["mean"]},
                         {"generation_tokens_per_second", tg.is_null() ? tg : tg["mean"]},
@@ -273,10 +281,14 @@ int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
     std::printf("| %s | %d | pp%lld | %s |\n", name.c_str(), threads,
                 static_cast<long long>(f.options.prompt_tokens),
                 mean_pm(r->prompt_tokens_per_second).c_str());
-  if (!r->generation_tokens_per_second.empty())
-    std::printf("| %s | %d | tg%lld | %s |\n", name.c_str(), threads,
-                static_cast<long long>(f.options.gen_tokens),
+  if (!r->generation_tokens_per_second.empty()) {
+    std::string test = "tg" + std::to_string(f.options.gen_tokens);
+    if (f.options.depth > 0) test += " @ d" + std::to_string(f.options.depth);
+    if (f.options.kv_dtype != KvDType::kF16)
+      test += ", " + std::string(kv_dtype_name(f.options.kv_dtype)) + " KV";
+    std::printf("| %s | %d | %s | %s |\n", name.c_str(), threads, test.c_str(),
                 mean_pm(r->generation_tokens_per_second).c_str());
+  }
   return 0;
 }
 

@@ -33,13 +33,23 @@ TransformerOptions transformer_options(BackendKind matmul) {
   return {.backend = matmul};
 }
 
+void add_kv_dtype_flag(CLI::App* cmd, KvDType* dtype) {
+  cmd->add_option("--kv-cache-dtype", *dtype,
+                  "KV storage: f16, bf16, f32, or int8 / fp8 (one byte per element and a scale per token "
+                  "and head: half of f16's memory)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, KvDType>{{"f16", KvDType::kF16},
+                                                                         {"bf16", KvDType::kBF16},
+                                                                         {"f32", KvDType::kF32},
+                                                                         {"int8", KvDType::kInt8},
+                                                                         {"fp8", KvDType::kFp8},
+                                                                         {"fp8_e4m3", KvDType::kFp8}}));
+}
+
 void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   add_matmul_flag(cmd, &f->matmul);
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV cache size: bytes (2GiB, 512MB) or a fraction of free RAM (0.3)");
-  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV storage: f16, bf16 or f32")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, KvDType>{
-          {"f16", KvDType::kF16}, {"bf16", KvDType::kBF16}, {"f32", KvDType::kF32}}));
+  add_kv_dtype_flag(cmd, &f->kv_cache_dtype);
   cmd->add_option("--block-size", f->block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "token budget per step")
       ->check(CLI::PositiveNumber);
@@ -102,7 +112,7 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
     INFERD_RETURN_IF_ERROR(check_writable_dir(o.offload.disk_dir, "--kv-offload-dir"));
   INFERD_ASSIGN_OR_RETURN(int64_t bytes, parse_byte_size(f.kv_cache_memory, available_memory_bytes()));
   const int64_t per_block =
-      KvCache::bytes_per_token(model.num_layers, model.kv_dim(), o.kv_dtype) * f.block_size;
+      KvCache::bytes_per_token(model.num_layers, model.kv_dim(), model.head_dim, o.kv_dtype) * f.block_size;
   o.num_kv_blocks = bytes / per_block;
   if (o.num_kv_blocks < 1) {
     return invalid_argument("--kv-cache-memory " + f.kv_cache_memory + " is smaller than one KV block (" +
@@ -126,9 +136,10 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
 std::string describe_kv_cache(const EngineOptions& options, const EngineFlags& flags,
                               const ModelConfig& model) {
   const int64_t tokens = options.num_kv_blocks * options.block_size;
-  const double mib = static_cast<double>(tokens * KvCache::bytes_per_token(model.num_layers, model.kv_dim(),
-                                                                           options.kv_dtype)) /
-                     (1024.0 * 1024.0);
+  const double mib =
+      static_cast<double>(tokens * KvCache::bytes_per_token(model.num_layers, model.kv_dim(), model.head_dim,
+                                                            options.kv_dtype)) /
+      (1024.0 * 1024.0);
   char line[256];
   std::snprintf(line, sizeof line, "KV cache: %lld blocks of %d tokens = %lld tokens max, %.1f MiB as %s",
                 static_cast<long long>(options.num_kv_blocks), options.block_size,

@@ -38,6 +38,9 @@ struct EngineFlags {
 void add_matmul_flag(CLI::App* cmd, BackendKind* matmul);
 TransformerOptions transformer_options(BackendKind matmul);
 
+// --kv-cache-dtype (serve, generate, bench, perplexity).
+void add_kv_dtype_flag(CLI::App* cmd, KvDType* dtype);
+
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 
 // Validated options for `model`; the KV cache block count comes from the memory budget.

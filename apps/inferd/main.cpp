@@ -666,6 +666,7 @@ int main(int argc, char** argv) {
   ppl_cmd->add_option("--chunks", ppl.options.max_chunks, "score at most this many chunks (0 = all)")
       ->check(CLI::NonNegativeNumber);
   add_matmul_flag(ppl_cmd, &ppl.matmul);
+  add_kv_dtype_flag(ppl_cmd, &ppl.options.kv_dtype);
   ppl_cmd->add_flag("--compare-f32", ppl.compare_f32,
                     "also run the f32 path on the same chunks: its perplexity, mean KL and top-1 agreement");
   ppl_cmd

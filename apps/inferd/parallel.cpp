@@ -98,7 +98,7 @@ Status Parallel::run_worker(Transformer& model, const KvOffloadOptions& offload)
   int64_t shape[4] = {0, 0, 0, 0};
   INFERD_RETURN_IF_ERROR(group_->broadcast(shape));
   KvCache cache(model.config().num_layers, shape[0], shape[1], model.config().kv_dim(),
-                static_cast<KvDType>(shape[2]));
+                static_cast<KvDType>(shape[2]), model.config().head_dim);
   std::unique_ptr<KvOffloader> offloader;
   if (shape[3] != 0) {
     const ModelFingerprint fp = model_fingerprint(model.weights());

@@ -1,5 +1,6 @@
 #include "eval/latency_benchmark.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -8,7 +9,9 @@
 namespace inferd {
 
 Status LatencyBenchOptions::validate() const {
-  if (prompt_tokens < 0 || gen_tokens < 0) return invalid_argument("-p and -n must not be negative");
+  if (prompt_tokens < 0 || gen_tokens < 0 || depth < 0)
+    return invalid_argument("-p, -n and -d must not be negative");
+  if (depth > 0 && gen_tokens == 0) return invalid_argument("-d applies to the tg run: give -n");
   if (prompt_tokens == 0 && gen_tokens == 0)
     return invalid_argument("-p and -n are both 0: nothing to measure");
   if (repetitions < 1) return invalid_argument("-r must be at least 1");
@@ -21,8 +24,10 @@ using Clock = std::chrono::steady_clock;
 
 // Runs one request to completion; returns the seconds of its steps after the first `skip`, and
 // adds the collectives' seconds of those steps (by `collectives`, when given) to *in_collectives.
+// *timed_steps (when given): how many steps the timing covered.
 double run_request(Engine& engine, RequestSpec spec, int64_t skip,
-                   const std::function<double()>& collectives = {}, double* in_collectives = nullptr) {
+                   const std::function<double()>& collectives = {}, double* in_collectives = nullptr,
+                   int64_t* timed_steps = nullptr) {
   const auto clock = [&] { return collectives ? collectives() : 0.0; };
   engine.add(std::move(spec));
   int64_t step = 0;
@@ -36,6 +41,7 @@ double run_request(Engine& engine, RequestSpec spec, int64_t skip,
     engine.step();
   }
   if (in_collectives != nullptr) *in_collectives += clock() - c0;
+  if (timed_steps != nullptr) *timed_steps = step - std::min(step, skip);
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
@@ -53,15 +59,18 @@ RequestSpec spec_of(int64_t prompt_len, int64_t max_tokens, int64_t vocab, std::
 Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const LatencyBenchOptions& o) {
   INFERD_RETURN_IF_ERROR(o.validate());
   const ModelConfig& c = model.config();
-  const int64_t context = std::max(o.prompt_tokens + 1, o.gen_tokens + 2);
+  const int64_t context = std::max(o.prompt_tokens + 1, o.depth + o.gen_tokens + 2);
   if (context > c.max_position_embeddings)
-    return invalid_argument("-p / -n need " + std::to_string(context) + " positions; the model has " +
+    return invalid_argument("-p / -n / -d need " + std::to_string(context) + " positions; the model has " +
                             std::to_string(c.max_position_embeddings));
   EngineOptions e;
   e.block_size = 16;
   e.num_kv_blocks = context / e.block_size + 2;
+  e.kv_dtype = o.kv_dtype;
   e.prefix_caching = false;  // every repetition computes its prompt
-  e.scheduler.max_num_batched_tokens = std::max<int64_t>(o.prompt_tokens, 1);
+  // The depth's prompt is computed in chunks of up to 512 tokens (or p), untimed.
+  e.scheduler.max_num_batched_tokens =
+      std::max<int64_t>({o.prompt_tokens, std::min<int64_t>(o.depth, 512), 1});
   e.scheduler.max_prefill_tokens = e.scheduler.max_num_batched_tokens;
   e.scheduler.max_num_seqs = 1;
   e.scheduler.max_model_len = context;
@@ -83,9 +92,13 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
       r.prompt_tokens_per_second.push_back(static_cast<double>(o.prompt_tokens) / s);
     }
     if (o.gen_tokens > 0) {
-      // Step 0 computes the 1-token context (and samples token 1); steps 1..n decode one token each.
-      const double s = run_request(engine, spec_of(1, o.gen_tokens + 1, c.vocab_size, rng), 1,
-                                   o.collective_seconds, &tg_collectives);
+      // The first steps compute the context (1 token, or the depth's in chunks) and sample token
+      // 1; the n steps after them decode one token each.
+      const int64_t ctx = std::max<int64_t>(o.depth, 1);
+      const int64_t budget = e.scheduler.max_num_batched_tokens;
+      const double s =
+          run_request(engine, spec_of(ctx, o.gen_tokens + 1, c.vocab_size, rng), (ctx + budget - 1) / budget,
+                      o.collective_seconds, &tg_collectives, &r.generation_steps);
       tg_seconds += s;
       r.generation_tokens_per_second.push_back(static_cast<double>(o.gen_tokens) / s);
     }

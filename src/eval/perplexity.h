@@ -10,13 +10,15 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/attention.h"
 #include "model/transformer.h"
 
 namespace inferd {
 
 struct PerplexityOptions {
-  int64_t context = 512;   // tokens per chunk (-c)
-  int64_t max_chunks = 0;  // 0 = every whole chunk of the text
+  int64_t context = 512;             // tokens per chunk (-c)
+  int64_t max_chunks = 0;            // 0 = every whole chunk of the text
+  KvDType kv_dtype = KvDType::kF16;  // KV cache storage (model and reference)
   // LoRA adapters the model and the reference run with (null: none; need enable_lora()).
   const LoraAdapter* lora = nullptr;
   const LoraAdapter* reference_lora = nullptr;

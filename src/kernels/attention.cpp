@@ -31,24 +31,61 @@ struct Item {
   int64_t num_tokens;
 };
 
+size_t kv_elem_bytes(KvDType dtype) {
+  if (dtype == KvDType::kInt8 || dtype == KvDType::kFp8) return 1;
+  return dtype == KvDType::kF32 ? 4 : 2;
+}
+
+// Where one position's head starts in the cache, and the scale of that head (8-bit dtypes).
+struct RowRef {
+  const std::byte* row;
+  float scale;
+};
+
+inline RowRef row_ref(const KvLayerView& kv, const std::byte* base, const float* scales,
+                      std::span<const int32_t> block_table, int64_t p, int64_t kv_dim, int64_t offset,
+                      int64_t hd) {
+  const int64_t slot =
+      static_cast<int64_t>(block_table[static_cast<size_t>(p / kv.block_size)]) * kv.block_size +
+      p % kv.block_size;
+  RowRef r{base + static_cast<size_t>(slot * kv_dim + offset) * kv_elem_bytes(kv.dtype), 1.0f};
+  if (scales != nullptr) {
+    r.scale = scales[slot * (kv_dim / hd) + offset / hd];
+    // FP8 codes are expanded as f16 (value * 2^-8); the 2^8 goes into the scale (exact).
+    if (kv.dtype == KvDType::kFp8) r.scale *= 256.0f;
+  }
+  return r;
+}
+
+// Element d of a row as f32, the same bits as the vector loads give.
+inline float load_one(KvDType dtype, const RowRef& r, int64_t d) {
+  switch (dtype) {
+    case KvDType::kF32: {
+      float v;
+      std::memcpy(&v, r.row + 4 * d, 4);
+      return v;
+    }
+    case KvDType::kF16: return load_f16(r.row + 2 * d);
+    case KvDType::kBF16: return bf16_to_f32(load_u16(r.row + 2 * d));
+    case KvDType::kInt8: return static_cast<float>(static_cast<int8_t>(r.row[d])) * r.scale;
+    case KvDType::kFp8: return f16_to_f32(fp8_e4m3_as_f16_bits(static_cast<uint8_t>(r.row[d]))) * r.scale;
+  }
+  return 0.0f;
+}
+
 // Converts n slots' head of K or V (kv_dim-strided rows in the cache) to f32.
-void load_rows(const KvLayerView& kv, const std::byte* base, std::span<const int32_t> block_table,
-               int64_t first, int64_t n, int64_t kv_dim, int64_t offset, int64_t hd,
-               float* out /* [n][hd] */) {
-  const size_t elem = kv.dtype == KvDType::kF32 ? 4 : 2;
+void load_rows(const KvLayerView& kv, const std::byte* base, const float* scales,
+               std::span<const int32_t> block_table, int64_t first, int64_t n, int64_t kv_dim, int64_t offset,
+               int64_t hd, float* out /* [n][hd] */) {
   const F32Kernels& kernels = f32_kernels();
   for (int64_t c = 0; c < n; ++c) {
-    const int64_t p = first + c;
-    const int64_t slot =
-        static_cast<int64_t>(block_table[static_cast<size_t>(p / kv.block_size)]) * kv.block_size +
-        p % kv.block_size;
-    const std::byte* src = base + static_cast<size_t>(slot * kv_dim + offset) * elem;
+    const RowRef r = row_ref(kv, base, scales, block_table, first + c, kv_dim, offset, hd);
     float* dst = out + c * hd;
     switch (kv.dtype) {
-      case KvDType::kF32: std::memcpy(dst, src, static_cast<size_t>(hd) * 4); break;
-      case KvDType::kF16: kernels.f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, hd); break;
-      case KvDType::kBF16:
-        for (int64_t d = 0; d < hd; ++d) dst[d] = bf16_to_f32(load_u16(src + 2 * d));
+      case KvDType::kF32: std::memcpy(dst, r.row, static_cast<size_t>(hd) * 4); break;
+      case KvDType::kF16: kernels.f16_to_f32(reinterpret_cast<const uint16_t*>(r.row), dst, hd); break;
+      default:
+        for (int64_t d = 0; d < hd; ++d) dst[d] = load_one(kv.dtype, r, d);
         break;
     }
   }
@@ -204,32 +241,51 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
 }
 
 // 16 values from element d of one K/V row, as f32.
-INFERD_AVX512 inline __m512 load16_avx512(KvDType dtype, const std::byte* row, int64_t d) {
+INFERD_AVX512 inline __m512 load16_avx512(KvDType dtype, const RowRef& r, int64_t d) {
   switch (dtype) {
-    case KvDType::kF32: return _mm512_loadu_ps(row + 4 * d);
+    case KvDType::kF32: return _mm512_loadu_ps(r.row + 4 * d);
     case KvDType::kF16:
-      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d)));
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row + 2 * d)));
     case KvDType::kBF16:
       return _mm512_castsi512_ps(_mm512_slli_epi32(
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d))), 16));
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row + 2 * d))), 16));
+    case KvDType::kInt8:
+      return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.row + d)))),
+                           _mm512_set1_ps(r.scale));
+    case KvDType::kFp8: {
+      // fp8_e4m3_as_f16_bits on 16 bytes: sign-extended, shifted left by 7, the sign's copy in
+      // bit 14 cleared.
+      const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.row + d)));
+      const __m512 f = _mm512_cvtph_ps(
+          _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbfff))));
+      return _mm512_mul_ps(f, _mm512_set1_ps(r.scale));
+    }
   }
   return _mm512_setzero_ps();
 }
 
+// load_rows with the 16-wide loads.
+INFERD_AVX512 void load_rows_avx512(const KvLayerView& kv, const std::byte* base, const float* scales,
+                                    std::span<const int32_t> block_table, int64_t first, int64_t n,
+                                    int64_t kv_dim, int64_t offset, int64_t hd, float* out /* [n][hd] */) {
+  for (int64_t c = 0; c < n; ++c) {
+    const RowRef r = row_ref(kv, base, scales, block_table, first + c, kv_dim, offset, hd);
+    float* dst = out + c * hd;
+    int64_t d = 0;
+    for (; d + 16 <= hd; d += 16) _mm512_storeu_ps(dst + d, load16_avx512(kv.dtype, r, d));
+    for (; d < hd; ++d) dst[d] = load_one(kv.dtype, r, d);
+  }
+}
+
 // K of positions first .. first+n-1 (n <= 16) of one head, transposed: out[d][c] (zeros for
 // c >= n), 16 x 16 tiles converted and transposed in registers.
-INFERD_AVX512 void load_transposed_avx512(const KvLayerView& kv, const std::byte* base,
+INFERD_AVX512 void load_transposed_avx512(const KvLayerView& kv, const std::byte* base, const float* scales,
                                           std::span<const int32_t> block_table, int64_t first, int64_t n,
                                           int64_t kv_dim, int64_t offset, int64_t hd, float* out) {
-  const size_t elem = kv.dtype == KvDType::kF32 ? 4 : 2;
-  const std::byte* src[16];
-  for (int64_t c = 0; c < n; ++c) {
-    const int64_t p = first + c;
-    const int64_t slot =
-        static_cast<int64_t>(block_table[static_cast<size_t>(p / kv.block_size)]) * kv.block_size +
-        p % kv.block_size;
-    src[c] = base + static_cast<size_t>(slot * kv_dim + offset) * elem;
-  }
+  RowRef src[16];
+  for (int64_t c = 0; c < n; ++c)
+    src[c] = row_ref(kv, base, scales, block_table, first + c, kv_dim, offset, hd);
   int64_t d0 = 0;
   for (; d0 + 16 <= hd; d0 += 16) {
     __m512 r[16], t[16];
@@ -258,15 +314,7 @@ INFERD_AVX512 void load_transposed_avx512(const KvLayerView& kv, const std::byte
   }
   for (int64_t d = d0; d < hd; ++d) {
     for (int64_t c = 0; c < kChunk; ++c) {
-      float v = 0.0f;
-      if (c < n) {
-        switch (kv.dtype) {
-          case KvDType::kF32: std::memcpy(&v, src[c] + 4 * d, 4); break;
-          case KvDType::kF16: v = load_f16(src[c] + 2 * d); break;
-          case KvDType::kBF16: v = bf16_to_f32(load_u16(src[c] + 2 * d)); break;
-        }
-      }
-      out[d * kChunk + c] = v;
+      out[d * kChunk + c] = c < n ? load_one(kv.dtype, src[c], d) : 0.0f;
     }
   }
 }
@@ -372,16 +420,19 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
         const int64_t n = std::min(kChunk, last_pos + 1 - c0);
 #if defined(__x86_64__)
         if (vector_transpose) {
-          load_transposed_avx512(kv, key_base, seq.block_table, c0, n, kv_dim, offset, hd, kt.data());
+          load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, c0, n, kv_dim, offset, hd,
+                                 kt.data());
+          load_rows_avx512(kv, value_base, kv.value_scale, seq.block_table, c0, n, kv_dim, offset, hd,
+                           vc.data());
         } else
 #endif
         {
-          load_rows(kv, key_base, seq.block_table, c0, n, kv_dim, offset, hd, krows.data());
+          load_rows(kv, key_base, kv.key_scale, seq.block_table, c0, n, kv_dim, offset, hd, krows.data());
           for (int64_t d = 0; d < hd; ++d)
             for (int64_t c = 0; c < kChunk; ++c)
               kt[static_cast<size_t>(d * kChunk + c)] = c < n ? krows[static_cast<size_t>(c * hd + d)] : 0.0f;
+          load_rows(kv, value_base, kv.value_scale, seq.block_table, c0, n, kv_dim, offset, hd, vc.data());
         }
-        load_rows(kv, value_base, seq.block_table, c0, n, kv_dim, offset, hd, vc.data());
         for (int64_t r = 0; r < rows; ++r)
           limit[static_cast<size_t>(r)] = std::min(n, pos[static_cast<size_t>(r)] + 1 - c0);
         chunk_fn(qrows.data(), limit.data(), rows, kt.data(), vc.data(), hd, shape.scale, state.data(),

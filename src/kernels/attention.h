@@ -21,16 +21,26 @@ struct AttentionSequence {
   std::span<const int32_t> block_table;
 };
 
-// Element type of the KV cache; attention math is f32 whatever it is.
-enum class KvDType { kF32, kF16, kBF16 };
+// Element type of the KV cache; attention math is f32 whatever it is. kInt8 and kFp8 (E4M3)
+// store one byte per element with an f32 scale per token and KV head: element i of head h of
+// slot s is code * scale[s * num_kv_heads + h] (the scale maps the head's largest magnitude to
+// 127, or to 448 for FP8). The values' order is fixed: part of the file/wire formats.
+enum class KvDType { kF32, kF16, kBF16, kInt8, kFp8 };
+
+inline bool kv_dtype_is_8bit(KvDType dtype) {
+  return dtype == KvDType::kInt8 || dtype == KvDType::kFp8;
+}
 
 // K/V of one layer: slot s holds key[s * kv_dim ...] and value[s * kv_dim ...] (elements of
-// `dtype`), kv_dim = num_kv_heads * head_dim.
+// `dtype`), kv_dim = num_kv_heads * head_dim. For the 8-bit dtypes key_scale / value_scale hold
+// [slots][num_kv_heads] scales.
 struct KvLayerView {
   const void* key = nullptr;
   const void* value = nullptr;
   int64_t block_size = 0;
   KvDType dtype = KvDType::kF32;
+  const float* key_scale = nullptr;
+  const float* value_scale = nullptr;
 };
 
 struct AttentionShape {

@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/check.h"
@@ -11,6 +13,8 @@ std::optional<KvDType> kv_dtype_from_name(const std::string& name) {
   if (name == "f16" || name == "float16") return KvDType::kF16;
   if (name == "bf16" || name == "bfloat16") return KvDType::kBF16;
   if (name == "f32" || name == "float32") return KvDType::kF32;
+  if (name == "int8") return KvDType::kInt8;
+  if (name == "fp8" || name == "fp8_e4m3") return KvDType::kFp8;
   return std::nullopt;
 }
 
@@ -18,30 +22,72 @@ std::string_view kv_dtype_name(KvDType dtype) {
   switch (dtype) {
     case KvDType::kF16: return "f16";
     case KvDType::kBF16: return "bf16";
+    case KvDType::kInt8: return "int8";
+    case KvDType::kFp8: return "fp8";
     case KvDType::kF32: break;
   }
   return "f32";
 }
 
 size_t kv_dtype_bytes(KvDType dtype) {
+  if (kv_dtype_is_8bit(dtype)) return 1;
   return dtype == KvDType::kF32 ? 4 : 2;
 }
 
-KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim, KvDType dtype)
+KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim, KvDType dtype,
+                 int64_t head_dim)
     : num_layers_(num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
       kv_dim_(kv_dim),
+      heads_(kv_dtype_is_8bit(dtype) && head_dim > 0 ? kv_dim / head_dim : 0),
       dtype_(dtype) {
   INFERD_CHECK(num_layers > 0 && num_blocks > 0 && block_size > 0 && kv_dim > 0);
   const auto n = static_cast<size_t>(num_layers * num_blocks * block_size * kv_dim) * kv_dtype_bytes(dtype);
   keys_.assign(n, std::byte{0});
   values_.assign(n, std::byte{0});
+  if (kv_dtype_is_8bit(dtype)) {
+    INFERD_CHECK(head_dim > 0 && kv_dim % head_dim == 0);
+    key_scales_.assign(scale_index(num_layers, 0), 0.0f);
+    value_scales_.assign(key_scales_.size(), 0.0f);
+  }
 }
 
 namespace {
+
+// One head of one token in 8 bits: codes and the scale that maps them back.
+void store_8bit(std::byte* dst, float* scale, const float* src, int64_t n, KvDType dtype) {
+  // A non-finite input (garbage in) is stored as 0 and left out of the scale, so it cannot wipe
+  // out the rest of its head.
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isfinite(src[i])) amax = std::max(amax, std::fabs(src[i]));
+  const float top = dtype == KvDType::kInt8 ? 127.0f : 448.0f;
+  float inv = amax > 0.0f ? top / amax : 0.0f;
+  if (!std::isfinite(inv)) inv = 0.0f;  // a head of denormals: stored as zeros
+  *scale = inv > 0.0f ? amax / top : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::isfinite(src[i]) ? src[i] * inv : 0.0f;
+    if (dtype == KvDType::kInt8) {
+      const float r = std::clamp(std::nearbyint(v), -127.0f, 127.0f);  // round half to even
+      dst[i] = static_cast<std::byte>(static_cast<int8_t>(r));
+    } else {
+      dst[i] = static_cast<std::byte>(f32_to_fp8_e4m3(v));
+    }
+  }
+}
+
+float load_8bit(std::byte code, float scale, KvDType dtype) {
+  const auto b = static_cast<uint8_t>(code);
+  if (dtype == KvDType::kInt8) return static_cast<float>(static_cast<int8_t>(b)) * scale;
+  // As attention computes it: the code as an f16 (value * 2^-8) times scale * 256, the same bits.
+  return f16_to_f32(fp8_e4m3_as_f16_bits(b)) * (scale * 256.0f);
+}
+
 void store(std::byte* dst, const float* src, int64_t n, KvDType dtype) {
   switch (dtype) {
+    case KvDType::kInt8:
+    case KvDType::kFp8: break;  // store_8bit
     case KvDType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
     case KvDType::kF16:
       for (int64_t i = 0; i < n; ++i) {
@@ -60,8 +106,48 @@ void store(std::byte* dst, const float* src, int64_t n, KvDType dtype) {
 }  // namespace
 
 void KvCache::write(int64_t layer, int64_t slot, const float* key, const float* value) {
+  if (kv_dtype_is_8bit(dtype_)) {
+    const int64_t hd = kv_dim_ / heads_;
+    const size_t at = offset_bytes(layer, slot), si = scale_index(layer, slot);
+    for (int64_t h = 0; h < heads_; ++h) {
+      store_8bit(keys_.data() + at + static_cast<size_t>(h * hd), &key_scales_[si + static_cast<size_t>(h)],
+                 key + h * hd, hd, dtype_);
+      store_8bit(values_.data() + at + static_cast<size_t>(h * hd),
+                 &value_scales_[si + static_cast<size_t>(h)], value + h * hd, hd, dtype_);
+    }
+    return;
+  }
   store(keys_.data() + offset_bytes(layer, slot), key, kv_dim_, dtype_);
   store(values_.data() + offset_bytes(layer, slot), value, kv_dim_, dtype_);
+}
+
+void KvCache::read(int64_t layer, int64_t slot, float* key, float* value) const {
+  const size_t at = offset_bytes(layer, slot);
+  for (int64_t i = 0; i < kv_dim_; ++i) {
+    const std::byte* k = keys_.data() + at + static_cast<size_t>(i) * kv_dtype_bytes(dtype_);
+    const std::byte* v = values_.data() + at + static_cast<size_t>(i) * kv_dtype_bytes(dtype_);
+    switch (dtype_) {
+      case KvDType::kF32:
+        std::memcpy(&key[i], k, 4);
+        std::memcpy(&value[i], v, 4);
+        break;
+      case KvDType::kF16:
+        key[i] = load_f16(k);
+        value[i] = load_f16(v);
+        break;
+      case KvDType::kBF16:
+        key[i] = bf16_to_f32(load_u16(k));
+        value[i] = bf16_to_f32(load_u16(v));
+        break;
+      case KvDType::kInt8:
+      case KvDType::kFp8: {
+        const size_t si = scale_index(layer, slot) + static_cast<size_t>(i / (kv_dim_ / heads_));
+        key[i] = load_8bit(*k, key_scales_[si], dtype_);
+        value[i] = load_8bit(*v, value_scales_[si], dtype_);
+        break;
+      }
+    }
+  }
 }
 
 void KvCache::copy_block(int64_t src, int64_t dst) {
@@ -72,6 +158,13 @@ void KvCache::copy_block(int64_t src, int64_t dst) {
                 keys_.data() + offset_bytes(layer, src * block_size_), bytes);
     std::memcpy(values_.data() + offset_bytes(layer, dst * block_size_),
                 values_.data() + offset_bytes(layer, src * block_size_), bytes);
+    if (!key_scales_.empty()) {
+      const auto n = static_cast<size_t>(block_size_ * heads_);
+      std::copy_n(&key_scales_[scale_index(layer, src * block_size_)], n,
+                  &key_scales_[scale_index(layer, dst * block_size_)]);
+      std::copy_n(&value_scales_[scale_index(layer, src * block_size_)], n,
+                  &value_scales_[scale_index(layer, dst * block_size_)]);
+    }
   }
 }
 
@@ -83,6 +176,12 @@ void KvCache::export_block(int64_t block, std::byte* out) const {
     std::memcpy(out, keys_.data() + at, bytes);
     std::memcpy(out + bytes, values_.data() + at, bytes);
     out += 2 * bytes;
+    if (const size_t sb = scale_bytes_per_block(); sb > 0) {
+      const size_t si = scale_index(layer, block * block_size_);
+      std::memcpy(out, &key_scales_[si], sb);
+      std::memcpy(out + sb, &value_scales_[si], sb);
+      out += 2 * sb;
+    }
   }
 }
 
@@ -94,12 +193,23 @@ void KvCache::import_block(int64_t block, const std::byte* in) {
     std::memcpy(keys_.data() + at, in, bytes);
     std::memcpy(values_.data() + at, in + bytes, bytes);
     in += 2 * bytes;
+    if (const size_t sb = scale_bytes_per_block(); sb > 0) {
+      const size_t si = scale_index(layer, block * block_size_);
+      std::memcpy(&key_scales_[si], in, sb);
+      std::memcpy(&value_scales_[si], in + sb, sb);
+      in += 2 * sb;
+    }
   }
 }
 
 KvLayerView KvCache::layer_view(int64_t layer) const {
-  return KvLayerView{keys_.data() + offset_bytes(layer, 0), values_.data() + offset_bytes(layer, 0),
-                     block_size_, dtype_};
+  KvLayerView view{keys_.data() + offset_bytes(layer, 0), values_.data() + offset_bytes(layer, 0),
+                   block_size_, dtype_};
+  if (!key_scales_.empty()) {
+    view.key_scale = &key_scales_[scale_index(layer, 0)];
+    view.value_scale = &value_scales_[scale_index(layer, 0)];
+  }
+  return view;
 }
 
 }  // namespace inferd

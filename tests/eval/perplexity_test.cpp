@@ -25,13 +25,14 @@ std::vector<int32_t> random_ids(size_t n, int32_t vocab, uint32_t seed) {
 
 // Mean negative log-likelihood of tokens [c * ctx + ctx/2 + 1, (c + 1) * ctx) given the chunk
 // before them, over `chunks` chunks.
-double direct_mean_nll(Transformer& model, const std::vector<int32_t>& ids, int64_t ctx, int64_t chunks) {
+double direct_mean_nll(Transformer& model, const std::vector<int32_t>& ids, int64_t ctx, int64_t chunks,
+                       KvDType kv_dtype = KvDType::kF16) {
   const int64_t vocab = model.config().vocab_size;
   double nll = 0;
   int64_t n = 0;
   for (int64_t c = 0; c < chunks; ++c) {
     const std::vector<int32_t> chunk(ids.begin() + c * ctx, ids.begin() + (c + 1) * ctx);
-    const auto logits = test::all_logits(model, {chunk}, 0, false, 16, KvDType::kF16);
+    const auto logits = test::all_logits(model, {chunk}, 0, false, 16, kv_dtype);
     for (int64_t i = ctx / 2; i < ctx - 1; ++i) {
       const float* row = logits.data() + i * vocab;
       double mx = row[0];
@@ -63,6 +64,24 @@ TEST(PerplexityTest, MatchesADirectComputation) {
   ASSERT_TRUE(two.has_value());
   EXPECT_EQ(two->chunks, 2);
   EXPECT_NEAR(two->mean_nll, direct_mean_nll(model, ids, 32, 2), 1e-9 * want);
+}
+
+// --kv-cache-dtype: the chunks run on a cache of that dtype (the 8-bit caches score differently).
+TEST(PerplexityTest, ScoresOnTheKvCacheDtypeAsked) {
+  auto w = load_model(test::fixture_path("tiny/qwen2/model-q8_0.gguf"));
+  ASSERT_TRUE(w.has_value()) << w.status().message();
+  ThreadPool pool(2);
+  Transformer model(**w, pool);
+  const auto ids = random_ids(2 * 32, 256, 4);
+  const double f16 = direct_mean_nll(model, ids, 32, 2);
+  for (KvDType dtype : {KvDType::kInt8, KvDType::kFp8}) {
+    auto r = perplexity(model, ids, {.context = 32, .kv_dtype = dtype});
+    ASSERT_TRUE(r.has_value()) << r.status().message();
+    const double want = direct_mean_nll(model, ids, 32, 2, dtype);
+    EXPECT_NEAR(r->mean_nll, want, 1e-9 * want);
+    EXPECT_NE(r->mean_nll, f16);
+    EXPECT_NEAR(r->mean_nll, f16, 0.02 * f16);
+  }
 }
 
 // Against itself: no divergence, full agreement; against the f32 path: a small, positive one.

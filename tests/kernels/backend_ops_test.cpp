@@ -271,8 +271,8 @@ TEST(BackendOpsTest, PagedAttentionMatchesTheDoubleReference) {
     int64_t cached, queries;
   };
   const std::vector<Seq> seqs = {{0, 5}, {16, 1}, {9, 3}, {37, 1}};
-  for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
-    KvCache cache(1, num_blocks, block, kv_dim, dtype);
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kBF16, KvDType::kInt8, KvDType::kFp8}) {
+    KvCache cache(1, num_blocks, block, kv_dim, dtype, shape.head_dim);
     std::vector<int32_t> free_blocks(num_blocks);
     std::iota(free_blocks.begin(), free_blocks.end(), 0);
     std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
@@ -290,14 +290,11 @@ TEST(BackendOpsTest, PagedAttentionMatchesTheDoubleReference) {
       }
       keys.push_back(test::random_floats(static_cast<size_t>(ctx * kv_dim), rng));
       values.push_back(test::random_floats(static_cast<size_t>(ctx * kv_dim), rng));
-      // The cache holds what was stored: round the reference's K/V the same way.
+      // The reference computes with what the cache holds (rounded, or 8-bit codes times scales).
       for (int64_t p = 0; p < ctx; ++p) {
         const int64_t slot = table[p / block] * block + p % block;
         cache.write(0, slot, &keys[s][p * kv_dim], &values[s][p * kv_dim]);
-      }
-      if (dtype == KvDType::kF16) {
-        for (auto* m : {&keys[s], &values[s]})
-          for (float& f : *m) f = f16_to_f32(f32_to_f16(f));
+        cache.read(0, slot, &keys[s][p * kv_dim], &values[s][p * kv_dim]);
       }
       tables.push_back(std::move(table));
       for (int64_t i = 0; i < seqs[s].queries; ++i) token_sequence.push_back(static_cast<int32_t>(s));

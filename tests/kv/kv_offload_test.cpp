@@ -89,9 +89,12 @@ std::vector<std::byte> exported(const KvCache& cache, int64_t block) {
 
 TEST(KvCacheTest, ExportImportRoundTripsEveryLayerAndDtype) {
   std::mt19937 rng(3);
-  for (KvDType dtype : {KvDType::kF16, KvDType::kBF16, KvDType::kF32}) {
-    KvCache cache(3, 5, 4, 6, dtype);
-    EXPECT_EQ(cache.block_bytes(), 2u * 3 * 4 * 6 * kv_dtype_bytes(dtype));
+  for (KvDType dtype : {KvDType::kF16, KvDType::kBF16, KvDType::kF32, KvDType::kInt8, KvDType::kFp8}) {
+    KvCache cache(3, 5, 4, 6, dtype, /*head_dim=*/3);
+    // 8-bit: two heads' f32 scales per slot ride along with the codes.
+    const size_t scales = kv_dtype_is_8bit(dtype) ? 2 * 4 : 0;
+    EXPECT_EQ(cache.block_bytes(), 2u * 3 * 4 * (6 * kv_dtype_bytes(dtype) + scales));
+    EXPECT_EQ(static_cast<int64_t>(cache.block_bytes()), KvCache::bytes_per_token(3, 6, 3, dtype) * 4);
     fill_block(cache, 2, rng);
     fill_block(cache, 3, rng);
     const auto a = exported(cache, 2);
@@ -99,6 +102,20 @@ TEST(KvCacheTest, ExportImportRoundTripsEveryLayerAndDtype) {
     cache.import_block(4, a.data());
     EXPECT_EQ(exported(cache, 4), a);
     EXPECT_NE(exported(cache, 3), a);  // neighbours untouched
+    // What attention reads comes back too (codes and scales), and copy_block moves the same.
+    std::vector<float> k2(6), v2(6), k4(6), v4(6);
+    cache.copy_block(2, 1);
+    for (int64_t layer = 0; layer < 3; ++layer) {
+      for (int64_t s = 0; s < 4; ++s) {
+        cache.read(layer, 2 * 4 + s, k2.data(), v2.data());
+        cache.read(layer, 4 * 4 + s, k4.data(), v4.data());
+        EXPECT_EQ(k2, k4);
+        EXPECT_EQ(v2, v4);
+        cache.read(layer, 1 * 4 + s, k4.data(), v4.data());
+        EXPECT_EQ(k2, k4);
+        EXPECT_EQ(v2, v4);
+      }
+    }
   }
 }
 

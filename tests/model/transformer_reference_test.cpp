@@ -234,20 +234,26 @@ TEST(TransformerTest, MoeF32PathBatchedEqualAlone) {
   EXPECT_EQ(test::all_logits(model, ref.prompts, 7, true), alone);
 }
 
-// K/V stored as f16 or bf16 (the engine's default is f16): logits stay close to f32 storage.
-TEST(TransformerTest, HalfPrecisionKvCacheStaysClose) {
+// K/V stored as f16, bf16 or in 8 bits (the engine's default is f16): logits stay close to f32
+// storage, within each format's rounding (8 bits: a step of 1/127 of a head's largest value, or
+// 3 mantissa bits for FP8).
+TEST(TransformerTest, HalfPrecisionAndEightBitKvCacheStayClose) {
   const Reference ref = load_reference("qwen3");
   auto weights = load_model(test::fixture_path("tiny/qwen3"));
   ASSERT_TRUE(weights.has_value());
   ThreadPool pool(2);
   Transformer model(**weights, pool);
-  for (KvDType dtype : {KvDType::kF16, KvDType::kBF16}) {
+  for (KvDType dtype : {KvDType::kF16, KvDType::kBF16, KvDType::kInt8, KvDType::kFp8}) {
     auto got = test::all_logits(model, ref.prompts, 0, false, 16, dtype);
     ASSERT_EQ(got.size(), ref.logits.size());
     const double err = test::relative_max_error(got.data(), ref.logits.data(), got.size());
     std::printf("[ figures  ] qwen3 with %s KV cache vs transformers f32: %.3g\n",
-                dtype == KvDType::kF16 ? "f16" : "bf16", err);
-    EXPECT_LT(err, dtype == KvDType::kF16 ? 2e-3 : 2e-2);
+                std::string(kv_dtype_name(dtype)).c_str(), err);
+    const double bound = dtype == KvDType::kF16    ? 2e-3
+                         : dtype == KvDType::kBF16 ? 2e-2
+                         : dtype == KvDType::kInt8 ? 2e-2
+                                                   : 8e-2;
+    EXPECT_LT(err, bound);
     EXPECT_EQ(test::all_logits(model, ref.prompts, 7, true, 16, dtype), got);  // still batch-invariant
   }
 }

@@ -91,10 +91,16 @@ class UcxKvTransferTest : public ::testing::Test {
 // ones, a range past a local prefix hit pulls only its blocks, and a transfer is served once.
 TEST_F(UcxKvTransferTest, PulledBlocksAreByteIdenticalAndServedOnce) {
   std::mt19937_64 rng(11);
-  const Layout layouts[] = {{2, 4, 8, KvDType::kF32}, {3, 5, 12, KvDType::kF16}, {1, 16, 7, KvDType::kBF16}};
+  const Layout layouts[] = {{2, 4, 8, KvDType::kF32},
+                            {3, 5, 12, KvDType::kF16},
+                            {1, 16, 7, KvDType::kBF16},
+                            {2, 4, 12, KvDType::kInt8},
+                            {1, 3, 7, KvDType::kFp8}};
   for (const Layout& l : layouts) {
-    KvCache prefill(l.layers, 8, l.block_size, l.kv_dim, l.dtype),
-        decode(l.layers, 8, l.block_size, l.kv_dim, l.dtype);
+    // 8-bit layouts: heads of 4 (kv_dim 12) and one head of 7.
+    const int64_t head_dim = l.kv_dim % 4 == 0 ? 4 : l.kv_dim;
+    KvCache prefill(l.layers, 8, l.block_size, l.kv_dim, l.dtype, head_dim),
+        decode(l.layers, 8, l.block_size, l.kv_dim, l.dtype, head_dim);
     randomize(prefill, rng);
     const KvStoreIdentity id = identity_of(prefill, 99);
     KvExportStore store(30, 1 << 30);
