@@ -226,7 +226,8 @@ BENCHMARK(BM_F32Matmul)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// The packed float kernel (F16 / BF16 / F32 weights, f32 fmas), what F16 models run by default.
+// The packed float kernel (F32 / F16 / FP8 weights on f32 fmas, BF16 on BF16 dot products with
+// activations rounded to bf16), what float models run by default.
 void BM_FloatMatmul(benchmark::State& state) {
   const auto dtype = static_cast<DType>(state.range(0));
   const int64_t tokens = state.range(1), n = 4864, k = 896;

@@ -79,6 +79,19 @@ Isa detected_isa() {
   return isa;
 }
 
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return static_cast<int>(detected_isa()) >= static_cast<int>(Isa::kAvx512) &&
+           __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 Isa active_isa() {
   static const Isa isa = choose();
   return isa;

@@ -18,6 +18,10 @@ std::optional<Isa> parse_isa(std::string_view name);
 // The best path this CPU (and OS) supports.
 Isa detected_isa();
 
+// Whether the CPU has AVX512-BF16 (vdpbf16ps): the BF16 float kernels use it on the vnni path
+// and above, and compute the same sums with fmas elsewhere.
+bool cpu_has_avx512_bf16();
+
 // The path kernels use: detected_isa(), lowered by INFERD_ISA when set (read once, at first use).
 // A value above what the CPU has, or an unknown name, is reported once on stderr and ignored.
 Isa active_isa();

@@ -548,6 +548,14 @@ INFERD_AVX512 void quantize_row_avx512(const float* x, int64_t k, int8_t* q, flo
 // their 16 rows' scales times 2^8: an E4M3 byte's bits shifted into an f16 are its value times
 // 2^-8 exactly (subnormals included), so the chains run on value * 2^-8 and the sum is multiplied
 // by scale * 2^8 at the end.
+//
+// BF16 weights are the exception: they run on the CPU's BF16 dot products (vdpbf16ps), as
+// llama.cpp's BF16 path does, with the activations rounded to bf16 (nearest even) once per
+// matmul. Per (token, row): two chains over pairs of k (pair p = inputs 2p, 2p+1 goes to chain
+// p % 2; an odd K's last input pairs with a zero), each pair adding w[2p+1] * x[2p+1] and then
+// w[2p] * x[2p] with one rounding each (vdpbf16ps's order; a product of two bf16 values is exact
+// in f32, so an fma gives the same bits: that is how the paths without the instruction compute
+// it). The only difference the instruction makes is its flushing of denormal inputs and results.
 
 template <DType DT>
 float weight_value(const std::byte* p) {
@@ -577,10 +585,38 @@ struct FloatTileArgs {
   int num_tokens;
   float* out;            // [num_tokens][16]
   const std::byte* end;  // end of the packed weight: prefetches stay inside it
+  // BF16 weights: the first token's activations rounded to bf16, rows kb = k rounded up to even
+  // apart (a zero after an odd k).
+  const uint16_t* xb = nullptr;
+  int64_t kb = 0;
 };
+
+// The BF16 sums (see above), one fma at a time.
+void bf16_tile_scalar(const FloatTileArgs& a) {
+  for (int t = 0; t < a.num_tokens; ++t) {
+    const uint16_t* x = a.xb + t * a.kb;
+    for (int r = 0; r < kQuantTileRows; ++r) {
+      float c[2] = {0.0f, 0.0f};
+      auto w = [&](int64_t k) {
+        return k < a.k ? bf16_to_f32(load_u16(a.tile + (static_cast<size_t>(k) * kQuantTileRows + r) * 2))
+                       : 0.0f;
+      };
+      for (int64_t p = 0; 2 * p < a.k; ++p) {
+        float& acc = c[p % 2];
+        acc = std::fma(w(2 * p + 1), bf16_to_f32(x[2 * p + 1]), acc);
+        acc = std::fma(w(2 * p), bf16_to_f32(x[2 * p]), acc);
+      }
+      a.out[t * kQuantTileRows + r] = c[0] + c[1];
+    }
+  }
+}
 
 template <DType DT>
 void float_tile_scalar(const FloatTileArgs& a) {
+  if constexpr (DT == DType::kBF16) {
+    bf16_tile_scalar(a);
+    return;
+  }
   constexpr size_t e = float_elem_bytes<DT>();
   for (int t = 0; t < a.num_tokens; ++t) {
     const float* x = a.x + t * a.k;
@@ -651,11 +687,147 @@ INFERD_VNNI void float_tile_avx512(const FloatTileArgs& a) {
 }
 #endif
 
+#if defined(__x86_64__)
+// 16 bf16 values as f32 (the maskz forms: GCC 12 warns falsely on the unmasked ones here).
+INFERD_AVX512 inline __m512 bf16x16_to_f32(const std::byte* p) {
+  const __m512i w =
+      _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16));
+}
+
+// BF16 with fmas (AVX-512 without AVX512-BF16): the scalar sums 16 rows at a time.
+// Pair p into chain C of each token: w[2p+1] * x[2p+1], then w[2p] * x[2p] (a missing input is
+// a zero).
+template <int NT, int C>
+INFERD_AVX512 __attribute__((always_inline)) inline void bf16_fma_pair(const FloatTileArgs& a, int64_t p,
+                                                                       __m512 (&acc)[NT][2]) {
+  const __m512 w0 = bf16x16_to_f32(a.tile + static_cast<size_t>(2 * p) * 32);
+  const __m512 w1 =
+      2 * p + 1 < a.k ? bf16x16_to_f32(a.tile + static_cast<size_t>(2 * p + 1) * 32) : _mm512_setzero_ps();
+  for (int t = 0; t < NT; ++t) {
+    const uint16_t* x = a.xb + t * a.kb + 2 * p;
+    acc[t][C] = _mm512_fmadd_ps(w1, _mm512_set1_ps(bf16_to_f32(x[1])), acc[t][C]);
+    acc[t][C] = _mm512_fmadd_ps(w0, _mm512_set1_ps(bf16_to_f32(x[0])), acc[t][C]);
+  }
+}
+
+template <int NT>
+INFERD_AVX512 void bf16_tile_fma_avx512(const FloatTileArgs& a) {
+  __m512 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  const int64_t pairs = (a.k + 1) / 2;
+  int64_t p = 0;
+  for (; p + 2 <= pairs; p += 2) {  // chain indices known at compile time: accumulators in registers
+    bf16_fma_pair<NT, 0>(a, p, acc);
+    bf16_fma_pair<NT, 1>(a, p + 1, acc);
+  }
+  if (p < pairs) bf16_fma_pair<NT, 0>(a, p, acc);
+  for (int t = 0; t < NT; ++t)
+    _mm512_storeu_ps(a.out + t * kQuantTileRows, _mm512_add_ps(acc[t][0], acc[t][1]));
+}
+
+// BF16 on vdpbf16ps: a pair's 64 bytes ([k: 16 rows][k+1: 16 rows]) interleaved into (k, k+1)
+// per row by one permute, shared by the NT tokens; the activations' pair broadcast as one dword.
+#define INFERD_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx2,fma,f16c")))
+
+INFERD_AVX512_BF16 inline __m512bh interleave_pair(__m512i w, __m512i idx) {
+  return reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(idx, w));
+}
+
+INFERD_AVX512_BF16 inline __m512bh x_pair(const uint16_t* x) {
+  uint32_t pair;
+  std::memcpy(&pair, x, 4);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+}
+
+template <int NT>
+INFERD_AVX512_BF16 void bf16_tile_dp_avx512(const FloatTileArgs& a) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  __m512 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  const int64_t full = a.k / 2;
+  int64_t p = 0;
+  for (; p + 2 <= full; p += 2) {  // two pairs per iteration: one per chain
+    const __m512bh w0 = interleave_pair(_mm512_loadu_si512(a.tile + static_cast<size_t>(p) * 64), idx);
+    const __m512bh w1 = interleave_pair(_mm512_loadu_si512(a.tile + static_cast<size_t>(p + 1) * 64), idx);
+    for (int t = 0; t < NT; ++t) {
+      const uint16_t* x = a.xb + t * a.kb + 2 * p;
+      acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, x_pair(x));
+      acc[t][1] = _mm512_dpbf16_ps(acc[t][1], w1, x_pair(x + 2));
+    }
+  }
+  if (2 * p < a.k) {  // a last pair (full, or an odd K's last input with zeros for its partner)
+    const std::byte* src = a.tile + static_cast<size_t>(p) * 64;
+    const __m512i w = p < full
+                          ? _mm512_loadu_si512(src)
+                          : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+    const __m512bh wp = interleave_pair(w, idx);
+    for (int t = 0; t < NT; ++t)
+      acc[t][p % 2] = _mm512_dpbf16_ps(acc[t][p % 2], wp, x_pair(a.xb + t * a.kb + 2 * p));
+  }
+  for (int t = 0; t < NT; ++t)
+    _mm512_storeu_ps(a.out + t * kQuantTileRows, _mm512_add_ps(acc[t][0], acc[t][1]));
+}
+
+// x [tokens][k] rounded to bf16 (f32_to_bf16's bits: nearest even, NaN kept) into out [tokens][kb].
+INFERD_AVX512 void round_to_bf16_avx512(const float* x, int64_t tokens, int64_t k, int64_t kb,
+                                        uint16_t* out) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* src = x + t * k;
+    uint16_t* dst = out + t * kb;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      const __m512i b = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+      __m512i r =
+          _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)),
+                                                    _mm512_set1_epi32(0x7f800000));
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
+    }
+    for (; i < k; ++i) dst[i] = f32_to_bf16(src[i]);
+    for (; i < kb; ++i) dst[i] = 0;
+  }
+}
+#endif
+
+void round_to_bf16(const float* x, int64_t tokens, int64_t k, int64_t kb, uint16_t* out, Isa isa) {
+#if defined(__x86_64__)
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512))
+    return round_to_bf16_avx512(x, tokens, k, kb, out);
+#else
+  (void)isa;
+#endif
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < kb; ++i) out[t * kb + i] = i < k ? f32_to_bf16(x[t * k + i]) : 0;
+  }
+}
+
 using FloatTileFn = void (*)(const FloatTileArgs&);
 
 template <DType DT>
 FloatTileFn float_tile_kernel(Isa isa, int num_tokens) {
 #if defined(__x86_64__)
+  if constexpr (DT == DType::kBF16) {
+    if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni) && cpu_has_avx512_bf16()) {
+      static constexpr FloatTileFn table[kMaxTokens] = {
+          bf16_tile_dp_avx512<1>, bf16_tile_dp_avx512<2>, bf16_tile_dp_avx512<3>, bf16_tile_dp_avx512<4>,
+          bf16_tile_dp_avx512<5>, bf16_tile_dp_avx512<6>, bf16_tile_dp_avx512<7>, bf16_tile_dp_avx512<8>};
+      return table[num_tokens - 1];
+    }
+    if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
+      static constexpr FloatTileFn table[kMaxTokens] = {
+          bf16_tile_fma_avx512<1>, bf16_tile_fma_avx512<2>, bf16_tile_fma_avx512<3>, bf16_tile_fma_avx512<4>,
+          bf16_tile_fma_avx512<5>, bf16_tile_fma_avx512<6>, bf16_tile_fma_avx512<7>, bf16_tile_fma_avx512<8>};
+      return table[num_tokens - 1];
+    }
+    return float_tile_scalar<DT>;
+  }
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
     static constexpr FloatTileFn table[kMaxTokens] = {float_tile_avx512<DT, 1>, float_tile_avx512<DT, 2>,
                                                       float_tile_avx512<DT, 3>, float_tile_avx512<DT, 4>,
@@ -1005,6 +1177,27 @@ void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, in
   });
 }
 
+// BF16 weights: the row length of their rounded activations (k rounded up to even); 0 otherwise.
+int64_t bf16_row(const PackedWeight& w, int64_t k) {
+  return w.is_float() && w.dtype() == DType::kBF16 ? (k + 1) / 2 * 2 : 0;
+}
+
+// x [tokens][k] rounded to bf16 into `buf` (grown, never shrunk: no allocation once warm), split
+// over the pool when there are enough rows for it to pay.
+const uint16_t* activations_as_bf16(const float* x, int64_t tokens, int64_t k, int64_t kb,
+                                    std::vector<uint16_t>& buf, ThreadPool& pool, Isa isa) {
+  if (buf.size() < static_cast<size_t>(tokens * kb)) buf.resize(static_cast<size_t>(tokens * kb));
+  uint16_t* out = buf.data();
+  if (tokens < 16) {
+    round_to_bf16(x, tokens, k, kb, out, isa);
+  } else {
+    pool.parallel_for(tokens, [&](int64_t begin, int64_t end) {
+      round_to_bf16(x + begin * k, end - begin, k, kb, out + begin * kb, isa);
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
@@ -1024,9 +1217,13 @@ void float_matmul(const float* x, int64_t tokens, const PackedWeight& w,
   INFERD_CHECK(w.is_float());
   const int64_t k = w.cols();
   const size_t header = tile_header_bytes(w.dtype());
+  thread_local std::vector<uint16_t> rounded;  // the caller's; workers read it through xb
+  const int64_t kb = bf16_row(w, k);
+  const uint16_t* xb = kb > 0 ? activations_as_bf16(x, tokens, k, kb, rounded, pool, isa) : nullptr;
   drive(w, outputs, tokens, pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
     const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
-    float_tile_kernel(isa, w.dtype(), nt)({tile + header, row_scale, k, x + t0 * k, nt, out, nullptr});
+    float_tile_kernel(isa, w.dtype(), nt)({tile + header, row_scale, k, x + t0 * k, nt, out, nullptr,
+                                           xb != nullptr ? xb + t0 * kb : nullptr, kb});
   });
 }
 
@@ -1049,6 +1246,18 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
     first[g + 1] = first[g] + (grp.tokens > 0 ? num_units(*grp.w) : 0);
   }
   if (first.back() == 0) return;
+  // BF16 float groups: their activations rounded once, before the threads split the tiles.
+  thread_local std::vector<std::vector<uint16_t>> rounded;  // the caller's, one per group
+  if (rounded.size() < groups.size()) rounded.resize(groups.size());
+  thread_local std::vector<const uint16_t*> group_xb_list;
+  std::vector<const uint16_t*>& group_xb = group_xb_list;  // the workers reach the caller's through this
+  group_xb.assign(groups.size(), nullptr);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const PackedMatmulGroup& grp = groups[g];
+    const int64_t kb = bf16_row(*grp.w, grp.w->cols());
+    if (grp.tokens > 0 && kb > 0)
+      group_xb[g] = activations_as_bf16(grp.x_f32, grp.tokens, grp.w->cols(), kb, rounded[g], pool, isa);
+  }
   const Epilogues e = epilogues(isa);
   pool.parallel_for(first.back(), [&](int64_t begin, int64_t end) {
     alignas(64) float out[kMaxTokens * kQuantTileRows];
@@ -1063,8 +1272,11 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
       auto run_tile = [&](const std::byte* tile, int64_t t0, int nt, float* o) {
         const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
         if (w.is_float()) {
-          float_tile_kernel(isa, w.dtype(), nt)(
-              {tile + header, row_scale, w.cols(), grp.x_f32 + t0 * w.cols(), nt, o, nullptr});
+          const int64_t kb = bf16_row(w, w.cols());
+          const uint16_t* xb = group_xb[g];
+          float_tile_kernel(isa, w.dtype(),
+                            nt)({tile + header, row_scale, w.cols(), grp.x_f32 + t0 * w.cols(), nt, o,
+                                 nullptr, xb != nullptr ? xb + t0 * kb : nullptr, kb});
         } else {
           tile_kernel(isa, w.dtype(), nt)({tile + header, row_scale, w.cols() / kQuantBlockValues,
                                            w.block_bytes(), grp.x, t0, nt, o, w.tile(0) + w.num_bytes()});

@@ -108,6 +108,13 @@ TEST_P(ReferenceLogitsTest, MatchesTransformers) {
     const double e16 = test::relative_max_error(got.data(), ref.logits_bf16_compute.data(), got.size());
     std::printf("[ figures  ] %s vs transformers bf16 compute: %.3g (bound 3e-2)\n", tc.variant.c_str(), e16);
     EXPECT_LT(e16, 3e-2);
+    // The default path's BF16 dot products round activations to bf16; the f32 path computes on
+    // the same bf16 weights exactly, as transformers' f32 run does.
+    Transformer exact(**weights, pool, {.backend = BackendKind::kF32});
+    auto exact_logits = test::all_logits(exact, ref.prompts, 0, /*together=*/false);
+    const double e = test::relative_max_error(exact_logits.data(), ref.logits.data(), got.size());
+    std::printf("[ figures  ] %s (f32 path) vs transformers f32: %.3g (bound 1e-4)\n", tc.variant.c_str(), e);
+    EXPECT_LT(e, 1e-4);
   }
   // A quantized file must equal, to f32 rounding, transformers run on the very same rounded
   // weights: this separates loader/kernel errors from the format's own rounding.
@@ -129,18 +136,19 @@ TEST_P(ReferenceLogitsTest, MatchesTransformers) {
   }
 }
 
-// Bounds: F32 1e-4 (the issue's); BF16 weights computed in f32 1e-4 against transformers run in
-// f32 on the same bf16 weights, and 3e-2 against transformers' own bf16 arithmetic (which is
-// itself 1.3-1.7e-2 away from its f32 result on these models); GGUF F16 1e-2 and Q8_0 5e-2
-// against the f32 model (the formats' own rounding; see docs/model.md), and both 1e-4 against
+// Bounds: F32 1e-4 (the issue's); BF16 weights: the default path's BF16 dot products (activations
+// rounded to bf16) 2e-2 against transformers run in f32 on the same bf16 weights (measured
+// 0.7-0.9e-2) and 3e-2 against transformers' own bf16 arithmetic (which is itself 1.3-1.7e-2
+// away from its f32 result on these models), the f32 path 1e-4 against the f32 run; GGUF F16 1e-2 and Q8_0
+// 5e-2 against the f32 model (the formats' own rounding; see docs/model.md), and both 1e-4 against
 // transformers on identically rounded weights. MoE Q8_0 files: the same bounds at all but at most 2
 // of the 48 positions, where 8-bit rounding flipped a router's choice (measured: 1 position each,
 // at 0.066-0.083; the median position is 0.012-0.014 from f32, below dense Qwen3's 0.017).
 INSTANTIATE_TEST_SUITE_P(
     Tiny, ReferenceLogitsTest,
     ::testing::Values(Case{"llama_tied", "", 1e-4}, Case{"llama_untied", "", 1e-4}, Case{"qwen2", "", 1e-4},
-                      Case{"qwen3", "", 1e-4}, Case{"llama_bf16", "", 1e-4}, Case{"qwen2_bf16", "", 1e-4},
-                      Case{"qwen3_bf16", "", 1e-4}, Case{"llama_tied", "model-f32.gguf", 1e-4},
+                      Case{"qwen3", "", 1e-4}, Case{"llama_bf16", "", 2e-2}, Case{"qwen2_bf16", "", 2e-2},
+                      Case{"qwen3_bf16", "", 2e-2}, Case{"llama_tied", "model-f32.gguf", 1e-4},
                       Case{"llama_untied", "model-f32.gguf", 1e-4}, Case{"qwen2", "model-f32.gguf", 1e-4},
                       Case{"qwen3", "model-f32.gguf", 1e-4}, Case{"llama_tied", "model-f16.gguf", 1e-2},
                       Case{"llama_untied", "model-f16.gguf", 1e-2}, Case{"qwen2", "model-f16.gguf", 1e-2},
