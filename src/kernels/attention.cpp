@@ -21,14 +21,24 @@ namespace {
 // running max, sum and output (online softmax). Chunks start at absolute multiples of kChunk,
 // so a (token, head)'s arithmetic depends only on its query, its position and the K/V: never on
 // which other tokens share its item, the batch, or the thread split.
+//
+// Long contexts are split into segments of kSegment positions, also at absolute multiples, so
+// that one decoding token's heads spread over the threads (flash-decoding): each segment keeps
+// its own running max, sum and output, and a second pass merges a row's segments in order. A
+// context within one segment is computed as before, in one pass.
 constexpr int64_t kChunk = 16;
 constexpr int64_t kTileTokens = 8;
+constexpr int64_t kSegment = 512;
+static_assert(kSegment % kChunk == 0);
 
 struct Item {
   int32_t sequence;
   int32_t kv_head;
   int64_t first_token;  // batch row
   int64_t num_tokens;
+  int32_t segment;       // positions [segment * kSegment, (segment + 1) * kSegment) ...
+  int32_t num_segments;  // ... of this many; 1: the whole context, written out directly
+  int64_t partial;       // num_segments > 1: where its rows' (max, sum, out[hd]) go in the partials
 };
 
 size_t kv_elem_bytes(KvDType dtype) {
@@ -360,12 +370,17 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
   const ChunkFn chunk_fn = chunk_kernel(isa);
   // The transposed K is the same values either way; the vector transpose only saves time.
   [[maybe_unused]] const bool vector_transpose = static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
-  // Items: every sequence's query tokens in tiles, times the KV heads. Listed in an order that
-  // alternates long and short contexts (tiles from the front and back of each prompt), so the
-  // contiguous split over threads gets a fair share of the causal work.
+  // Items: every sequence's query tokens in tiles, times the KV heads, times the segments of a
+  // long context. Listed in an order that alternates long and short contexts (tiles from the
+  // front and back of each prompt), so the contiguous split over threads gets a fair share of
+  // the causal work.
   thread_local std::vector<Item> item_list;  // the caller's; workers reach it through `items`
+  thread_local std::vector<float> partial_list;
   std::vector<Item>& items = item_list;
+  std::vector<float>& partials = partial_list;
   items.clear();
+  int64_t partial_floats = 0;
+  bool split = false;
   for (size_t s = 0; s < sequences.size(); ++s) {
     const AttentionSequence& seq = sequences[s];
     const int64_t tiles = (seq.num_queries + kTileTokens - 1) / kTileTokens;
@@ -373,10 +388,21 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       const int64_t tile = i % 2 == 0 ? i / 2 : tiles - 1 - i / 2;
       const int64_t first = seq.query_start + tile * kTileTokens;
       const int64_t n = std::min(kTileTokens, seq.query_start + seq.num_queries - first);
-      for (int64_t g = 0; g < shape.num_kv_heads; ++g)
-        items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(g), first, n});
+      // The tile's last token sits at this position: its context decides the segments.
+      const int64_t last_pos = seq.context_len - seq.num_queries + (first + n - 1 - seq.query_start);
+      const auto segments = static_cast<int32_t>(last_pos / kSegment + 1);
+      split = split || segments > 1;
+      for (int64_t g = 0; g < shape.num_kv_heads; ++g) {
+        for (int32_t sg = 0; sg < segments; ++sg) {
+          items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(g), first, n, sg, segments,
+                           segments > 1 ? partial_floats : -1});
+          if (segments > 1) partial_floats += n * group * (hd + 2);
+        }
+      }
     }
   }
+  if (partials.size() < static_cast<size_t>(partial_floats))
+    partials.resize(static_cast<size_t>(partial_floats));
   pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> kt, vc, rows_out, krows;
     thread_local std::vector<RowState> state;
@@ -416,8 +442,11 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       }
       std::fill_n(rows_out.begin(), rows * hd, 0.0f);
       const int64_t offset = item.kv_head * hd;
-      for (int64_t c0 = 0; c0 <= last_pos; c0 += kChunk) {
-        const int64_t n = std::min(kChunk, last_pos + 1 - c0);
+      const int64_t seg_begin = static_cast<int64_t>(item.segment) * kSegment;
+      const int64_t seg_end =
+          item.num_segments > 1 ? std::min(last_pos + 1, seg_begin + kSegment) : last_pos + 1;
+      for (int64_t c0 = seg_begin; c0 < seg_end; c0 += kChunk) {
+        const int64_t n = std::min(kChunk, seg_end - c0);
 #if defined(__x86_64__)
         if (vector_transpose) {
           load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, c0, n, kv_dim, offset, hd,
@@ -438,6 +467,15 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
         chunk_fn(qrows.data(), limit.data(), rows, kt.data(), vc.data(), hd, shape.scale, state.data(),
                  rows_out.data());
       }
+      if (item.num_segments > 1) {  // this segment's rows, for the merge below
+        float* dst = partials.data() + item.partial;
+        for (int64_t r = 0; r < rows; ++r, dst += hd + 2) {
+          dst[0] = state[static_cast<size_t>(r)].max;
+          dst[1] = state[static_cast<size_t>(r)].sum;
+          std::copy_n(rows_out.data() + r * hd, hd, dst + 2);
+        }
+        continue;
+      }
       for (int64_t t = 0; t < item.num_tokens; ++t) {
         for (int64_t h = 0; h < group; ++h) {
           const auto r = static_cast<size_t>(t * group + h);
@@ -446,6 +484,38 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
           const float* src = rows_out.data() + r * static_cast<size_t>(hd);
           for (int64_t d = 0; d < hd; ++d) o[d] = src[d] * inv;
         }
+      }
+    }
+  });
+  if (!split) return;
+  // Merge: per row, its segments in order, weighted by exp(segment max - overall max). Items of
+  // one (tile, KV head) are consecutive, segment 0 first.
+  thread_local std::vector<int64_t> merge_list;
+  std::vector<int64_t>& merges = merge_list;  // index of each split group's segment 0
+  merges.clear();
+  for (size_t i = 0; i < items.size(); ++i)
+    if (items[i].num_segments > 1 && items[i].segment == 0) merges.push_back(static_cast<int64_t>(i));
+  pool.parallel_for(static_cast<int64_t>(merges.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      const Item& first = items[static_cast<size_t>(merges[static_cast<size_t>(m)])];
+      const int64_t rows = first.num_tokens * group;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t t = r / group, h = r % group;
+        float top = -INFINITY;
+        for (int32_t sg = 0; sg < first.num_segments; ++sg)
+          top = std::max(top, partials[static_cast<size_t>(first.partial + (sg * rows + r) * (hd + 2))]);
+        float* o = out + (first.first_token + t) * q_dim + (first.kv_head * group + h) * hd;
+        std::fill_n(o, hd, 0.0f);
+        float sum = 0.0f;
+        for (int32_t sg = 0; sg < first.num_segments; ++sg) {
+          const float* src = partials.data() + first.partial + (sg * rows + r) * (hd + 2);
+          if (src[0] == -INFINITY) continue;  // no position of this segment is in the row's context
+          const float w = std::exp(src[0] - top);
+          sum += w * src[1];
+          for (int64_t d = 0; d < hd; ++d) o[d] += w * src[2 + d];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
       }
     }
   });

@@ -59,7 +59,8 @@ void check_against_naive(const AttentionShape& shape, const std::vector<Seq>& se
   std::mt19937 rng(seed);
   const int64_t kv_dim = shape.num_kv_heads * shape.head_dim;
   const int64_t q_dim = shape.num_heads * shape.head_dim;
-  const int64_t num_blocks = 64;
+  int64_t num_blocks = 0;  // exactly the sequences' blocks, shuffled
+  for (const Seq& sq : seqs) num_blocks += (sq.cached + sq.queries + block_size - 1) / block_size;
   std::vector<float> key_cache(static_cast<size_t>(num_blocks * block_size * kv_dim));
   std::vector<float> value_cache(key_cache.size());
   std::vector<int32_t> free_blocks(num_blocks);
@@ -181,6 +182,59 @@ TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunking) {
     std::vector<int32_t> bts = {0, 0, 0, 1};
     paged_attention(qq.data(), both, bts, kv, shape, out.data(), pool, isa);
     EXPECT_TRUE(std::equal(out.begin() + 3 * q_dim, out.end(), whole.begin() + 20 * q_dim)) << isa_name(isa);
+  }
+}
+
+// Contexts past one segment (512 positions): the split over segments and its merge match naive
+// attention, prefill tiles straddling a segment boundary included.
+TEST(AttentionTest, PagedMatchesNaiveOverSegmentsOfLongContexts) {
+  check_against_naive({6, 2, 64, 0.125f}, {{1100, 9}, {1290, 1}, {505, 12}, {0, 40}}, 16, 41);
+  check_against_naive({3, 3, 20, 0.2f}, {{1023, 2}, {511, 1}}, 8, 42);
+}
+
+// Batch invariance over segments: a long prompt at once, in chunks that cross the segment
+// boundaries (a tile split into segments next to tokens that fit in one), and one token decoded
+// next to another sequence all give the same bits.
+TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunkingOverSegments) {
+  for (Isa isa : paths()) {
+    std::mt19937 rng(32);
+    const AttentionShape shape{6, 2, 64, 0.125f};
+    const int64_t kv_dim = 2 * 64, q_dim = 6 * 64, block_size = 16;
+    const int64_t ctx = 1100, blocks = (ctx + block_size - 1) / block_size;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<float> key(static_cast<size_t>(blocks * block_size * kv_dim)), value(key.size());
+    for (auto& x : key) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+    for (auto& x : value) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+    auto q = test::random_floats(static_cast<size_t>(ctx * q_dim), rng);
+    const KvLayerView kv{key.data(), value.data(), block_size, KvDType::kF32};
+    ThreadPool pool(2);
+    std::vector<float> whole(q.size());
+    std::vector<int32_t> ts(static_cast<size_t>(ctx), 0);
+    const AttentionSequence all{0, ctx, ctx, table};
+    paged_attention(q.data(), {&all, 1}, ts, kv, shape, whole.data(), pool, isa);
+    std::vector<float> chunked(q.size());
+    int64_t done = 0;
+    for (int64_t n : {509, 7, 1, 500, 83}) {
+      const AttentionSequence part{0, n, done + n, table};
+      std::vector<int32_t> pts(static_cast<size_t>(n), 0);
+      paged_attention(q.data() + done * q_dim, {&part, 1}, pts, kv, shape, chunked.data() + done * q_dim,
+                      pool, isa);
+      done += n;
+    }
+    EXPECT_EQ(whole, chunked) << isa_name(isa);
+    for (int64_t token : {511, 512, 1099}) {
+      std::vector<int32_t> other_table = {static_cast<int32_t>(table[0])};
+      const AttentionSequence both[2] = {{0, 3, 10, other_table}, {3, 1, token + 1, table}};
+      std::vector<float> qq(static_cast<size_t>(4 * q_dim));
+      std::copy_n(q.begin() + token * q_dim, q_dim, qq.begin() + 3 * q_dim);
+      std::vector<float> out(qq.size());
+      std::vector<int32_t> bts = {0, 0, 0, 1};
+      paged_attention(qq.data(), both, bts, kv, shape, out.data(), pool, isa);
+      EXPECT_TRUE(std::equal(out.begin() + 3 * q_dim, out.end(), whole.begin() + token * q_dim))
+          << isa_name(isa) << " token " << token;
+    }
   }
 }
 
