@@ -80,7 +80,7 @@ TEST(KvCacheTest, EightBitEdgeCasesStayFiniteAndKeepTheRestOfTheHead) {
     EXPECT_EQ(v[0], 0.0f);
     EXPECT_NEAR(v[4], 1e-30f, 1e-35f);
     // Non-finite inputs are stored as 0 and do not set the scale of their head.
-    round_trip(cache, {NAN, 1.0f, -0.5f, INFINITY}, {1, 2, 3, 4, 5, 6, 7, 8}, &k, &v);
+    round_trip(cache, {NAN, 1.0f, -0.5f, INFINITY, 2, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}, &k, &v);
     for (float f : k) EXPECT_TRUE(std::isfinite(f));
     EXPECT_EQ(k[0], 0.0f);
     EXPECT_EQ(k[1], 1.0f);
