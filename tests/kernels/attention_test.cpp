@@ -143,67 +143,21 @@ TEST(AttentionTest, PagedMatchesNaiveAcrossChunksAndTiles) {
 }
 
 // Batch invariance: a token's output is the same bits whether its sequence runs alone, with
-// other sequences, or its prompt is split into chunks (the later chunk reading the earlier's K/V).
-TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunking) {
+// other sequences, or its prompt is split into chunks (the later chunk reading the earlier's K/V),
+// on a context of `ctx` over shuffled blocks; `decoded` tokens are also run one at a time next to
+// another sequence.
+void expect_batch_and_chunk_invariant(int64_t ctx, const std::vector<int64_t>& chunks,
+                                      const std::vector<int64_t>& decoded, uint32_t seed) {
   for (Isa isa : paths()) {
-    std::mt19937 rng(31);
+    std::mt19937 rng(seed);
     const AttentionShape shape{6, 2, 64, 0.125f};
     const int64_t kv_dim = 2 * 64, q_dim = 6 * 64, block_size = 16;
-    const int64_t ctx = 45;
-    std::vector<int32_t> table = {3, 0, 2};
-    std::vector<float> key(static_cast<size_t>(4 * block_size * kv_dim)), value(key.size());
-    for (auto& x : key) x = std::uniform_real_distribution<float>(-1, 1)(rng);
-    for (auto& x : value) x = std::uniform_real_distribution<float>(-1, 1)(rng);
-    auto q = test::random_floats(static_cast<size_t>(ctx * q_dim), rng);
-    const KvLayerView kv{key.data(), value.data(), block_size, KvDType::kF32};
-    ThreadPool pool(2);
-    // The whole prompt at once.
-    std::vector<float> whole(q.size());
-    std::vector<int32_t> ts(static_cast<size_t>(ctx), 0);
-    const AttentionSequence all{0, ctx, ctx, table};
-    paged_attention(q.data(), {&all, 1}, ts, kv, shape, whole.data(), pool, isa);
-    // In chunks of 13, 1, 31 tokens.
-    std::vector<float> chunked(q.size());
-    int64_t done = 0;
-    for (int64_t n : {13, 1, 31}) {
-      const AttentionSequence part{0, n, done + n, table};
-      std::vector<int32_t> pts(static_cast<size_t>(n), 0);
-      paged_attention(q.data() + done * q_dim, {&part, 1}, pts, kv, shape, chunked.data() + done * q_dim,
-                      pool, isa);
-      done += n;
-    }
-    EXPECT_EQ(whole, chunked) << isa_name(isa);
-    // Token 20 decoded alone, next to another sequence.
-    std::vector<int32_t> other_table = {1};
-    const AttentionSequence both[2] = {{0, 3, 10, other_table}, {3, 1, 21, table}};
-    std::vector<float> qq(static_cast<size_t>(4 * q_dim));
-    std::copy_n(q.begin() + 20 * q_dim, q_dim, qq.begin() + 3 * q_dim);
-    std::vector<float> out(qq.size());
-    std::vector<int32_t> bts = {0, 0, 0, 1};
-    paged_attention(qq.data(), both, bts, kv, shape, out.data(), pool, isa);
-    EXPECT_TRUE(std::equal(out.begin() + 3 * q_dim, out.end(), whole.begin() + 20 * q_dim)) << isa_name(isa);
-  }
-}
-
-// Contexts past one segment (512 positions): the split over segments and its merge match naive
-// attention, prefill tiles straddling a segment boundary included.
-TEST(AttentionTest, PagedMatchesNaiveOverSegmentsOfLongContexts) {
-  check_against_naive({6, 2, 64, 0.125f}, {{1100, 9}, {1290, 1}, {505, 12}, {0, 40}}, 16, 41);
-  check_against_naive({3, 3, 20, 0.2f}, {{1023, 2}, {511, 1}}, 8, 42);
-}
-
-// Batch invariance over segments: a long prompt at once, in chunks that cross the segment
-// boundaries (a tile split into segments next to tokens that fit in one), and one token decoded
-// next to another sequence all give the same bits.
-TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunkingOverSegments) {
-  for (Isa isa : paths()) {
-    std::mt19937 rng(32);
-    const AttentionShape shape{6, 2, 64, 0.125f};
-    const int64_t kv_dim = 2 * 64, q_dim = 6 * 64, block_size = 16;
-    const int64_t ctx = 1100, blocks = (ctx + block_size - 1) / block_size;
+    const int64_t blocks = (ctx + block_size - 1) / block_size + 1;  // the last one: the other sequence's
     std::vector<int32_t> table(static_cast<size_t>(blocks));
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
+    const std::vector<int32_t> other_table = {table.back()};
+    table.pop_back();
     std::vector<float> key(static_cast<size_t>(blocks * block_size * kv_dim)), value(key.size());
     for (auto& x : key) x = std::uniform_real_distribution<float>(-1, 1)(rng);
     for (auto& x : value) x = std::uniform_real_distribution<float>(-1, 1)(rng);
@@ -216,16 +170,16 @@ TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunkingOverSegments) {
     paged_attention(q.data(), {&all, 1}, ts, kv, shape, whole.data(), pool, isa);
     std::vector<float> chunked(q.size());
     int64_t done = 0;
-    for (int64_t n : {509, 7, 1, 500, 83}) {
+    for (int64_t n : chunks) {
       const AttentionSequence part{0, n, done + n, table};
       std::vector<int32_t> pts(static_cast<size_t>(n), 0);
       paged_attention(q.data() + done * q_dim, {&part, 1}, pts, kv, shape, chunked.data() + done * q_dim,
                       pool, isa);
       done += n;
     }
+    ASSERT_EQ(done, ctx);
     EXPECT_EQ(whole, chunked) << isa_name(isa);
-    for (int64_t token : {511, 512, 1099}) {
-      std::vector<int32_t> other_table = {static_cast<int32_t>(table[0])};
+    for (int64_t token : decoded) {
       const AttentionSequence both[2] = {{0, 3, 10, other_table}, {3, 1, token + 1, table}};
       std::vector<float> qq(static_cast<size_t>(4 * q_dim));
       std::copy_n(q.begin() + token * q_dim, q_dim, qq.begin() + 3 * q_dim);
@@ -236,6 +190,23 @@ TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunkingOverSegments) {
           << isa_name(isa) << " token " << token;
     }
   }
+}
+
+TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunking) {
+  expect_batch_and_chunk_invariant(45, {13, 1, 31}, {20}, 31);
+}
+
+// Contexts past one segment (512 positions): the split over segments and its merge match naive
+// attention, prefill tiles straddling a segment boundary included.
+TEST(AttentionTest, PagedMatchesNaiveOverSegmentsOfLongContexts) {
+  check_against_naive({6, 2, 64, 0.125f}, {{1100, 9}, {1290, 1}, {505, 12}, {0, 40}}, 16, 41);
+  check_against_naive({3, 3, 20, 0.2f}, {{1023, 2}, {511, 1}}, 8, 42);
+}
+
+// Over segments: chunks that cross the segment boundaries (a tile split into segments next to
+// tokens that fit in one), and tokens decoded on either side of a boundary.
+TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunkingOverSegments) {
+  expect_batch_and_chunk_invariant(1100, {509, 7, 1, 500, 83}, {511, 512, 1099}, 32);
 }
 
 }  // namespace
