@@ -7,6 +7,8 @@
 #include "kernels/onednn_matmul.h"
 #include "kv/disk_kv_tier.h"
 #include "kv/kv_cache.h"
+#include "model/model_loader.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace inferd {
 
@@ -90,7 +92,11 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option(
       "--speculative-config", f->speculative_config,
       "speculative decoding as vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, "
-      "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 4}' (prompt lookup)");
+      "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 4}' (prompt lookup), "
+      "or "
+      "'{\"method\": \"draft_model\", \"model\": PATH, \"num_speculative_tokens\": 3}' (a smaller model of "
+      "the "
+      "same vocabulary proposes)");
 }
 
 KvOffloadOptions offload_options(const EngineFlags& f) {
@@ -131,6 +137,37 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
                                                   : model.max_position_embeddings;
   INFERD_RETURN_IF_ERROR(o.validate());
   return o;
+}
+
+Expected<std::unique_ptr<DraftModel>> load_draft_model(EngineOptions* options, const ModelWeights& target,
+                                                       ThreadPool& pool, BackendKind matmul) {
+  const SpeculativeOptions& spec = options->scheduler.speculative;
+  if (!spec.enabled || spec.method != SpeculativeMethod::kDraftModel) return std::unique_ptr<DraftModel>();
+  auto d = std::make_unique<DraftModel>();
+  const std::string where = "--speculative-config model " + spec.draft_model;
+  auto weights = load_model(spec.draft_model);
+  if (!weights) return weights.status().with_context(where);
+  d->weights = std::move(*weights);
+  const ModelConfig& dc = d->weights->config;
+  if (dc.vocab_size != target.config.vocab_size)
+    return invalid_argument(where + ": its vocabulary has " + std::to_string(dc.vocab_size) +
+                            " tokens, the model's " + std::to_string(target.config.vocab_size));
+  auto dt = load_tokenizer(d->weights->gguf.get(), d->weights->source_path, dc.vocab_size);
+  auto tt = load_tokenizer(target.gguf.get(), target.source_path, target.config.vocab_size);
+  if (dt && tt) {
+    const int32_t n = std::min((*dt)->vocab_size(), (*tt)->vocab_size());
+    if ((*dt)->vocab_size() != (*tt)->vocab_size())
+      return invalid_argument(where + ": its tokenizer has " + std::to_string((*dt)->vocab_size()) +
+                              " tokens, the model's " + std::to_string((*tt)->vocab_size()));
+    for (int32_t id = 0; id < n; ++id) {
+      if ((*dt)->token_bytes(id) != (*tt)->token_bytes(id))
+        return invalid_argument(where + ": token " + std::to_string(id) +
+                                " differs from the model's (another tokenizer)");
+    }
+  }
+  d->model = std::make_unique<Transformer>(*d->weights, pool, transformer_options(matmul));
+  options->draft_model = d->model.get();
+  return d;
 }
 
 std::string describe_kv_cache(const EngineOptions& options, const EngineFlags& flags,

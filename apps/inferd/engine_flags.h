@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -48,6 +49,17 @@ Expected<EngineOptions> engine_options(const EngineFlags& flags, const ModelConf
 
 // The offload tiers the flags ask for (the other ranks of a parallel job open their own).
 KvOffloadOptions offload_options(const EngineFlags& flags);
+
+// The draft model of --speculative-config '{"method": "draft_model", "model": PATH}', loaded on
+// the target's thread pool and checked against it: the same vocabulary size, and where both carry
+// a tokenizer the same token for every id (a draft of another vocabulary proposes nonsense). Null
+// when the options name none; sets options->draft_model to it.
+struct DraftModel {
+  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<Transformer> model;
+};
+Expected<std::unique_ptr<DraftModel>> load_draft_model(EngineOptions* options, const ModelWeights& target,
+                                                       ThreadPool& pool, BackendKind matmul);
 
 // The start-up line every engine command prints: blocks, tokens that fit, bytes, dtype.
 std::string describe_kv_cache(const EngineOptions& options, const EngineFlags& flags,

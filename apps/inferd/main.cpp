@@ -32,6 +32,7 @@
 #include "tokenizer/chat_encoder.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer_loader.h"
+#include "tools/model_pruner.h"
 #include "tools/model_quantizer.h"
 
 namespace {
@@ -323,6 +324,11 @@ int run_batch(const CommonFlags& flags, const EngineFlags& engine_flags, const G
   if (parallel != nullptr) {
     if (Status s = parallel->attach(model, *options); !s.is_ok()) return fail(s.message());
   }
+  auto draft = load_draft_model(&*options, **m, pool, engine_flags.matmul);
+  if (!draft) return fail(draft.status().message());
+  if (*draft && parallel != nullptr)
+    return fail(
+        "--speculative-config: a draft model with tensor or pipeline parallelism is not supported yet");
   Engine engine(model, *options);
   std::fprintf(stderr, "%s\n", describe_kv_cache(*options, engine_flags, (*m)->config).c_str());
   // Lines that did not parse are reported as errors without reaching the engine.
@@ -390,6 +396,23 @@ struct QuantizeFlags {
   std::string type;
   QuantizeOptions options;
 };
+
+struct PruneFlags {
+  std::string input, output, drop_layers;
+};
+
+int run_prune(const PruneFlags& p) {
+  auto drop = parse_layer_list(p.drop_layers);
+  if (!drop) return fail(drop.status().message());
+  auto r = prune_gguf_layers(p.input, p.output, *drop);
+  if (!r) return fail(r.status().message());
+  std::fprintf(stderr, "prune: %s -> %s: %lld of %lld layers kept, %lld tensors; %.1f MiB -> %.1f MiB\n",
+               p.input.c_str(), p.output.c_str(), static_cast<long long>(r->layers_out),
+               static_cast<long long>(r->layers_in), static_cast<long long>(r->tensors_out),
+               static_cast<double>(r->input_bytes) / (1 << 20),
+               static_cast<double>(r->output_bytes) / (1 << 20));
+  return 0;
+}
 
 int run_quantize(const QuantizeFlags& q) {
   const std::optional<DType> target = quantize_target(q.type);
@@ -655,6 +678,16 @@ int main(int argc, char** argv) {
                    "calibration chunks of 512 tokens to run (default: every whole chunk of the text)")
       ->check(CLI::NonNegativeNumber);
 
+  auto* prune_cmd = app.add_subcommand(
+      "prune", "rewrite a GGUF model without some of its layers (a draft model for speculative decoding)");
+  PruneFlags prune;
+  prune_cmd->add_option("-i,--input", prune.input, "a GGUF model")->required();
+  prune_cmd->add_option("-o,--output", prune.output, "the GGUF file to write")->required();
+  prune_cmd
+      ->add_option("--drop-layers", prune.drop_layers,
+                   "the layers to drop: indices and ranges from 0, e.g. 4,10-19 (the rest are renumbered)")
+      ->required();
+
   auto* ppl_cmd =
       app.add_subcommand("perplexity", "teacher-forced perplexity of a text (as llama-perplexity)");
   add_common(ppl_cmd, &common);
@@ -717,6 +750,7 @@ int main(int argc, char** argv) {
     if (*router_cmd) return run_router(router);
     if (*ppl_cmd) return run_perplexity(common, ppl);
     if (*quantize_cmd) return run_quantize(quant);
+    if (*prune_cmd) return run_prune(prune);
     if (*bench.serve) return run_bench_serve(bench_serve);
     if (*bench.latency) return run_bench_latency(bench_latency, parallel.get());
   } catch (const std::exception& e) {

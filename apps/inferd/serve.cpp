@@ -101,6 +101,7 @@ struct Loaded {
   std::unique_ptr<ChatTemplate> chat_template;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Transformer> model;
+  std::unique_ptr<DraftModel> draft;  // speculative decoding by draft model only
   std::unique_ptr<LoraRegistry> lora;
   std::unique_ptr<KvExportStore> kv_export;
   std::unique_ptr<AsyncEngine> engine;
@@ -160,6 +161,16 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
     };
   }
   if (parallel != nullptr) INFERD_RETURN_IF_ERROR(parallel->attach(*out->model, options));
+  INFERD_ASSIGN_OR_RETURN(out->draft,
+                          load_draft_model(&options, *out->weights, *out->pool, engine_flags.matmul));
+  if (out->draft) {
+    if (parallel != nullptr)
+      return unsupported(
+          "--speculative-config: a draft model with tensor or pipeline parallelism is not supported yet");
+    log_info("draft model: " + options.scheduler.speculative.draft_model + " (" +
+             out->draft->weights->config.arch_name + ", " +
+             std::to_string(out->draft->weights->config.num_layers) + " layers)");
+  }
   if (flags.enable_lora || !flags.lora_modules.empty()) {
     INFERD_RETURN_IF_ERROR(out->model->enable_lora().with_context("--enable-lora"));
     out->lora = std::make_unique<LoraRegistry>(*out->weights,

@@ -15,10 +15,15 @@ default model (SmolLM2-135M-Instruct Q4_1), for BENCHMARKS.md:
 
            (--workload chat: free writing instead, where drafts are few and often rejected)
 
+  draft    one sequence with a draft model at k = 2, 3, 5 against no speculation, prompt lookup,
+           and llama-server with the same target and draft (-md): by default the target is the
+           default model rewritten in F16 (--target) and the draft the default model (Q4_1: the
+           same weights, a third of the bytes); --drop-layers prunes the draft too
+
   peer     one sequence of each workload on llama-server (--spec-type ngram-simple, 3-token drafts,
            and without) against inferd (k = 3, and without), in one run
 
-    scripts/bench/spec_bench.py [single] [batch] [peer] [--rounds 3] [--tokens 256] [--workload copy|chat] [--sequences 1,2,4,8,16]
+    scripts/bench/spec_bench.py [single] [batch] [peer] [draft] [--target f16|bf16|default] [--drop-layers LIST] [--draft-ks 2,3,5] [--peer-k 3] [--rounds 3] [--tokens 256] [--workload copy|chat] [--sequences 1,2,4,8,16]
 """
 import argparse
 import concurrent.futures
@@ -29,6 +34,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -100,7 +106,7 @@ def server(spec=None):
     flags = ["--model", default_model(), "--max-num-seqs", "16", "--kv-cache-memory", "512MiB",
              "--no-prefix-caching"]
     if spec is not None:
-        flags += ["--speculative-config", json.dumps({"method": "ngram", **spec})]
+        flags += ["--speculative-config", json.dumps({"method": "ngram", **spec})]  # spec may name another
     return start_server(*flags)
 
 
@@ -212,9 +218,94 @@ def batch(a):
         print(f"  {n:2d} sequences: " + "; ".join(parts))
 
 
+def make_models(a):
+    """(target, draft) of the draft part, written to a temporary folder: the target is the default
+    model rewritten as --target (f16 / bf16 by `inferd quantize`, the same weights in 16 bits) or
+    the default model itself; the draft is the default model (Q4_1), without --drop-layers when
+    given (`inferd prune`)."""
+    tmp = tempfile.mkdtemp(prefix="inferd-draft-")
+    target = default_model()
+    if a.target != "default":
+        target = os.path.join(tmp, f"target-{a.target}.gguf")
+        subprocess.run([INFERD, "quantize", "-i", default_model(), "-o", target, "--type", a.target], check=True,
+                       stderr=subprocess.DEVNULL)
+    draft = default_model()
+    if a.drop_layers:
+        draft = os.path.join(tmp, "draft.gguf")
+        subprocess.run([INFERD, "prune", "-i", default_model(), "-o", draft, "--drop-layers", a.drop_layers],
+                       check=True)
+    return target, draft
+
+
+def draft(a):
+    """One sequence, greedy: speculation with a draft model against none and against prompt lookup
+    (k = 3), on the copying workloads and on chat; and llama-server with the same target and draft
+    (-md) where the peer is built."""
+    target, draft_path = make_models(a)
+    print(f"one sequence, greedy, max_tokens {a.tokens}: decode tokens/s (median of {a.rounds}); target "
+          f"{os.path.basename(target)}, draft {os.path.basename(draft_path)}"
+          f"{' without layers ' + a.drop_layers if a.drop_layers else ''}")
+    binary = os.path.join(PEER_DIR, "bin", "llama-server")
+    def ours(spec=None):
+        flags = ["--model", target, "--max-num-seqs", "16", "--kv-cache-memory", "512MiB", "--no-prefix-caching"]
+        if spec is not None:
+            flags += ["--speculative-config", json.dumps(spec)]
+        return start_server(*flags)
+    def llama(k):
+        port = free_port()
+        args = [binary, "-m", target, "-t", "2", "-np", "1", "-c", "4096", "--port", str(port)]
+        if k:
+            args += ["-md", draft_path, "--spec-type", "draft-simple", "--spec-draft-n-max", str(k),
+                     "--spec-draft-n-min", "0", "-td", "2"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_healthy(proc, port, what="llama-server")
+        return proc, port
+    prompts = {**workloads(), "chat": CHAT[0]}
+    for name, prompt in prompts.items():
+        configs = {"off": lambda: ours(), "ngram k=3": lambda: ours(
+            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4})}
+        for k in a.draft_ks:
+            configs[f"draft k={k}"] = lambda k=k: ours(
+                {"method": "draft_model", "model": draft_path, "num_speculative_tokens": k})
+        if os.path.exists(binary) and a.peer_k:
+            configs["llama-server off"] = lambda: llama(0)
+            configs[f"llama-server draft k={a.peer_k}"] = lambda: llama(a.peer_k)
+        base, want, peer_base = None, None, None
+        print(f"  {name}:")
+        for label, start in configs.items():
+            proc, port = start()
+            ours_ = not label.startswith("llama")
+            try:
+                stream(port, prompt, a.tokens)  # warm-up
+                d0, a0 = metrics(port) if ours_ else (0, 0)
+                runs = [stream(port, prompt, a.tokens) for _ in range(a.rounds)]
+                d1, a1 = metrics(port) if ours_ else (0, 0)
+            finally:
+                proc.terminate(), proc.wait()
+            rate = statistics.median((n - 1) / s for n, s, _ in runs)
+            if label == "off":
+                base, want = rate, runs[0][2]
+            if label == "llama-server off":
+                peer_base = rate
+            line = f"    {label:24s} {rate:6.1f} ({rate / base:.2f}x of inferd off)"
+            if ours_ and label != "off":
+                same = all(t == want for _, _, t in runs)
+                line += (f", acceptance {(a1 - a0) / max(d1 - d0, 1):.2f} ({(a1 - a0) / a.rounds:.0f} of "
+                         f"{(d1 - d0) / a.rounds:.0f} drafted per answer), answer {'identical' if same else 'DIFFERENT'}")
+            elif label != "llama-server off" and peer_base:
+                line += f", {rate / peer_base:.2f}x of llama-server off"
+            print(line, flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("parts", nargs="*", default=["single", "batch", "peer"])
+    p.add_argument("--target", choices=["f16", "bf16", "default"], default="f16",
+                   help="the draft part's target: the default model in 16 bits, or itself")
+    p.add_argument("--drop-layers", default="", help="the draft part: layers `inferd prune` drops from the draft")
+    p.add_argument("--peer-k", type=int, default=3, help="the draft part: llama-server's --draft-max (0: no peer)")
+    p.add_argument("--draft-ks", type=lambda v: [int(n) for n in v.split(",")], default=[2, 3, 5],
+                   help="the draft part's numbers of drafts")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--workload", choices=["copy", "chat"], default="copy", help="the batch part's prompts")
@@ -224,7 +315,7 @@ def main():
     if not os.path.exists(INFERD):
         raise SystemExit(f"build inferd first ({INFERD})")
     for part in a.parts:
-        {"single": single, "batch": batch, "peer": peer}[part](a)
+        {"single": single, "batch": batch, "peer": peer, "draft": draft}[part](a)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ Status EngineOptions::validate() const {
       return invalid_argument("KV offload tiers need prefix caching (drop --no-prefix-caching)");
     INFERD_RETURN_IF_ERROR(offload.validate());
   }
+  const SpeculativeOptions& spec = scheduler.speculative;
+  const bool drafting = spec.enabled && spec.method == SpeculativeMethod::kDraftModel;
+  if (!drafting && draft_model != nullptr)
+    return invalid_argument("a draft model is given, but speculative decoding by draft model is off");
   if (step_mirror != nullptr) {
     if (kv_export != nullptr || remote_kv)
       return invalid_argument("prefill/decode disaggregation does not work with tensor parallelism yet");
@@ -40,6 +44,16 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
       runner_(model, cache_, kv_) {
   INFERD_CHECK(options.validate().is_ok());
   runner_.set_mirror(options.step_mirror);
+  const SpeculativeOptions& spec = options.scheduler.speculative;
+  INFERD_CHECK_MSG(
+      options.draft_model != nullptr || !spec.enabled || spec.method != SpeculativeMethod::kDraftModel,
+      "speculative decoding by draft model without the draft model loaded");
+  if (options.draft_model != nullptr) {
+    INFERD_CHECK_MSG(options.draft_model->config().vocab_size == model.config().vocab_size,
+                     "the draft model's vocabulary must be the target's");
+    drafter_ = std::make_unique<DraftProposer>(*options.draft_model, options.num_kv_blocks,
+                                               options.block_size, options.kv_dtype);
+  }
   const bool fingerprint_needed =
       options.offload.enabled() || options.kv_export != nullptr || options.remote_kv;
   if (fingerprint_needed) {
@@ -213,7 +227,12 @@ std::vector<StepOutput> Engine::step() {
   using Clock = std::chrono::steady_clock;
   std::vector<StepOutput> out = std::exchange(pending_outputs_, {});
   const auto t0 = Clock::now();
-  const ScheduledBatch batch = scheduler_.schedule();
+  ScheduledBatch batch = scheduler_.schedule();
+  if (drafter_) {
+    const int64_t passes = drafter_->forward_passes();
+    drafter_->propose(&batch);
+    stats_.spec_draft_passes += drafter_->forward_passes() - passes;
+  }
   // Every item computes its last token (and its drafts): a decode step.
   const bool decode_only =
       !batch.empty() && std::all_of(batch.items.begin(), batch.items.end(), [](const auto& item) {
@@ -300,6 +319,7 @@ std::vector<StepOutput> Engine::step() {
   if (offloader_) offloader_->offload_cold(pool_, options_.offload.max_blocks_per_step);
   const auto t4 = Clock::now();
   stats_.schedule_seconds += seconds_between(t0, t1) + seconds_between(t3, t4);
+  if (drafter_) stats_.spec_draft_seconds = drafter_->seconds();
   stats_.execute_seconds += seconds_between(t1, t2);
   stats_.sample_seconds += seconds_between(t2, t3);
   if (decode_only) {
@@ -356,6 +376,7 @@ void Engine::collect_finished(std::vector<StepOutput>* out) {
   };
   for (auto& r : scheduler_.take_finished()) {
     samplers_.erase(r->id);
+    if (drafter_) drafter_->release(r->id);
     mark(r->group, r->sample_index, *r);
     // Ended before its samples were forked (error, abort, or an n that was refused): the other
     // samples end with it.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/draft_proposer.h"
 #include "engine/mask_prefetcher.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
@@ -51,6 +52,11 @@ struct EngineOptions {
   StepMirror* step_mirror = nullptr;
   // This rank's place in the job: names its offload store (each rank's slice in a store of its own).
   KvShard kv_shard;
+  // Speculative decoding with a draft model (scheduler.speculative.method kDraftModel): the model
+  // that proposes, of the target's vocabulary (not owned; required then: validate() runs before
+  // the caller loads it, so the engine's constructor checks it). Its KV pool has num_kv_blocks blocks of
+  // its own layers, in kv_dtype. Runs on this process only (other ranks mirror the target's steps).
+  Transformer* draft_model = nullptr;
 
   Status validate() const;
 };
@@ -87,6 +93,9 @@ struct EngineStats {
   int64_t spec_drafts = 0;
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
+  // Draft model: its forward passes and their time (part of schedule_seconds: before the step).
+  int64_t spec_draft_passes = 0;
+  double spec_draft_seconds = 0;
   double total_seconds() const { return schedule_seconds + execute_seconds + sample_seconds; }
 };
 
@@ -136,6 +145,8 @@ class Engine final {
   const BlockPool& block_pool() const { return pool_; }
   const KVCacheManager& kv_cache_manager() const { return kv_; }
   const EngineStats& stats() const { return stats_; }
+  // The draft model's proposer (nullptr unless speculating with one).
+  const DraftProposer* drafter() const { return drafter_.get(); }
   // The offload tiers, or nullptr when none is configured (or they could not be opened).
   const KvOffloader* offloader() const { return offloader_.get(); }
   // Whether cold cached blocks wait for the offload tiers while no request runs: the owner of
@@ -191,6 +202,7 @@ class Engine final {
   std::unique_ptr<RemoteKvSource> remote_;          // refers to cache_
   std::unique_ptr<KvOffloader> offloader_;          // last: it refers to cache_ and pool_
   std::unique_ptr<KvBlockSource> mirrored_source_;  // refers to offloader_ (with a step mirror)
+  std::unique_ptr<DraftProposer> drafter_;          // draft-model speculation only
 };
 
 }  // namespace inferd

@@ -22,6 +22,8 @@ Status SpeculativeOptions::validate() const {
   if (ngram.prompt_lookup_max < ngram.prompt_lookup_min)
     return invalid_argument("prompt_lookup_max must be >= prompt_lookup_min");
   if (disable_by_batch_size < 1) return invalid_argument("disable_by_batch_size must be >= 1");
+  if (method == SpeculativeMethod::kDraftModel && draft_model.empty())
+    return invalid_argument("the draft_model method needs a model");
   return Status::ok();
 }
 
@@ -127,7 +129,11 @@ void Scheduler::propose_draft(Request* r, int64_t budget) {
   // the budget.
   const int64_t room = std::min({r->limits.max_tokens - static_cast<int64_t>(r->output.size()) - 1,
                                  options_.max_model_len - r->num_tokens() - 1, budget - 1});
-  propose_ngram(r->prompt, r->output, spec.ngram, room, &r->draft);
+  if (spec.method == SpeculativeMethod::kNgram) {
+    propose_ngram(r->prompt, r->output, spec.ngram, room, &r->draft);
+  } else if (room > 0) {  // positions the engine's draft model fills in before the step runs
+    r->draft.assign(static_cast<size_t>(std::min<int64_t>(spec.ngram.num_speculative_tokens, room)), 0);
+  }
 }
 
 void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget) {

@@ -40,12 +40,18 @@ enum class KvLoadFailure {
   kFail,       // the request ends with an error naming the failure
 };
 
-// Speculative decoding by prompt lookup (engine/ngram_proposer.h): a decoding request proposes
-// drafts that its next step computes and the engine verifies (vLLM's --speculative-config
-// '{"method": "ngram", ...}').
+// Speculative decoding: a decoding request proposes drafts that its next step computes and the
+// engine verifies (vLLM's --speculative-config). kNgram: prompt lookup (engine/ngram_proposer.h),
+// proposed here while the step is planned. kDraftModel: a smaller model of the same vocabulary
+// (engine/draft_proposer.h); the plan reserves num_speculative_tokens positions, which the engine
+// fills with the draft model's greedy continuation before the step runs.
+enum class SpeculativeMethod { kNgram, kDraftModel };
+
 struct SpeculativeOptions {
   bool enabled = false;
-  NgramOptions ngram;
+  SpeculativeMethod method = SpeculativeMethod::kNgram;
+  NgramOptions ngram;       // its num_speculative_tokens is k for either method
+  std::string draft_model;  // kDraftModel: the draft's path (the caller loads it)
   // Draft only while at most this many requests run: past it a step is compute-bound and the
   // rows of rejected drafts cost more than accepted ones save (vLLM's disable_by_batch_size).
   int64_t disable_by_batch_size = 4;

@@ -16,9 +16,14 @@ Expected<SpeculativeOptions> parse_speculative_config(const std::string& text) {
   if (!j.contains("method") || !j["method"].is_string())
     return invalid_argument("--speculative-config: \"method\" (a string) is required, e.g. \"ngram\"");
   const std::string method = j["method"].get<std::string>();
-  if (method != "ngram")
-    return unsupported("--speculative-config: method \"" + method +
-                       "\" is not supported; inferd drafts by prompt lookup (\"ngram\")");
+  if (method == "draft_model") {
+    o.method = SpeculativeMethod::kDraftModel;
+  } else if (method != "ngram") {
+    return unsupported(
+        "--speculative-config: method \"" + method +
+        "\" is not supported; inferd drafts by prompt lookup (\"ngram\") or with a smaller model "
+        "(\"draft_model\")");
+  }
   auto integer = [&](const char* field, auto* out) -> Status {
     if (!j.contains(field)) return Status::ok();
     if (!j[field].is_number_integer() || j[field].get<int64_t>() < 0 || j[field].get<int64_t>() > (1 << 20))
@@ -27,11 +32,21 @@ Expected<SpeculativeOptions> parse_speculative_config(const std::string& text) {
     *out = static_cast<std::remove_reference_t<decltype(*out)>>(j[field].get<int64_t>());
     return Status::ok();
   };
+  // Fields of the other method are refused, not ignored: each changes what the user gets.
+  const bool ngram = o.method == SpeculativeMethod::kNgram;
   for (const auto& [key, value] : j.items()) {
     (void)value;
-    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
-        key != "prompt_lookup_max" && key != "disable_by_batch_size")
-      return invalid_argument("--speculative-config: unknown field \"" + key + "\"");
+    const bool common = key == "method" || key == "num_speculative_tokens" || key == "disable_by_batch_size";
+    const bool own = ngram ? key == "prompt_lookup_min" || key == "prompt_lookup_max" : key == "model";
+    if (!common && !own)
+      return invalid_argument("--speculative-config: unknown field \"" + key + "\" for method \"" + method +
+                              "\"");
+  }
+  if (!ngram) {
+    if (!j.contains("model") || !j["model"].is_string() || j["model"].get<std::string>().empty())
+      return invalid_argument(
+          "--speculative-config: method \"draft_model\" needs \"model\" (the draft's path)");
+    o.draft_model = j["model"].get<std::string>();
   }
   INFERD_RETURN_IF_ERROR(integer("num_speculative_tokens", &o.ngram.num_speculative_tokens));
   INFERD_RETURN_IF_ERROR(integer("prompt_lookup_min", &o.ngram.prompt_lookup_min));

@@ -2,6 +2,7 @@
 on this machine (--oversubscribe: 2 cores), against one process (docs/parallelism.md)."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -304,7 +305,9 @@ def test_a_killed_rank_ends_the_job():
         chunks, error = stream_until_fault(port, lambda: os.kill(rank_pid(port, 1), signal.SIGKILL))
         assert error is not None and "a rank stopped answering" in error["message"], error
         _, out = finish(proc, 60)
-        assert "rank 0: all-reduce did not complete within 3 s" in out, out[-3000:]
+        # Which collective of the step is waiting when the rank dies is up to timing: the
+        # all-reduce of a layer or the gather of the logits.
+        assert re.search(r"rank 0: (all-reduce|gather of the logits) did not complete within 3 s", out), out[-3000:]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -4,6 +4,7 @@
 // prefix cache, while drafts are really proposed, accepted and rejected.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <random>
 
@@ -63,7 +64,11 @@ TEST(SpeculativeConfigTest, ParsesVllmsFieldsAndRefusesWhatItDoesNotDo) {
   ASSERT_TRUE(only_max.has_value()) << only_max.status().message();
   EXPECT_EQ(only_max->ngram.prompt_lookup_min, 1);
   const std::pair<const char*, const char*> bad[] = {
-      {R"({"method": "draft_model", "model": "x.gguf"})", "draft_model"},
+      {R"({"method": "eagle", "model": "x.gguf"})", "eagle"},
+      {R"({"method": "draft_model"})", "model"},
+      {R"({"method": "draft_model", "model": 3})", "model"},
+      {R"({"method": "draft_model", "model": "x.gguf", "prompt_lookup_max": 3})", "prompt_lookup_max"},
+      {R"({"method": "ngram", "model": "x.gguf"})", "model"},
       {R"({"num_speculative_tokens": 3})", "method"},
       {R"({"method": "ngram", "num_speculative_tokens": 0})", "num_speculative_tokens"},
       {R"({"method": "ngram", "num_speculative_tokens": "5"})", "num_speculative_tokens"},
@@ -74,6 +79,15 @@ TEST(SpeculativeConfigTest, ParsesVllmsFieldsAndRefusesWhatItDoesNotDo) {
       {"{\"method\": ", "JSON"},
       {"[1, 2]", "JSON"},
   };
+  auto draft = parse_speculative_config(
+      R"({"method": "draft_model", "model": "small.gguf", "num_speculative_tokens": 3, "disable_by_batch_size": 2})");
+  ASSERT_TRUE(draft.has_value()) << draft.status().message();
+  EXPECT_TRUE(draft->enabled);
+  EXPECT_EQ(draft->method, SpeculativeMethod::kDraftModel);
+  EXPECT_EQ(draft->draft_model, "small.gguf");
+  EXPECT_EQ(draft->ngram.num_speculative_tokens, 3);
+  EXPECT_EQ(draft->disable_by_batch_size, 2);
+  EXPECT_EQ(on->method, SpeculativeMethod::kNgram);
   for (const auto& [json, needle] : bad) {
     auto r = parse_speculative_config(json);
     ASSERT_FALSE(r.has_value()) << json;
@@ -247,6 +261,162 @@ TEST_P(SpeculativeEngineTest, NoDraftsAboveTheBatchSizeLimit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, SpeculativeEngineTest, ::testing::Values("llama_untied", "qwen2", "qwen3"));
+
+// Speculative decoding with a draft model: the target's tokens (and logprobs) are those of
+// decoding without drafts whatever the draft proposes; a draft that is the target itself has
+// every draft accepted (its KV, rolled back and caught up, is right); a draft of the same weights
+// in bfloat16 agrees mostly; an unrelated one rarely.
+struct DraftPair {
+  const char* target;
+  const char* draft;
+};
+
+class DraftModelEngineTest : public ::testing::TestWithParam<DraftPair> {
+ protected:
+  void SetUp() override {
+    target_weights_ = load_model(test::fixture_path(std::string("tiny/") + GetParam().target));
+    ASSERT_TRUE(target_weights_.has_value()) << target_weights_.status().message();
+    draft_weights_ = load_model(test::fixture_path(std::string("tiny/") + GetParam().draft));
+    ASSERT_TRUE(draft_weights_.has_value()) << draft_weights_.status().message();
+    target_ = std::make_unique<Transformer>(**target_weights_, pool_);
+    draft_ = std::make_unique<Transformer>(**draft_weights_, pool_);
+  }
+  EngineOptions drafting(Transformer* draft, int32_t k = 4, int64_t blocks = 256) const {
+    EngineOptions o = options(true, blocks);
+    o.scheduler.speculative.method = SpeculativeMethod::kDraftModel;
+    o.scheduler.speculative.draft_model = "draft";
+    o.scheduler.speculative.ngram.num_speculative_tokens = k;
+    o.draft_model = draft;
+    return o;
+  }
+  // The run with drafts gives the run without, and the draft's blocks all come back.
+  Outcome expect_same_as_without(const std::vector<RequestSpec>& specs, const EngineOptions& on,
+                                 bool together = true) {
+    EngineOptions off = options(false, on.num_kv_blocks);
+    const Outcome plain = run(*target_, off, specs, together);
+    Engine engine(*target_, on);
+    Outcome spec;
+    spec.tokens.resize(specs.size());
+    spec.logprobs.resize(specs.size());
+    std::map<RequestId, size_t> index;
+    auto drain = [&] {
+      while (engine.has_work()) {
+        for (const StepOutput& s : engine.step()) {
+          const size_t i = index.at(s.id);
+          spec.tokens[i].insert(spec.tokens[i].end(), s.new_tokens.begin(), s.new_tokens.end());
+          spec.logprobs[i].insert(spec.logprobs[i].end(), s.logprobs.begin(), s.logprobs.end());
+          EXPECT_TRUE(s.error.empty()) << s.error;
+        }
+      }
+    };
+    for (size_t i = 0; i < specs.size(); ++i) {
+      index[engine.add(specs[i])] = i;
+      if (!together) drain();
+    }
+    drain();
+    spec.stats = engine.stats();
+    spec.preemptions = engine.scheduler().num_preemptions();
+    draft_evictions_ = engine.drafter()->evictions();
+    EXPECT_EQ(spec.tokens, plain.tokens);
+    EXPECT_EQ(spec.logprobs, plain.logprobs);
+    EXPECT_EQ(engine.block_pool().num_free_blocks(), engine.block_pool().num_blocks());
+    EXPECT_EQ(engine.drafter()->num_sequences(), 0);
+    EXPECT_EQ(engine.drafter()->num_free_blocks(), on.num_kv_blocks);
+    EXPECT_GT(spec.stats.spec_draft_tokens, 0);
+    EXPECT_GT(spec.stats.spec_draft_passes, 0);
+    if (!together && spec.stats.spec_accepted_tokens > 0) {
+      EXPECT_LT(spec.stats.steps, plain.stats.steps);
+    }
+    return spec;
+  }
+  ThreadPool pool_{2};
+  Expected<std::unique_ptr<ModelWeights>> target_weights_ = invalid_argument("not loaded");
+  Expected<std::unique_ptr<ModelWeights>> draft_weights_ = invalid_argument("not loaded");
+  std::unique_ptr<Transformer> target_, draft_;
+  int64_t draft_evictions_ = 0;  // of the last expect_same_as_without
+};
+
+TEST_P(DraftModelEngineTest, GreedyTokensAreThoseOfDecodingWithoutDrafts) {
+  const Outcome alone =
+      expect_same_as_without(workload(6, 11, 40), drafting(draft_.get()), /*together=*/false);
+  const Outcome together = expect_same_as_without(workload(10, 12, 40), drafting(draft_.get(), 3));
+  std::printf("[ draft %s for %s ] accepted %lld of %lld drafts (alone), %lld of %lld (together)\n",
+              GetParam().draft, GetParam().target, static_cast<long long>(alone.stats.spec_accepted_tokens),
+              static_cast<long long>(alone.stats.spec_draft_tokens),
+              static_cast<long long>(together.stats.spec_accepted_tokens),
+              static_cast<long long>(together.stats.spec_draft_tokens));
+}
+
+TEST_P(DraftModelEngineTest, SeededSamplingWithPenaltiesAndLogprobsIsUnchanged) {
+  auto specs = workload(8, 13, 40);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    SamplingParams& p = specs[i].sampling;
+    p.temperature = 0.1f;
+    p.top_p = 0.95f;
+    p.seed = 200 + i;
+    p.logprobs = 2;
+    if (i % 2 == 1) p.repetition_penalty = 1.1f;
+  }
+  expect_same_as_without(specs, drafting(draft_.get()));
+}
+
+TEST_P(DraftModelEngineTest, TheTargetAsItsOwnDraftHasEveryDraftAccepted) {
+  // Greedy drafts of the target itself are its own next tokens: all accepted, which only holds
+  // when the draft's KV was kept, rolled back and caught up right step after step (and the
+  // engine's batch invariance makes the draft's rows those of the verification).
+  for (const bool together : {false, true}) {
+    const Outcome r = expect_same_as_without(workload(6, 14, 48), drafting(target_.get(), 5), together);
+    EXPECT_EQ(r.stats.spec_accepted_tokens, r.stats.spec_draft_tokens) << "together " << together;
+  }
+}
+
+TEST_P(DraftModelEngineTest, SmallPoolsPreemptAndTheDraftGivesBlocksBack) {
+  // 12 blocks of 16 tokens for 12 requests: the target preempts and the draft's pool (as many
+  // blocks) runs out, so idle sequences give theirs back and some steps draft nothing.
+  const Outcome r = expect_same_as_without(workload(12, 15, 48), drafting(draft_.get(), 4, /*blocks=*/12));
+  EXPECT_GT(r.preemptions, 0);
+  EXPECT_GT(draft_evictions_, 0);
+}
+
+TEST_P(DraftModelEngineTest, AStopTokenInsideADraftEndsTheRequestThere) {
+  auto specs = workload(6, 16, 40);
+  const Outcome plain = run(*target_, options(false), specs);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& t = plain.tokens[i];
+    specs[i].limits.stop_token_ids = {t[t.size() / 2 + i % 3]};
+  }
+  const Outcome spec = expect_same_as_without(specs, drafting(target_.get()));
+  for (size_t i = 0; i < specs.size(); ++i)
+    EXPECT_EQ(spec.tokens[i].back(), specs[i].limits.stop_token_ids[0]);
+}
+
+TEST(DraftModelOptionsTest, TheDraftModelAndTheMethodGoTogether) {
+  EngineOptions o;
+  o.scheduler.speculative.enabled = true;
+  o.scheduler.speculative.method = SpeculativeMethod::kDraftModel;
+  o.scheduler.speculative.draft_model = "x";
+  EXPECT_TRUE(o.validate().is_ok());  // the caller loads it next
+  o.scheduler.speculative.draft_model.clear();
+  EXPECT_NE(o.validate().message().find("needs a model"), std::string::npos);
+  // A draft model given while speculation is off, or by prompt lookup.
+  ThreadPool pool(1);
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value());
+  Transformer draft(**weights, pool);
+  EngineOptions n;
+  n.draft_model = &draft;
+  EXPECT_NE(n.validate().message().find("draft model is off"), std::string::npos);
+  n.scheduler.speculative.enabled = true;
+  EXPECT_NE(n.validate().message().find("draft model is off"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, DraftModelEngineTest,
+                         ::testing::Values(DraftPair{"qwen2", "qwen2_bf16"}, DraftPair{"qwen3", "qwen3_bf16"},
+                                           DraftPair{"llama_tied", "llama_bf16"},
+                                           DraftPair{"qwen2", "llama_untied"}),
+                         [](const ::testing::TestParamInfo<DraftPair>& info) {
+                           return std::string(info.param.target) + "_by_" + info.param.draft;
+                         });
 
 }  // namespace
 }  // namespace inferd
