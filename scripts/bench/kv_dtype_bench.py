@@ -59,6 +59,8 @@ def decode(args):
             sys.exit(f"{model} is missing: run scripts/peer/make_models.py --types q8_0")
         for d in depths:
             r = {dt: ours(model, d, dt, args) for dt in DTYPES}
+            # inferd's figures first: a run that times out in the peer's still leaves them.
+            print(f"  (inferd at {d}: " + ", ".join(f"{dt} {v:.1f}" for dt, v in r.items()) + ")", flush=True)
             pf16, pq8 = peer(model, d, "f16", args), peer(model, d, "q8_0", args)
             print(f"| {name} | {d} | {r['f16']:.1f} | {r['int8']:.1f} | {r['fp8']:.1f} | {r['int8'] / r['f16']:.2f}x | "
                   f"{r['fp8'] / r['f16']:.2f}x | {pf16:.1f} | {pq8:.1f} | {r['int8'] / pq8:.2f}x | "
@@ -151,8 +153,8 @@ def main():
     ap.add_argument("parts", nargs="*", default=["decode", "capacity", "perplexity"])
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--depths-smollm", type=lambda s: [int(x) for x in s.split(",")], default=[1024, 4096, 8000])
-    ap.add_argument("--depths-qwen", type=lambda s: [int(x) for x in s.split(",")], default=[1024, 4096, 16384])
+    ap.add_argument("--depths-smollm", type=lambda s: [int(x) for x in s.split(",") if x], default=[1024, 4096, 8000])
+    ap.add_argument("--depths-qwen", type=lambda s: [int(x) for x in s.split(",") if x], default=[1024, 4096, 16384])
     ap.add_argument("--sequences", type=int, default=16)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--memory", default="40MiB")
