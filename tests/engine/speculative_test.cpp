@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -103,8 +104,9 @@ struct Outcome {
 };
 
 // Runs the specs all at once (or one after another) and collects each one's tokens.
+// `inspect` sees the engine after the run (the draft proposer's counters).
 Outcome run(Transformer& model, const EngineOptions& o, const std::vector<RequestSpec>& specs,
-            bool together = true) {
+            bool together = true, const std::function<void(const Engine&)>& inspect = {}) {
   Engine engine(model, o);
   Outcome r;
   r.tokens.resize(specs.size());
@@ -128,6 +130,7 @@ Outcome run(Transformer& model, const EngineOptions& o, const std::vector<Reques
   EXPECT_EQ(engine.block_pool().num_free_blocks(), engine.block_pool().num_blocks());
   r.stats = engine.stats();
   r.preemptions = engine.scheduler().num_preemptions();
+  if (inspect) inspect(engine);
   return r;
 }
 
@@ -294,34 +297,13 @@ class DraftModelEngineTest : public ::testing::TestWithParam<DraftPair> {
                                  bool together = true) {
     EngineOptions off = options(false, on.num_kv_blocks);
     const Outcome plain = run(*target_, off, specs, together);
-    Engine engine(*target_, on);
-    Outcome spec;
-    spec.tokens.resize(specs.size());
-    spec.logprobs.resize(specs.size());
-    std::map<RequestId, size_t> index;
-    auto drain = [&] {
-      while (engine.has_work()) {
-        for (const StepOutput& s : engine.step()) {
-          const size_t i = index.at(s.id);
-          spec.tokens[i].insert(spec.tokens[i].end(), s.new_tokens.begin(), s.new_tokens.end());
-          spec.logprobs[i].insert(spec.logprobs[i].end(), s.logprobs.begin(), s.logprobs.end());
-          EXPECT_TRUE(s.error.empty()) << s.error;
-        }
-      }
-    };
-    for (size_t i = 0; i < specs.size(); ++i) {
-      index[engine.add(specs[i])] = i;
-      if (!together) drain();
-    }
-    drain();
-    spec.stats = engine.stats();
-    spec.preemptions = engine.scheduler().num_preemptions();
-    draft_evictions_ = engine.drafter()->evictions();
+    const Outcome spec = run(*target_, on, specs, together, [&](const Engine& engine) {
+      draft_evictions_ = engine.drafter()->evictions();
+      EXPECT_EQ(engine.drafter()->num_sequences(), 0);
+      EXPECT_EQ(engine.drafter()->num_free_blocks(), on.num_kv_blocks);
+    });
     EXPECT_EQ(spec.tokens, plain.tokens);
     EXPECT_EQ(spec.logprobs, plain.logprobs);
-    EXPECT_EQ(engine.block_pool().num_free_blocks(), engine.block_pool().num_blocks());
-    EXPECT_EQ(engine.drafter()->num_sequences(), 0);
-    EXPECT_EQ(engine.drafter()->num_free_blocks(), on.num_kv_blocks);
     EXPECT_GT(spec.stats.spec_draft_tokens, 0);
     EXPECT_GT(spec.stats.spec_draft_passes, 0);
     if (!together && spec.stats.spec_accepted_tokens > 0) {
