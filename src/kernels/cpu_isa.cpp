@@ -8,6 +8,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace inferd {
@@ -32,6 +34,15 @@ std::optional<Isa> parse_isa(std::string_view name) {
 
 namespace {
 
+#if defined(__x86_64__)
+// Asks Linux for the AMX tile data state (XFEATURE_XTILEDATA = 18) for this process.
+bool request_amx_permission() {
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtileData = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+}
+#endif
+
 Isa detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -44,9 +55,11 @@ Isa detect() {
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
     return Isa::kAvx2;
   if (!__builtin_cpu_supports("avx512vnni")) return Isa::kAvx512;
-  // CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8. Tile use also needs the OS's permission,
-  // which the AMX kernels request; without it they are not used.
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1u) && (edx >> 25 & 1u))
+  // CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8. Tile use also needs the OS's permission
+  // (Linux 5.16+: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA), granted for the whole process);
+  // without it the AMX path is not used.
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1u) && (edx >> 25 & 1u) &&
+      request_amx_permission())
     return Isa::kAmx;
   return Isa::kVnni;
 #else

@@ -1,10 +1,13 @@
 #include "kernels/packed_matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include <sys/mman.h>
 
 #include "common/check.h"
 #include "common/half.h"
@@ -15,7 +18,8 @@ namespace inferd {
 
 namespace {
 
-constexpr int kMaxTokens = 8;  // tokens per pass over a tile's weights
+constexpr int kMaxTokens = 8;   // tokens per pass over a tile's weights
+constexpr int kAmxTokens = 16;  // the same on the AMX path (one tile of activations)
 constexpr int64_t kPrefetchBlocks = 6;
 constexpr size_t kAlign = 64;
 
@@ -24,6 +28,20 @@ std::byte* aligned_bytes(size_t n) {
   void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
   INFERD_CHECK_MSG(p != nullptr, "out of memory packing weights");
   std::memset(p, 0, rounded == 0 ? kAlign : rounded);
+  return static_cast<std::byte*>(p);
+}
+
+// A packed weight's bytes. Large ones start on a 2 MiB boundary and ask for transparent huge
+// pages (Linux's default mode gives them only to memory that asks): a decode step streams every
+// weight once, and with 4 KiB pages the TLB misses of that stream cost bandwidth.
+std::byte* weight_bytes(size_t n) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  if (n < 2 * kHugePage) return aligned_bytes(n);
+  const size_t rounded = (n + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  INFERD_CHECK_MSG(p != nullptr, "out of memory packing weights");
+  madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without huge pages the weight still works
+  std::memset(p, 0, rounded);
   return static_cast<std::byte*>(p);
 }
 
@@ -220,6 +238,11 @@ struct TileArgs {
   int num_tokens;
   float* out;            // [num_tokens][16]
   const std::byte* end;  // end of the packed weight: prefetches stay inside it
+  // The AMX kernel's operands (16 tokens): the tile's weights as signed bytes (B tiles), and the
+  // tokens' block scales and scaled sums as [block][16 tokens].
+  const int8_t* amx_weights = nullptr;
+  const float* amx_scales = nullptr;
+  const float* amx_scaled_sums = nullptr;
 };
 
 // The stored u8 quant of value k (0..31) of row r in a packed block.
@@ -494,6 +517,9 @@ INFERD_AVX512 inline __m512i dot4_avx512bw(__m512i acc, __m512i w, __m512i x) {
 #undef INFERD_TILE512_NAME
 #undef INFERD_TILE512_TARGET
 #undef INFERD_TILE512_DOT
+
+// AMX-INT8 path: 16 tokens x 16 rows per block in one tile dot product (the VNNI kernel's sums).
+#include "kernels/packed_tile_amx.inc"
 
 INFERD_AVX512 void store_avx512(const float* out, int nt, int rows, float* y, int64_t ld, const float* bias) {
   const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
@@ -896,9 +922,103 @@ const TileFn* tables_for(DType dtype) {
   }
 }
 
-// The tile kernel of `isa` for `dtype` and num_tokens (1..8).
+#if defined(__x86_64__)
+using AmxPrepareFn = void (*)(const std::byte*, size_t, int64_t, int8_t*);
+
+AmxPrepareFn amx_prepare_function(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return amx_prepare_weights<DType::kQ8_0>;
+    case DType::kQ5_0: return amx_prepare_weights<DType::kQ5_0>;
+    case DType::kQ5_1: return amx_prepare_weights<DType::kQ5_1>;
+    case DType::kQ4_0: return amx_prepare_weights<DType::kQ4_0>;
+    case DType::kQ4_1: return amx_prepare_weights<DType::kQ4_1>;
+    case DType::kQ4_G128: return amx_prepare_weights<DType::kQ4_G128>;
+    case DType::kQ4_G64: return amx_prepare_weights<DType::kQ4_G64>;
+    case DType::kQ4_K: return amx_prepare_weights<DType::kQ4_K>;
+    case DType::kQ5_K: return amx_prepare_weights<DType::kQ5_K>;
+    case DType::kI8: return amx_prepare_weights<DType::kI8>;
+    default: return amx_prepare_weights<DType::kQ6_K>;
+  }
+}
+
+// A thread's B operands of the last two tiles it ran (a SwiGLU unit's gate and up tiles
+// alternate), valid within one matmul call: prepared once, used by every group of 16 tokens.
+class AmxWeightCache final {
+ public:
+  const int8_t* get(DType dtype, const std::byte* tile, size_t block_bytes, int64_t blocks, uint64_t call) {
+    for (Slot& s : slots_)
+      if (s.tile == tile && s.call == call) return s.data.get();
+    Slot& s = slots_[next_];
+    next_ = 1 - next_;
+    const size_t need = static_cast<size_t>(blocks) * kAmxBlockBytes;
+    if (need > s.capacity) {
+      s.data = {reinterpret_cast<int8_t*>(aligned_bytes(need)), std::free};
+      s.capacity = need;
+    }
+    amx_prepare_function(dtype)(tile, block_bytes, blocks, s.data.get());
+    INFERD_AMX_MEMORY_BARRIER();  // the tile loads read these bytes
+    s.tile = tile;
+    s.call = call;
+    return s.data.get();
+  }
+
+ private:
+  struct Slot {
+    const std::byte* tile = nullptr;
+    uint64_t call = 0;
+    size_t capacity = 0;
+    std::unique_ptr<int8_t[], void (*)(void*)> data{nullptr, std::free};
+  };
+  Slot slots_[2];
+  int next_ = 0;
+};
+
+// Identifies one AMX matmul call (a cache entry of an earlier call never matches).
+uint64_t next_amx_call() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// The AMX kernel of `dtype` (16 tokens).
+TileFn amx_tile_kernel(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return tile_amx<DType::kQ8_0>;
+    case DType::kQ5_0: return tile_amx<DType::kQ5_0>;
+    case DType::kQ5_1: return tile_amx<DType::kQ5_1>;
+    case DType::kQ4_0: return tile_amx<DType::kQ4_0>;
+    case DType::kQ4_1: return tile_amx<DType::kQ4_1>;
+    case DType::kQ4_G128: return tile_amx<DType::kQ4_G128>;
+    case DType::kQ4_G64: return tile_amx<DType::kQ4_G64>;
+    case DType::kQ4_K: return tile_amx<DType::kQ4_K>;
+    case DType::kQ5_K: return tile_amx<DType::kQ5_K>;
+    case DType::kI8: return tile_amx<DType::kI8>;
+    default: return tile_amx<DType::kQ6_K>;
+  }
+}
+#endif
+
+// Tokens per kernel call: 16 on the AMX path for integer weights, else up to 8.
+int token_group(Isa isa, const PackedWeight& w) {
+  return isa == Isa::kAmx && !w.is_float() ? kAmxTokens : kMaxTokens;
+}
+
+// Sets up what the calling thread's kernels for w need (AMX: the tile configuration).
+void prepare_thread(Isa isa, const PackedWeight& w) {
+#if defined(__x86_64__)
+  if (token_group(isa, w) == kAmxTokens) amx_configure_int8();
+#else
+  (void)isa;
+  (void)w;
+#endif
+}
+
+// The tile kernel of `isa` for `dtype` and num_tokens (1..8; 16 on the AMX path).
 TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
 #if defined(__x86_64__)
+  if (num_tokens == kAmxTokens) {
+    INFERD_CHECK(isa == Isa::kAmx);
+    return amx_tile_kernel(dtype);
+  }
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni))
     return tables_for<VnniKernel>(dtype)[num_tokens - 1];
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512))
@@ -1043,7 +1163,7 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
     tiles += n;
   }
   w.tiles_ = tiles;
-  w.data_ = {aligned_bytes(w.num_bytes()), std::free};
+  w.data_ = {weight_bytes(w.num_bytes()), std::free};
   const size_t sstep = f.f32_scales ? 4 : 2;
   for (size_t pi = 0; pi < parts.size(); ++pi) {
     const TensorView& src = *parts[pi];
@@ -1122,10 +1242,11 @@ Epilogues epilogues(Isa isa) {
 
 // Work unit u of w (a tile, or a gate/up tile pair of a SwiGLU weight) for every group of up to
 // 8 tokens: run_tile(tile, first_token, num_tokens, out), results written into the outputs.
-// out / out_up: [kMaxTokens * kQuantTileRows] scratch.
+// Tokens go to the kernel in groups of `group` (a last, smaller group in groups of up to 8).
+// out / out_up: [kAmxTokens * kQuantTileRows] scratch.
 template <typename RunTile>
 void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw, int64_t u, int64_t tokens,
-              const Epilogues& e, RunTile& run_tile, float* out, float* out_up) {
+              const Epilogues& e, int group, RunTile& run_tile, float* out, float* out_up) {
   // The part this unit's rows belong to, and the unit's first row in it.
   size_t part = 0;
   int64_t row0 = 0;
@@ -1137,8 +1258,9 @@ void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw,
   }
   const int rows = static_cast<int>(std::min<int64_t>(kQuantTileRows, w.part_rows(part) - row0));
   const QuantMatmulOutput& o = outputs[w.swiglu() ? 0 : part];
-  for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
-    const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
+  for (int64_t t0 = 0; t0 < tokens;) {
+    const int nt =
+        static_cast<int>(tokens - t0 >= group ? group : std::min<int64_t>(kMaxTokens, tokens - t0));
     float* y = o.y + t0 * o.ld + row0;
     if (raw) {  // a SwiGLU weight's gate and up as they are, into two outputs
       const QuantMatmulOutput& up = outputs[1];
@@ -1154,6 +1276,7 @@ void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw,
       run_tile(w.tile(u), t0, nt, out);
       e.store(out, nt, rows, y, o.ld, o.bias != nullptr ? o.bias + row0 : nullptr);
     }
+    t0 += nt;
   }
 }
 
@@ -1169,12 +1292,66 @@ void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, in
   INFERD_CHECK(raw || outputs.size() == (w.swiglu() ? 1 : w.num_parts()));
   if (tokens == 0) return;
   const Epilogues e = epilogues(isa);
+  const int group = token_group(isa, w);
   pool.parallel_for(num_units(w), [&](int64_t begin, int64_t end) {
-    alignas(64) float out[kMaxTokens * kQuantTileRows];
-    alignas(64) float out_up[kMaxTokens * kQuantTileRows];
+    alignas(64) float out[kAmxTokens * kQuantTileRows];
+    alignas(64) float out_up[kAmxTokens * kQuantTileRows];
+    if (tokens >= group) prepare_thread(isa, w);
     for (int64_t u = begin; u < end; ++u)
-      run_unit(w, outputs.data(), raw, u, tokens, e, run_tile, out, out_up);
+      run_unit(w, outputs.data(), raw, u, tokens, e, group, run_tile, out, out_up);
   });
+}
+
+// The AMX kernel's view of one matmul's activations: their block scales and scaled sums tiled
+// [group of 16 tokens][block][16 tokens], and the call's id for the weight caches.
+struct AmxActivations {
+  std::vector<float> scales;
+  std::vector<float> scaled_sums;
+  uint64_t call = 0;
+};
+
+// Fills `out` for x's whole groups of 16 tokens (grown, never shrunk: no allocation once warm).
+void tile_amx_activations(const QuantizedActivations& x, AmxActivations& out) {
+  const int64_t groups = x.tokens() / kAmxTokens, nb = x.blocks();
+  const auto n = static_cast<size_t>(groups * nb * kAmxTokens);
+  if (out.scales.size() < n) {
+    out.scales.resize(n);
+    out.scaled_sums.resize(n);
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int t = 0; t < kAmxTokens; ++t) {
+      const float* d = x.scale(g * kAmxTokens + t);
+      const float* ss = x.scaled_sum(g * kAmxTokens + t);
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto i = static_cast<size_t>((g * nb + b) * kAmxTokens + t);
+        out.scales[i] = d[b];
+        out.scaled_sums[i] = ss[b];
+      }
+    }
+  }
+#if defined(__x86_64__)
+  out.call = next_amx_call();
+#endif
+}
+
+// The integer tile kernel of `isa` over tokens t0 .. t0 + nt of one tile of w.
+void run_quant_tile(Isa isa, const PackedWeight& w, const QuantizedActivations& x, const AmxActivations& amx,
+                    const std::byte* tile, int64_t t0, int nt, float* out) {
+  const size_t header = tile_header_bytes(w.dtype());
+  const int64_t blocks = w.cols() / kQuantBlockValues;
+  const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
+  TileArgs args{
+      tile + header, row_scale, blocks, w.block_bytes(), &x, t0, nt, out, w.tile(0) + w.num_bytes()};
+#if defined(__x86_64__)
+  if (nt == kAmxTokens) {
+    thread_local AmxWeightCache cache;
+    args.amx_weights = cache.get(w.dtype(), tile + header, w.block_bytes(), blocks, amx.call);
+    const auto offset = static_cast<size_t>(t0 / kAmxTokens * blocks * kAmxTokens);
+    args.amx_scales = amx.scales.data() + offset;
+    args.amx_scaled_sums = amx.scaled_sums.data() + offset;
+  }
+#endif
+  tile_kernel(isa, w.dtype(), nt)(args);
 }
 
 // BF16 weights: the row length of their rounded activations (k rounded up to even); 0 otherwise.
@@ -1203,12 +1380,11 @@ const uint16_t* activations_as_bf16(const float* x, int64_t tokens, int64_t k, i
 void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa) {
   INFERD_CHECK(!w.is_float() && x.k() == w.cols());
-  const int64_t blocks = w.cols() / kQuantBlockValues;
-  const size_t header = tile_header_bytes(w.dtype());
+  thread_local AmxActivations amx_state;
+  AmxActivations& amx = amx_state;  // the caller's: the workers reach it through this reference
+  if (x.tokens() >= token_group(isa, w) && token_group(isa, w) == kAmxTokens) tile_amx_activations(x, amx);
   drive(w, outputs, x.tokens(), pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
-    const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
-    tile_kernel(isa, w.dtype(), nt)(
-        {tile + header, row_scale, blocks, w.block_bytes(), &x, t0, nt, out, w.tile(0) + w.num_bytes()});
+    run_quant_tile(isa, w, x, amx, tile, t0, nt, out);
   });
 }
 
@@ -1258,11 +1434,21 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
     if (grp.tokens > 0 && kb > 0)
       group_xb[g] = activations_as_bf16(grp.x_f32, grp.tokens, grp.w->cols(), kb, rounded[g], pool, isa);
   }
+  // Integer groups on the AMX path: their activations' scales tiled once, before the split.
+  thread_local std::vector<AmxActivations> amx_list;  // the caller's, one per group
+  if (amx_list.size() < groups.size()) amx_list.resize(groups.size());
+  std::vector<AmxActivations>& amx = amx_list;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const PackedMatmulGroup& grp = groups[g];
+    if (!grp.w->is_float() && token_group(isa, *grp.w) == kAmxTokens && grp.tokens >= kAmxTokens)
+      tile_amx_activations(*grp.x, amx[g]);
+  }
   const Epilogues e = epilogues(isa);
   pool.parallel_for(first.back(), [&](int64_t begin, int64_t end) {
-    alignas(64) float out[kMaxTokens * kQuantTileRows];
-    alignas(64) float out_up[kMaxTokens * kQuantTileRows];
+    alignas(64) float out[kAmxTokens * kQuantTileRows];
+    alignas(64) float out_up[kAmxTokens * kQuantTileRows];
     auto g = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) - first.begin() - 1);
+    bool configured = false;  // the AMX tile configuration loaded on this thread
     for (int64_t u = begin; u < end; ++u) {
       while (u >= first[g + 1]) ++g;
       const PackedMatmulGroup& grp = groups[g];
@@ -1278,11 +1464,15 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
                             nt)({tile + header, row_scale, w.cols(), grp.x_f32 + t0 * w.cols(), nt, o,
                                  nullptr, xb != nullptr ? xb + t0 * kb : nullptr, kb});
         } else {
-          tile_kernel(isa, w.dtype(), nt)({tile + header, row_scale, w.cols() / kQuantBlockValues,
-                                           w.block_bytes(), grp.x, t0, nt, o, w.tile(0) + w.num_bytes()});
+          run_quant_tile(isa, w, *grp.x, amx[g], tile, t0, nt, o);
         }
       };
-      run_unit(w, &grp.out, false, u - first[g], grp.tokens, e, run_tile, out, out_up);
+      const int group = token_group(isa, w);
+      if (grp.tokens >= group && !configured) {
+        prepare_thread(isa, w);
+        configured = true;
+      }
+      run_unit(w, &grp.out, false, u - first[g], grp.tokens, e, group, run_tile, out, out_up);
     }
   });
 }

@@ -99,11 +99,11 @@ TEST(BackendOpsTest, LinearMatchesTheDoubleProductOnEveryBackendAndPath) {
   std::mt19937 rng(11);
   ThreadPool pool(2);
   const std::vector<LinearCase> cases = {
-      {DType::kF32, 37, 96, 3},     {DType::kF16, 5, 160, 17},  {DType::kBF16, 19, 64, 1},
-      {DType::kQ8_0, 37, 96, 5},    {DType::kQ4_0, 21, 224, 2}, {DType::kQ4_1, 16, 32, 9},
-      {DType::kQ5_0, 3, 64, 4},     {DType::kQ4_K, 17, 256, 3}, {DType::kQ6_K, 33, 512, 2},
-      {DType::kQ5_K, 8, 256, 1},    {DType::kI8, 13, 96, 4},    {DType::kQ4_G128, 9, 256, 3},
-      {DType::kF8_E4M3, 11, 64, 2},
+      {DType::kF32, 37, 96, 3},     {DType::kF16, 5, 160, 17},   {DType::kBF16, 19, 64, 1},
+      {DType::kQ8_0, 37, 96, 21},   {DType::kQ4_0, 21, 224, 2},  {DType::kQ4_1, 16, 32, 17},
+      {DType::kQ5_0, 3, 64, 4},     {DType::kQ4_K, 17, 256, 16}, {DType::kQ6_K, 33, 512, 18},
+      {DType::kQ5_K, 8, 256, 1},    {DType::kI8, 13, 96, 33},    {DType::kQ4_G128, 9, 256, 3},
+      {DType::kF8_E4M3, 11, 64, 2}, {DType::kQ5_1, 6, 64, 16},   {DType::kQ4_G64, 18, 128, 20},
   };
   for (const LinearCase& c : cases) {
     std::vector<std::byte> storage;
@@ -190,14 +190,14 @@ TEST(BackendOpsTest, QkvPartsAndSwigluMatchTheirReferences) {
 }
 
 // grouped_linear (a MoE step's experts as one op) gives exactly what linear() gives each group
-// alone: SwiGLU pairs and single parts, mixed row counts (0, 1, past the 8-token tile pass), on
-// every backend, path and a float and block-quantized format each.
+// alone: SwiGLU pairs and single parts, mixed row counts (0, 1, past the 8-token tile pass and the AMX path's
+// 16), on every backend, path and a float and block-quantized format each.
 TEST(BackendOpsTest, GroupedLinearEqualsEachLinearAlone) {
   std::mt19937 rng(23);
   ThreadPool pool(2);
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
     const int64_t cols = dtype == DType::kQ4_K ? 256 : 96, rows = 40;
-    const std::vector<int64_t> tokens = {3, 0, 1, 11, 2};
+    const std::vector<int64_t> tokens = {17, 0, 1, 11, 2, 35};
     std::vector<std::vector<std::byte>> storage(2 * tokens.size());
     std::vector<TensorView> gates, ups;
     for (size_t g = 0; g < tokens.size(); ++g) {

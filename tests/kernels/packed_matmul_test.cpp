@@ -122,8 +122,10 @@ TEST(QuantMatmulTest, EveryPathMatchesScalarAndTheDequantizedProduct) {
   ThreadPool pool(3);
   std::mt19937 rng(11);
   for (DType dtype : kTypes) {
-    for (Shape s : {Shape{1, 1, 32}, Shape{1, 16, 64}, Shape{3, 17, 96}, Shape{8, 33, 32}, Shape{9, 5, 576},
-                    Shape{19, 100, 160}, Shape{1, 47, 896}}) {
+    // 16 tokens and more also run the AMX path's 16-token groups where the CPU has AMX.
+    for (Shape s :
+         {Shape{1, 1, 32}, Shape{1, 16, 64}, Shape{3, 17, 96}, Shape{8, 33, 32}, Shape{9, 5, 576},
+          Shape{19, 100, 160}, Shape{1, 47, 896}, Shape{16, 16, 32}, Shape{35, 33, 96}, Shape{50, 7, 608}}) {
       s.k = k_for(dtype, s.k);
       SCOPED_TRACE(std::string(dtype_info(dtype).name) + " T=" + std::to_string(s.tokens) +
                    " N=" + std::to_string(s.rows) + " K=" + std::to_string(s.k));
@@ -192,15 +194,15 @@ TEST(QuantMatmulTest, TokenResultsIndependentOfBatchAndThreads) {
     const TensorView* parts[] = {&w};
     auto packed = PackedWeight::pack(parts);
     ASSERT_TRUE(packed.has_value());
-    auto x = test::random_floats(11 * k, rng);
+    auto x = test::random_floats(21 * k, rng);
     QuantizedActivations all;
-    all.quantize(x.data(), 11, k);
-    std::vector<float> batched(11 * 45);
+    all.quantize(x.data(), 21, k);
+    std::vector<float> batched(21 * 45);
     ThreadPool pool4(4);
     const QuantMatmulOutput out{batched.data(), 45, nullptr};
     quant_matmul(all, *packed, {&out, 1}, pool4);
     ThreadPool pool1(1);
-    for (int64_t t = 0; t < 11; ++t) {
+    for (int64_t t = 0; t < 21; ++t) {
       QuantizedActivations one;
       one.quantize(x.data() + t * k, 1, k);
       std::vector<float> alone(45);
@@ -222,16 +224,16 @@ TEST(QuantMatmulTest, FusedPartsEqualSeparateMatmuls) {
     TensorView q = test::random_tensor(dtype, 40, cols, rng, &sq);
     TensorView k = test::random_tensor(dtype, 7, cols, rng, &sk);
     TensorView v = test::random_tensor(dtype, 21, cols, rng, &sv);
-    auto x = test::random_floats(3 * cols, rng);
+    auto x = test::random_floats(19 * cols, rng);
     auto bias = test::random_floats(40 + 7 + 21, rng);
     QuantizedActivations xq;
-    xq.quantize(x.data(), 3, cols);
+    xq.quantize(x.data(), 19, cols);
     const TensorView* all[] = {&q, &k, &v};
     auto fused = PackedWeight::pack(all);
     ASSERT_TRUE(fused.has_value());
     EXPECT_EQ(fused->num_parts(), 3u);
     EXPECT_EQ(fused->tiles(), 3 + 1 + 2);
-    std::vector<float> yq(3 * 40), yk(3 * 7), yv(3 * 21);
+    std::vector<float> yq(19 * 40), yk(19 * 7), yv(19 * 21);
     const QuantMatmulOutput outs[3] = {
         {yq.data(), 40, bias.data()}, {yk.data(), 7, bias.data() + 40}, {yv.data(), 21, bias.data() + 47}};
     quant_matmul(xq, *fused, outs, pool);
@@ -243,7 +245,7 @@ TEST(QuantMatmulTest, FusedPartsEqualSeparateMatmuls) {
       auto alone = PackedWeight::pack(one);
       ASSERT_TRUE(alone.has_value());
       const int64_t rows = views[p]->num_rows();
-      std::vector<float> y(static_cast<size_t>(3 * rows));
+      std::vector<float> y(static_cast<size_t>(19 * rows));
       const QuantMatmulOutput o{y.data(), rows, biases[p]};
       quant_matmul(xq, *alone, {&o, 1}, pool);
       EXPECT_EQ(y, *ys[p]) << "part " << p;
@@ -260,12 +262,12 @@ TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
     std::vector<std::byte> sg, su;
     TensorView gate = test::random_tensor(dtype, 37, k, rng, &sg);
     TensorView up = test::random_tensor(dtype, 37, k, rng, &su);
-    auto x = test::random_floats(10 * k, rng);
+    auto x = test::random_floats(26 * k, rng);
     QuantizedActivations xq;
-    xq.quantize(x.data(), 10, k);
+    xq.quantize(x.data(), 26, k);
     auto fused = PackedWeight::pack_swiglu(gate, up);
     ASSERT_TRUE(fused.has_value());
-    std::vector<float> y(10 * 37);
+    std::vector<float> y(26 * 37);
     const QuantMatmulOutput out{y.data(), 37, nullptr};
     quant_matmul(xq, *fused, {&out, 1}, pool);
     for (Isa isa : paths()) {  // every path gives the same bits
@@ -323,6 +325,34 @@ TEST(FloatMatmulTest, SwigluWithTwoOutputsGivesGateAndUpAsTheSeparateMatmuls) {
     float_matmul(x.data(), 9, *fused, raw, pool);
     EXPECT_EQ(rg, g) << dtype_info(dtype).name;
     EXPECT_EQ(ru, u) << dtype_info(dtype).name;
+  }
+}
+
+// The AMX path (groups of 16 tokens on AMX-INT8 tiles, the rest on the VNNI kernel) gives the
+// VNNI path's bits for every type, including a weight packed at the address of one freed just
+// before (each thread keeps a tile's prepared weights for the rest of one call only).
+TEST(QuantMatmulTest, AmxTilesGiveTheVnniBits) {
+  if (detected_isa() != Isa::kAmx) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8 tiles";
+  ThreadPool pool(2);
+  std::mt19937 rng(31);
+  for (DType dtype : kTypes) {
+    SCOPED_TRACE(std::string(dtype_info(dtype).name));
+    const int64_t k = k_for(dtype, 320), rows = 70, tokens = 53;  // 3 groups of 16, then 5
+    auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
+    QuantizedActivations xq;
+    xq.quantize(x.data(), tokens, k);
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::byte> storage;
+      TensorView w = test::random_tensor(dtype, rows, k, rng, &storage);
+      const TensorView* parts[] = {&w};
+      auto packed = PackedWeight::pack(parts);
+      ASSERT_TRUE(packed.has_value());
+      std::vector<float> vnni(static_cast<size_t>(tokens * rows)), amx(vnni.size());
+      const QuantMatmulOutput ov{vnni.data(), rows, nullptr}, oa{amx.data(), rows, nullptr};
+      quant_matmul(xq, *packed, {&ov, 1}, pool, Isa::kVnni);
+      quant_matmul(xq, *packed, {&oa, 1}, pool, Isa::kAmx);
+      ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), amx.size() * sizeof(float))) << "round " << round;
+    }
   }
 }
 
