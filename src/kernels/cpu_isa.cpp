@@ -105,6 +105,19 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
+bool cpu_has_amx_bf16() {
+#if defined(__x86_64__)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    // CPUID.(7,0):EDX bit 22 AMX-BF16; the tile permission was asked for with AMX-INT8.
+    return detected_isa() == Isa::kAmx && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 22 & 1u);
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 Isa active_isa() {
   static const Isa isa = choose();
   return isa;

@@ -22,6 +22,9 @@ Isa detected_isa();
 // and above, and compute the same sums with fmas elsewhere.
 bool cpu_has_avx512_bf16();
 
+// Whether the AMX path may use AMX-BF16 tiles (the CPU has them; implies detected_isa() == kAmx).
+bool cpu_has_amx_bf16();
+
 // The path kernels use: detected_isa(), lowered by INFERD_ISA when set (read once, at first use).
 // A value above what the CPU has, or an unknown name, is reported once on stderr and ignored.
 Isa active_isa();

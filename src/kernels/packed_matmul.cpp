@@ -603,6 +603,20 @@ constexpr size_t float_elem_bytes() {
   return DT == DType::kF32 ? 4 : (DT == DType::kF8_E4M3 ? 1 : 2);
 }
 
+// BF16 tiles hold pairs of inputs side by side, what vdpbf16ps and TDPBF16PS take: pair p =
+// inputs 2p, 2p + 1 of the 16 rows, (row, input) pairs of bf16 in 64 bytes; zeros past k up to
+// a multiple of 16 inputs (the AMX kernel's step). Other float dtypes: [k][16 rows].
+constexpr int64_t kBf16PackedStep = 16;
+
+constexpr int64_t float_packed_cols(DType dtype, int64_t k) {
+  return dtype == DType::kBF16 ? (k + kBf16PackedStep - 1) / kBf16PackedStep * kBf16PackedStep : k;
+}
+
+// Byte offset of input k of row r in a BF16 tile.
+constexpr size_t bf16_packed_offset(int64_t k, int r) {
+  return static_cast<size_t>(((k / 2) * kQuantTileRows + r) * 2 + k % 2) * sizeof(uint16_t);
+}
+
 struct FloatTileArgs {
   const std::byte* tile;   // k = 0's 16 weights
   const float* row_scale;  // F8_E4M3: the 16 rows' scales * 2^8, else null
@@ -623,10 +637,7 @@ void bf16_tile_scalar(const FloatTileArgs& a) {
     const uint16_t* x = a.xb + t * a.kb;
     for (int r = 0; r < kQuantTileRows; ++r) {
       float c[2] = {0.0f, 0.0f};
-      auto w = [&](int64_t k) {
-        return k < a.k ? bf16_to_f32(load_u16(a.tile + (static_cast<size_t>(k) * kQuantTileRows + r) * 2))
-                       : 0.0f;
-      };
+      auto w = [&](int64_t k) { return bf16_to_f32(load_u16(a.tile + bf16_packed_offset(k, r))); };
       for (int64_t p = 0; 2 * p < a.k; ++p) {
         float& acc = c[p % 2];
         acc = std::fma(w(2 * p + 1), bf16_to_f32(x[2 * p + 1]), acc);
@@ -714,22 +725,16 @@ INFERD_VNNI void float_tile_avx512(const FloatTileArgs& a) {
 #endif
 
 #if defined(__x86_64__)
-// 16 bf16 values as f32 (the maskz forms: GCC 12 warns falsely on the unmasked ones here).
-INFERD_AVX512 inline __m512 bf16x16_to_f32(const std::byte* p) {
-  const __m512i w =
-      _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16));
-}
-
 // BF16 with fmas (AVX-512 without AVX512-BF16): the scalar sums 16 rows at a time.
 // Pair p into chain C of each token: w[2p+1] * x[2p+1], then w[2p] * x[2p] (a missing input is
 // a zero).
 template <int NT, int C>
 INFERD_AVX512 __attribute__((always_inline)) inline void bf16_fma_pair(const FloatTileArgs& a, int64_t p,
                                                                        __m512 (&acc)[NT][2]) {
-  const __m512 w0 = bf16x16_to_f32(a.tile + static_cast<size_t>(2 * p) * 32);
+  const __m512i pair = _mm512_loadu_si512(a.tile + static_cast<size_t>(p) * 64);
+  const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
   const __m512 w1 =
-      2 * p + 1 < a.k ? bf16x16_to_f32(a.tile + static_cast<size_t>(2 * p + 1) * 32) : _mm512_setzero_ps();
+      _mm512_castsi512_ps(_mm512_and_si512(pair, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   for (int t = 0; t < NT; ++t) {
     const uint16_t* x = a.xb + t * a.kb + 2 * p;
     acc[t][C] = _mm512_fmadd_ps(w1, _mm512_set1_ps(bf16_to_f32(x[1])), acc[t][C]);
@@ -752,13 +757,13 @@ INFERD_AVX512 void bf16_tile_fma_avx512(const FloatTileArgs& a) {
     _mm512_storeu_ps(a.out + t * kQuantTileRows, _mm512_add_ps(acc[t][0], acc[t][1]));
 }
 
-// BF16 on vdpbf16ps: a pair's 64 bytes ([k: 16 rows][k+1: 16 rows]) interleaved into (k, k+1)
-// per row by one permute, shared by the NT tokens; the activations' pair broadcast as one dword.
+// BF16 on vdpbf16ps: a pair's 64 bytes (16 rows x (k, k+1), the packed layout) are one operand for
+// the NT tokens; the activations' pair broadcast as one dword.
 #define INFERD_AVX512_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx2,fma,f16c")))
 
-INFERD_AVX512_BF16 inline __m512bh interleave_pair(__m512i w, __m512i idx) {
-  return reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(idx, w));
+INFERD_AVX512_BF16 inline __m512bh load_pair(const std::byte* p) {
+  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
 }
 
 INFERD_AVX512_BF16 inline __m512bh x_pair(const uint16_t* x) {
@@ -769,29 +774,21 @@ INFERD_AVX512_BF16 inline __m512bh x_pair(const uint16_t* x) {
 
 template <int NT>
 INFERD_AVX512_BF16 void bf16_tile_dp_avx512(const FloatTileArgs& a) {
-  alignas(64) static constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_load_si512(kInterleave);
   __m512 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   const int64_t full = a.k / 2;
   int64_t p = 0;
   for (; p + 2 <= full; p += 2) {  // two pairs per iteration: one per chain
-    const __m512bh w0 = interleave_pair(_mm512_loadu_si512(a.tile + static_cast<size_t>(p) * 64), idx);
-    const __m512bh w1 = interleave_pair(_mm512_loadu_si512(a.tile + static_cast<size_t>(p + 1) * 64), idx);
+    const __m512bh w0 = load_pair(a.tile + static_cast<size_t>(p) * 64);
+    const __m512bh w1 = load_pair(a.tile + static_cast<size_t>(p + 1) * 64);
     for (int t = 0; t < NT; ++t) {
       const uint16_t* x = a.xb + t * a.kb + 2 * p;
       acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, x_pair(x));
       acc[t][1] = _mm512_dpbf16_ps(acc[t][1], w1, x_pair(x + 2));
     }
   }
-  if (2 * p < a.k) {  // a last pair (full, or an odd K's last input with zeros for its partner)
-    const std::byte* src = a.tile + static_cast<size_t>(p) * 64;
-    const __m512i w = p < full
-                          ? _mm512_loadu_si512(src)
-                          : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-    const __m512bh wp = interleave_pair(w, idx);
+  if (2 * p < a.k) {  // a last pair (full, or an odd K's last input, its partner a stored zero)
+    const __m512bh wp = load_pair(a.tile + static_cast<size_t>(p) * 64);
     for (int t = 0; t < NT; ++t)
       acc[t][p % 2] = _mm512_dpbf16_ps(acc[t][p % 2], wp, x_pair(a.xb + t * a.kb + 2 * p));
   }
@@ -820,6 +817,10 @@ INFERD_AVX512 void round_to_bf16_avx512(const float* x, int64_t tokens, int64_t 
     for (; i < kb; ++i) dst[i] = 0;
   }
 }
+#endif
+
+#if defined(__x86_64__)
+#include "kernels/packed_float_amx.inc"
 #endif
 
 void round_to_bf16(const float* x, int64_t tokens, int64_t k, int64_t kb, uint16_t* out, Isa isa) {
@@ -925,19 +926,28 @@ const TileFn* tables_for(DType dtype) {
 #if defined(__x86_64__)
 using AmxPrepareFn = void (*)(const std::byte*, size_t, int64_t, int8_t*);
 
-AmxPrepareFn amx_prepare_function(DType dtype) {
+// The AMX path's functions for one integer dtype: its weight preparation and its kernel.
+struct AmxFunctions {
+  AmxPrepareFn prepare;
+  TileFn kernel;
+};
+
+template <DType DT>
+constexpr AmxFunctions kAmxFunctions = {amx_prepare_weights<DT>, tile_amx<DT>};
+
+AmxFunctions amx_functions(DType dtype) {
   switch (dtype) {
-    case DType::kQ8_0: return amx_prepare_weights<DType::kQ8_0>;
-    case DType::kQ5_0: return amx_prepare_weights<DType::kQ5_0>;
-    case DType::kQ5_1: return amx_prepare_weights<DType::kQ5_1>;
-    case DType::kQ4_0: return amx_prepare_weights<DType::kQ4_0>;
-    case DType::kQ4_1: return amx_prepare_weights<DType::kQ4_1>;
-    case DType::kQ4_G128: return amx_prepare_weights<DType::kQ4_G128>;
-    case DType::kQ4_G64: return amx_prepare_weights<DType::kQ4_G64>;
-    case DType::kQ4_K: return amx_prepare_weights<DType::kQ4_K>;
-    case DType::kQ5_K: return amx_prepare_weights<DType::kQ5_K>;
-    case DType::kI8: return amx_prepare_weights<DType::kI8>;
-    default: return amx_prepare_weights<DType::kQ6_K>;
+    case DType::kQ8_0: return kAmxFunctions<DType::kQ8_0>;
+    case DType::kQ5_0: return kAmxFunctions<DType::kQ5_0>;
+    case DType::kQ5_1: return kAmxFunctions<DType::kQ5_1>;
+    case DType::kQ4_0: return kAmxFunctions<DType::kQ4_0>;
+    case DType::kQ4_1: return kAmxFunctions<DType::kQ4_1>;
+    case DType::kQ4_G128: return kAmxFunctions<DType::kQ4_G128>;
+    case DType::kQ4_G64: return kAmxFunctions<DType::kQ4_G64>;
+    case DType::kQ4_K: return kAmxFunctions<DType::kQ4_K>;
+    case DType::kQ5_K: return kAmxFunctions<DType::kQ5_K>;
+    case DType::kI8: return kAmxFunctions<DType::kI8>;
+    default: return kAmxFunctions<DType::kQ6_K>;
   }
 }
 
@@ -945,17 +955,18 @@ AmxPrepareFn amx_prepare_function(DType dtype) {
 // alternate), valid within one matmul call: prepared once, used by every group of 16 tokens.
 class AmxWeightCache final {
  public:
-  const int8_t* get(DType dtype, const std::byte* tile, size_t block_bytes, int64_t blocks, uint64_t call) {
+  // The prepared bytes of `tile` in `call`: prepare(out) fills `bytes` bytes on a miss.
+  template <typename Prepare>
+  const int8_t* get(const std::byte* tile, uint64_t call, size_t bytes, Prepare prepare) {
     for (Slot& s : slots_)
       if (s.tile == tile && s.call == call) return s.data.get();
     Slot& s = slots_[next_];
     next_ = 1 - next_;
-    const size_t need = static_cast<size_t>(blocks) * kAmxBlockBytes;
-    if (need > s.capacity) {
-      s.data = {reinterpret_cast<int8_t*>(aligned_bytes(need)), std::free};
-      s.capacity = need;
+    if (bytes > s.capacity) {
+      s.data = {reinterpret_cast<int8_t*>(aligned_bytes(bytes)), std::free};
+      s.capacity = bytes;
     }
-    amx_prepare_function(dtype)(tile, block_bytes, blocks, s.data.get());
+    prepare(s.data.get());
     INFERD_AMX_MEMORY_BARRIER();  // the tile loads read these bytes
     s.tile = tile;
     s.call = call;
@@ -973,42 +984,47 @@ class AmxWeightCache final {
   int next_ = 0;
 };
 
+#endif
+
 // Identifies one AMX matmul call (a cache entry of an earlier call never matches).
 uint64_t next_amx_call() {
   static std::atomic<uint64_t> counter{0};
   return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-// The AMX kernel of `dtype` (16 tokens).
-TileFn amx_tile_kernel(DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0: return tile_amx<DType::kQ8_0>;
-    case DType::kQ5_0: return tile_amx<DType::kQ5_0>;
-    case DType::kQ5_1: return tile_amx<DType::kQ5_1>;
-    case DType::kQ4_0: return tile_amx<DType::kQ4_0>;
-    case DType::kQ4_1: return tile_amx<DType::kQ4_1>;
-    case DType::kQ4_G128: return tile_amx<DType::kQ4_G128>;
-    case DType::kQ4_G64: return tile_amx<DType::kQ4_G64>;
-    case DType::kQ4_K: return tile_amx<DType::kQ4_K>;
-    case DType::kQ5_K: return tile_amx<DType::kQ5_K>;
-    case DType::kI8: return tile_amx<DType::kI8>;
-    default: return tile_amx<DType::kQ6_K>;
-  }
+// Whether w's BF16 weights run on AMX-BF16 tiles (every token count: see packed_float_amx.inc).
+bool amx_bf16_path(Isa isa, const PackedWeight& w) {
+  return isa == Isa::kAmx && w.dtype() == DType::kBF16 && cpu_has_amx_bf16();
 }
-#endif
 
-// Tokens per kernel call: 16 on the AMX path for integer weights, else up to 8.
-int token_group(Isa isa, const PackedWeight& w) {
-  return isa == Isa::kAmx && !w.is_float() ? kAmxTokens : kMaxTokens;
+// Tokens per kernel call: `full` while that many remain, then groups of up to `tail`. The AMX
+// integer kernel takes 16 tokens and leaves a smaller rest to the VNNI kernel; the AMX-BF16
+// kernel takes any count up to 16; the others up to 8.
+struct TokenGroups {
+  int full = kMaxTokens;
+  int tail = kMaxTokens;
+};
+
+TokenGroups token_groups(Isa isa, const PackedWeight& w) {
+  if (amx_bf16_path(isa, w)) return {kAmxTokens, kAmxTokens};
+  if (isa == Isa::kAmx && !w.is_float()) return {kAmxTokens, kMaxTokens};
+  return {};
+}
+
+// Whether a matmul of `tokens` by w runs AMX tiles.
+bool uses_amx(Isa isa, const PackedWeight& w, int64_t tokens) {
+  if (amx_bf16_path(isa, w)) return tokens > 0;
+  return token_groups(isa, w).full == kAmxTokens && tokens >= kAmxTokens;
 }
 
 // Sets up what the calling thread's kernels for w need (AMX: the tile configuration).
-void prepare_thread(Isa isa, const PackedWeight& w) {
+void prepare_thread(Isa isa, const PackedWeight& w, int64_t tokens) {
 #if defined(__x86_64__)
-  if (token_group(isa, w) == kAmxTokens) amx_configure_int8();
+  if (uses_amx(isa, w, tokens)) amx_configure_int8();
 #else
   (void)isa;
   (void)w;
+  (void)tokens;
 #endif
 }
 
@@ -1017,7 +1033,7 @@ TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
 #if defined(__x86_64__)
   if (num_tokens == kAmxTokens) {
     INFERD_CHECK(isa == Isa::kAmx);
-    return amx_tile_kernel(dtype);
+    return amx_functions(dtype).kernel;
   }
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni))
     return tables_for<VnniKernel>(dtype)[num_tokens - 1];
@@ -1154,8 +1170,9 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
   const size_t elem = static_cast<size_t>(dtype_info(w.dtype_).block_bytes);  // float dtypes: bytes per value
   const size_t header = tile_header_bytes(w.dtype_);
   w.block_bytes_ = is_float ? 0 : packed_block_bytes(f);
-  w.tile_bytes_ = header + (is_float ? static_cast<size_t>(w.cols_) * kQuantTileRows * elem
-                                     : static_cast<size_t>(blocks / f.group_blocks) * w.block_bytes_);
+  w.tile_bytes_ =
+      header + (is_float ? static_cast<size_t>(float_packed_cols(w.dtype_, w.cols_)) * kQuantTileRows * elem
+                         : static_cast<size_t>(blocks / f.group_blocks) * w.block_bytes_);
   int64_t tiles = 0;
   for (const TensorView* p : parts) {
     const int64_t n = (p->num_rows() + kQuantTileRows - 1) / kQuantTileRows;
@@ -1180,6 +1197,11 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
           const float scale =
               src.row_scale[ti * kQuantTileRows + r] * (w.dtype_ == DType::kF8_E4M3 ? 256.0f : 1.0f);
           std::memcpy(tile_start + sizeof(float) * static_cast<size_t>(r), &scale, sizeof(float));
+        }
+        if (w.dtype_ == DType::kBF16) {
+          for (int64_t k = 0; k < w.cols_; ++k)
+            std::memcpy(tile + bf16_packed_offset(k, r), row + static_cast<size_t>(k) * elem, elem);
+          continue;
         }
         if (is_float) {
           for (int64_t k = 0; k < w.cols_; ++k)
@@ -1246,7 +1268,7 @@ Epilogues epilogues(Isa isa) {
 // out / out_up: [kAmxTokens * kQuantTileRows] scratch.
 template <typename RunTile>
 void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw, int64_t u, int64_t tokens,
-              const Epilogues& e, int group, RunTile& run_tile, float* out, float* out_up) {
+              const Epilogues& e, TokenGroups groups, RunTile& run_tile, float* out, float* out_up) {
   // The part this unit's rows belong to, and the unit's first row in it.
   size_t part = 0;
   int64_t row0 = 0;
@@ -1259,8 +1281,8 @@ void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw,
   const int rows = static_cast<int>(std::min<int64_t>(kQuantTileRows, w.part_rows(part) - row0));
   const QuantMatmulOutput& o = outputs[w.swiglu() ? 0 : part];
   for (int64_t t0 = 0; t0 < tokens;) {
-    const int nt =
-        static_cast<int>(tokens - t0 >= group ? group : std::min<int64_t>(kMaxTokens, tokens - t0));
+    const int nt = static_cast<int>(tokens - t0 >= groups.full ? groups.full
+                                                               : std::min<int64_t>(groups.tail, tokens - t0));
     float* y = o.y + t0 * o.ld + row0;
     if (raw) {  // a SwiGLU weight's gate and up as they are, into two outputs
       const QuantMatmulOutput& up = outputs[1];
@@ -1292,13 +1314,13 @@ void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, in
   INFERD_CHECK(raw || outputs.size() == (w.swiglu() ? 1 : w.num_parts()));
   if (tokens == 0) return;
   const Epilogues e = epilogues(isa);
-  const int group = token_group(isa, w);
+  const TokenGroups groups = token_groups(isa, w);
   pool.parallel_for(num_units(w), [&](int64_t begin, int64_t end) {
     alignas(64) float out[kAmxTokens * kQuantTileRows];
     alignas(64) float out_up[kAmxTokens * kQuantTileRows];
-    if (tokens >= group) prepare_thread(isa, w);
+    prepare_thread(isa, w, tokens);
     for (int64_t u = begin; u < end; ++u)
-      run_unit(w, outputs.data(), raw, u, tokens, e, group, run_tile, out, out_up);
+      run_unit(w, outputs.data(), raw, u, tokens, e, groups, run_tile, out, out_up);
   });
 }
 
@@ -1345,7 +1367,10 @@ void run_quant_tile(Isa isa, const PackedWeight& w, const QuantizedActivations& 
 #if defined(__x86_64__)
   if (nt == kAmxTokens) {
     thread_local AmxWeightCache cache;
-    args.amx_weights = cache.get(w.dtype(), tile + header, w.block_bytes(), blocks, amx.call);
+    const std::byte* first = tile + header;
+    args.amx_weights =
+        cache.get(first, amx.call, static_cast<size_t>(blocks) * kAmxBlockBytes,
+                  [&](int8_t* b) { amx_functions(w.dtype()).prepare(first, w.block_bytes(), blocks, b); });
     const auto offset = static_cast<size_t>(t0 / kAmxTokens * blocks * kAmxTokens);
     args.amx_scales = amx.scales.data() + offset;
     args.amx_scaled_sums = amx.scaled_sums.data() + offset;
@@ -1354,16 +1379,53 @@ void run_quant_tile(Isa isa, const PackedWeight& w, const QuantizedActivations& 
   tile_kernel(isa, w.dtype(), nt)(args);
 }
 
+// One float matmul's activations: f32 rows, and for BF16 weights the rows rounded to bf16 (kb
+// apart).
+struct FloatActivations {
+  const float* x;
+  const uint16_t* xb;
+  int64_t kb;
+};
+
+// The float tile kernel of `isa` over tokens t0 .. t0 + nt of one tile of w.
+void run_float_tile(Isa isa, const PackedWeight& w, const FloatActivations& a, const std::byte* tile,
+                    int64_t t0, int nt, float* out) {
+  const size_t header = tile_header_bytes(w.dtype());
+  const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
+  const int64_t k = w.cols();
+  FloatTileArgs args{tile + header,
+                     row_scale,
+                     k,
+                     a.x + t0 * k,
+                     nt,
+                     out,
+                     nullptr,
+                     a.xb != nullptr ? a.xb + t0 * a.kb : nullptr,
+                     a.kb};
+#if defined(__x86_64__)
+  if (amx_bf16_path(isa, w)) return float_tile_amx_bf16(args);
+#endif
+  float_tile_kernel(isa, w.dtype(), nt)(args);
+}
+
 // BF16 weights: the row length of their rounded activations (k rounded up to even); 0 otherwise.
-int64_t bf16_row(const PackedWeight& w, int64_t k) {
-  return w.is_float() && w.dtype() == DType::kBF16 ? (k + 1) / 2 * 2 : 0;
+int64_t bf16_row(const PackedWeight& w, int64_t k, Isa isa) {
+  if (!w.is_float() || w.dtype() != DType::kBF16) return 0;
+#if defined(__x86_64__)
+  if (amx_bf16_path(isa, w)) return amx_bf16_row(k);
+#else
+  (void)isa;
+#endif
+  return (k + 1) / 2 * 2;
 }
 
 // x [tokens][k] rounded to bf16 into `buf` (grown, never shrunk: no allocation once warm), split
 // over the pool when there are enough rows for it to pay.
+// The AMX-BF16 kernel reads 16 rows from a group's first: the buffer has kAmxTokens - 1 more.
 const uint16_t* activations_as_bf16(const float* x, int64_t tokens, int64_t k, int64_t kb,
                                     std::vector<uint16_t>& buf, ThreadPool& pool, Isa isa) {
-  if (buf.size() < static_cast<size_t>(tokens * kb)) buf.resize(static_cast<size_t>(tokens * kb));
+  const auto need = static_cast<size_t>((tokens + kAmxTokens - 1) * kb);
+  if (buf.size() < need) buf.resize(need);
   uint16_t* out = buf.data();
   if (tokens < 16) {
     round_to_bf16(x, tokens, k, kb, out, isa);
@@ -1382,7 +1444,7 @@ void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
   INFERD_CHECK(!w.is_float() && x.k() == w.cols());
   thread_local AmxActivations amx_state;
   AmxActivations& amx = amx_state;  // the caller's: the workers reach it through this reference
-  if (x.tokens() >= token_group(isa, w) && token_group(isa, w) == kAmxTokens) tile_amx_activations(x, amx);
+  if (uses_amx(isa, w, x.tokens())) tile_amx_activations(x, amx);
   drive(w, outputs, x.tokens(), pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
     run_quant_tile(isa, w, x, amx, tile, t0, nt, out);
   });
@@ -1392,14 +1454,11 @@ void float_matmul(const float* x, int64_t tokens, const PackedWeight& w,
                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa) {
   INFERD_CHECK(w.is_float());
   const int64_t k = w.cols();
-  const size_t header = tile_header_bytes(w.dtype());
   thread_local std::vector<uint16_t> rounded;  // the caller's; workers read it through xb
-  const int64_t kb = bf16_row(w, k);
+  const int64_t kb = bf16_row(w, k, isa);
   const uint16_t* xb = kb > 0 ? activations_as_bf16(x, tokens, k, kb, rounded, pool, isa) : nullptr;
   drive(w, outputs, tokens, pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
-    const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
-    float_tile_kernel(isa, w.dtype(), nt)({tile + header, row_scale, k, x + t0 * k, nt, out, nullptr,
-                                           xb != nullptr ? xb + t0 * kb : nullptr, kb});
+    run_float_tile(isa, w, {x, xb, kb}, tile, t0, nt, out);
   });
 }
 
@@ -1430,7 +1489,7 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
   group_xb.assign(groups.size(), nullptr);
   for (size_t g = 0; g < groups.size(); ++g) {
     const PackedMatmulGroup& grp = groups[g];
-    const int64_t kb = bf16_row(*grp.w, grp.w->cols());
+    const int64_t kb = bf16_row(*grp.w, grp.w->cols(), isa);
     if (grp.tokens > 0 && kb > 0)
       group_xb[g] = activations_as_bf16(grp.x_f32, grp.tokens, grp.w->cols(), kb, rounded[g], pool, isa);
   }
@@ -1440,8 +1499,7 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
   std::vector<AmxActivations>& amx = amx_list;
   for (size_t g = 0; g < groups.size(); ++g) {
     const PackedMatmulGroup& grp = groups[g];
-    if (!grp.w->is_float() && token_group(isa, *grp.w) == kAmxTokens && grp.tokens >= kAmxTokens)
-      tile_amx_activations(*grp.x, amx[g]);
+    if (!grp.w->is_float() && uses_amx(isa, *grp.w, grp.tokens)) tile_amx_activations(*grp.x, amx[g]);
   }
   const Epilogues e = epilogues(isa);
   pool.parallel_for(first.back(), [&](int64_t begin, int64_t end) {
@@ -1453,26 +1511,19 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
       while (u >= first[g + 1]) ++g;
       const PackedMatmulGroup& grp = groups[g];
       const PackedWeight& w = *grp.w;
-      const size_t header = tile_header_bytes(w.dtype());
       // The same tile kernels, with the same arguments, as quant_matmul / float_matmul.
       auto run_tile = [&](const std::byte* tile, int64_t t0, int nt, float* o) {
-        const auto* row_scale = header != 0 ? reinterpret_cast<const float*>(tile) : nullptr;
         if (w.is_float()) {
-          const int64_t kb = bf16_row(w, w.cols());
-          const uint16_t* xb = group_xb[g];
-          float_tile_kernel(isa, w.dtype(),
-                            nt)({tile + header, row_scale, w.cols(), grp.x_f32 + t0 * w.cols(), nt, o,
-                                 nullptr, xb != nullptr ? xb + t0 * kb : nullptr, kb});
+          run_float_tile(isa, w, {grp.x_f32, group_xb[g], bf16_row(w, w.cols(), isa)}, tile, t0, nt, o);
         } else {
           run_quant_tile(isa, w, *grp.x, amx[g], tile, t0, nt, o);
         }
       };
-      const int group = token_group(isa, w);
-      if (grp.tokens >= group && !configured) {
-        prepare_thread(isa, w);
+      if (!configured && uses_amx(isa, w, grp.tokens)) {
+        prepare_thread(isa, w, grp.tokens);
         configured = true;
       }
-      run_unit(w, &grp.out, false, u - first[g], grp.tokens, e, group, run_tile, out, out_up);
+      run_unit(w, &grp.out, false, u - first[g], grp.tokens, e, token_groups(isa, w), run_tile, out, out_up);
     }
   });
 }
