@@ -1020,7 +1020,7 @@ bool uses_amx(Isa isa, const PackedWeight& w, int64_t tokens) {
 // Sets up what the calling thread's kernels for w need (AMX: the tile configuration).
 void prepare_thread(Isa isa, const PackedWeight& w, int64_t tokens) {
 #if defined(__x86_64__)
-  if (uses_amx(isa, w, tokens)) amx_configure_int8();
+  if (uses_amx(isa, w, tokens)) amx_configure();
 #else
   (void)isa;
   (void)w;
@@ -1264,7 +1264,7 @@ Epilogues epilogues(Isa isa) {
 
 // Work unit u of w (a tile, or a gate/up tile pair of a SwiGLU weight) for every group of up to
 // 8 tokens: run_tile(tile, first_token, num_tokens, out), results written into the outputs.
-// Tokens go to the kernel in groups of `group` (a last, smaller group in groups of up to 8).
+// Tokens go to the kernel in groups of `groups.full`, a smaller rest in groups of up to `groups.tail`.
 // out / out_up: [kAmxTokens * kQuantTileRows] scratch.
 template <typename RunTile>
 void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw, int64_t u, int64_t tokens,

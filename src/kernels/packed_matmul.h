@@ -1,7 +1,7 @@
 // Integer matmul for block-quantized weights (GGUF Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K,
 // Q6_K): activations are quantized per token to int8 in blocks of 32, each weight block's dot
-// product is an exact int32 sum (AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled
-// and accumulated in f32.
+// product is an exact int32 sum (AMX-INT8 tdpbssd for 16 tokens, AVX512-VNNI vpdpbusd, AVX2
+// vpmaddubsw, or scalar), then scaled and accumulated in f32.
 //
 // Weights are repacked once, at load, into tiles of 16 output rows: for each block of 32 inputs a
 // tile holds the 16 rows' scales (and mins, and Q6_K's two half-block scales) and their quants
@@ -144,7 +144,10 @@ void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
 
 // The same for float-packed weights (F32, F16, BF16), x: [tokens, cols] f32. Per output: two
 // chains of fmas over even and odd k, added at the end, on every path (AVX-512 or scalar): exact
-// f32 arithmetic on the stored weights, batch-invariant, bit-identical across paths.
+// f32 arithmetic on the stored weights, batch-invariant, bit-identical across paths. BF16: two
+// chains of BF16 dot products on bf16-rounded activations, bit-identical across paths, except on
+// CPUs with AMX-BF16, whose tiles (every token count there) round their own way within the same
+// bound; batch-invariant on every path.
 void float_matmul(const float* x, int64_t tokens, const PackedWeight& w,
                   std::span<const QuantMatmulOutput> outputs, ThreadPool& pool, Isa isa = active_isa());
 
