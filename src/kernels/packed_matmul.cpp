@@ -607,6 +607,7 @@ constexpr size_t float_elem_bytes() {
 // inputs 2p, 2p + 1 of the 16 rows, (row, input) pairs of bf16 in 64 bytes; zeros past k up to
 // a multiple of 16 inputs (the AMX kernel's step). Other float dtypes: [k][16 rows].
 constexpr int64_t kBf16PackedStep = 16;
+constexpr int64_t kBf16PrefetchPairs = 48;  // decode: 3 KiB ahead, as the integer kernel
 
 constexpr int64_t float_packed_cols(DType dtype, int64_t k) {
   return dtype == DType::kBF16 ? (k + kBf16PackedStep - 1) / kBf16PackedStep * kBf16PackedStep : k;
@@ -778,7 +779,14 @@ INFERD_AVX512_BF16 void bf16_tile_dp_avx512(const FloatTileArgs& a) {
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   const int64_t full = a.k / 2;
   int64_t p = 0;
-  for (; p + 2 <= full; p += 2) {  // two pairs per iteration: one per chain
+  for (; p + 2 <= full; p += 2) {                         // two pairs per iteration: one per chain
+    if (NT <= 2 && p + kBf16PrefetchPairs + 2 <= full) {  // decode streams the tile once
+      _mm_prefetch(reinterpret_cast<const char*>(a.tile + static_cast<size_t>(p + kBf16PrefetchPairs) * 64),
+                   _MM_HINT_T0);
+      _mm_prefetch(
+          reinterpret_cast<const char*>(a.tile + static_cast<size_t>(p + kBf16PrefetchPairs + 1) * 64),
+          _MM_HINT_T0);
+    }
     const __m512bh w0 = load_pair(a.tile + static_cast<size_t>(p) * 64);
     const __m512bh w1 = load_pair(a.tile + static_cast<size_t>(p + 1) * 64);
     for (int t = 0; t < NT; ++t) {
