@@ -1420,7 +1420,7 @@ void run_float_tile(Isa isa, const PackedWeight& w, const FloatActivations& a, c
 int64_t bf16_row(const PackedWeight& w, int64_t k, Isa isa) {
   if (!w.is_float() || w.dtype() != DType::kBF16) return 0;
 #if defined(__x86_64__)
-  if (amx_bf16_path(isa, w)) return amx_bf16_row(k);
+  if (amx_bf16_path(isa, w)) return float_packed_cols(DType::kBF16, k);  // the AMX kernel's rows
 #else
   (void)isa;
 #endif
