@@ -128,6 +128,7 @@ BenchCommands add_bench_commands(CLI::App* bench, BenchServeFlags* f, BenchLaten
                    "at depth 0)")
       ->check(CLI::NonNegativeNumber);
   add_kv_dtype_flag(latency, &l->options.kv_dtype);
+  add_streaming_flag(latency, &l->options.streaming);
   latency->add_flag("--json", l->json, "print one JSON object instead of a table");
   add_matmul_flag(latency, &l->matmul);
   return {serve, latency};
@@ -247,17 +248,22 @@ int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
   const std::string name = std::filesystem::path(path).filename().string();
   if (f.json) {
     const auto pp = stats_json(r->prompt_tokens_per_second), tg = stats_json(r->generation_tokens_per_second);
-    nlohmann::json j = {{"model", name},
-                        {"threads", threads},
-                        {"n_prompt", f.options.prompt_tokens},
-                        {"n_gen", f.options.gen_tokens},
-                        {"n_depth", f.options.depth},
-                        {"kv_cache_dtype", std::string(kv_dtype_name(f.options.kv_dtype))},
-                        {"repetitions", f.options.repetitions},
-                        {"prompt_tokens_per_second", pp.is_null() ? pp : pp["mean"]},
-                        {"generation_tokens_per_second", tg.is_null() ? tg : tg["mean"]},
-                        {"prompt", pp},
-                        {"generation", tg}};
+    nlohmann::json j = {
+        {"model", name},
+        {"threads", threads},
+        {"n_prompt", f.options.prompt_tokens},
+        {"n_gen", f.options.gen_tokens},
+        {"n_depth", f.options.depth},
+        {"kv_cache_dtype", std::string(kv_dtype_name(f.options.kv_dtype))},
+        {"streaming_llm", f.options.streaming.enabled()
+                              ? nlohmann::json{{"sink_tokens", f.options.streaming.sink_tokens},
+                                               {"window_tokens", f.options.streaming.window_tokens}}
+                              : nlohmann::json()},
+        {"repetitions", f.options.repetitions},
+        {"prompt_tokens_per_second", pp.is_null() ? pp : pp["mean"]},
+        {"generation_tokens_per_second", tg.is_null() ? tg : tg["mean"]},
+        {"prompt", pp},
+        {"generation", tg}};
     if (parallel != nullptr) {
       j["tensor_parallel_size"] = parallel->tensor_size();
       j["pipeline_parallel_size"] = parallel->pipeline_size();
@@ -286,6 +292,9 @@ int run_bench_latency(const BenchLatencyFlags& f_in, Parallel* parallel) {
     if (f.options.depth > 0) test += " @ d" + std::to_string(f.options.depth);
     if (f.options.kv_dtype != KvDType::kF16)
       test += ", " + std::string(kv_dtype_name(f.options.kv_dtype)) + " KV";
+    if (f.options.streaming.enabled())
+      test += ", sink " + std::to_string(f.options.streaming.sink_tokens) + " + window " +
+              std::to_string(f.options.streaming.window_tokens);
     std::printf("| %s | %d | %s | %s |\n", name.c_str(), threads, test.c_str(),
                 mean_pm(r->generation_tokens_per_second).c_str());
   }

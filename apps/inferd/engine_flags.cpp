@@ -47,6 +47,33 @@ void add_kv_dtype_flag(CLI::App* cmd, KvDType* dtype) {
                                                                          {"fp8_e4m3", KvDType::kFp8}}));
 }
 
+void add_streaming_flag(CLI::App* cmd, StreamingWindow* window) {
+  cmd->add_option_function<std::string>(
+      "--streaming-llm",
+      [window](const std::string& v) {
+        const auto comma = v.find(',');
+        StreamingWindow w;
+        try {
+          if (comma == std::string::npos) throw std::invalid_argument(v);
+          size_t used = 0;
+          w.sink_tokens = std::stoll(v.substr(0, comma), &used);
+          if (used != comma) throw std::invalid_argument(v);
+          const std::string rest = v.substr(comma + 1);
+          w.window_tokens = std::stoll(rest, &used);
+          if (used != rest.size()) throw std::invalid_argument(v);
+        } catch (const std::exception&) {
+          throw CLI::ValidationError("--streaming-llm",
+                                     "expected SINK,WINDOW tokens (e.g. 4,1024), got '" + v + "'");
+        }
+        if (w.sink_tokens < 0 || w.window_tokens < 16)
+          throw CLI::ValidationError("--streaming-llm",
+                                     "SINK must be >= 0 and WINDOW >= 16, got '" + v + "'");
+        *window = w;
+      },
+      "StreamingLLM: each token attends to the first SINK tokens and the last WINDOW, as SINK,WINDOW "
+      "(e.g. 4,1024); the KV cache in between is given back");
+}
+
 void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   add_matmul_flag(cmd, &f->matmul);
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,

@@ -41,6 +41,8 @@ TransformerOptions transformer_options(BackendKind matmul);
 
 // --kv-cache-dtype (serve, generate, bench, perplexity).
 void add_kv_dtype_flag(CLI::App* cmd, KvDType* dtype);
+// --streaming-llm SINK,WINDOW: attention sinks + a sliding window (StreamingLLM).
+void add_streaming_flag(CLI::App* cmd, StreamingWindow* window);
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 

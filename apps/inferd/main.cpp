@@ -700,6 +700,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   add_matmul_flag(ppl_cmd, &ppl.matmul);
   add_kv_dtype_flag(ppl_cmd, &ppl.options.kv_dtype);
+  add_streaming_flag(ppl_cmd, &ppl.options.streaming);
   ppl_cmd->add_flag("--compare-f32", ppl.compare_f32,
                     "also run the f32 path on the same chunks: its perplexity, mean KL and top-1 agreement");
   ppl_cmd

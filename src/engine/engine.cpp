@@ -105,6 +105,7 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   r->limits = std::move(spec.limits);
   r->priority = spec.priority;
   r->session_id = std::move(spec.session_id);
+  r->streaming = spec.streaming;
   r->arrival_order = next_arrival_++;
   r->group = r->id;
   r->num_samples = spec.n;
@@ -116,6 +117,8 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
       break;
     }
   }
+  if (r->error.empty() && r->streaming.enabled() && (spec.kv_export_id != 0 || spec.remote_kv))
+    r->error = "a StreamingLLM window is not supported with disaggregated prefill";
   if (r->error.empty() && (spec.n < 1 || spec.n > kMaxSamples)) {
     r->error = "n must be in [1, " + std::to_string(kMaxSamples) + "], got " + std::to_string(spec.n);
     r->num_samples = 1;
@@ -184,6 +187,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
     r->limits = parent.limits;
     r->priority = parent.priority;
     r->session_id = parent.session_id;
+    r->streaming = parent.streaming;
     r->lora = parent.lora;
     r->arrival_order = parent.arrival_order;
     r->first_scheduled = parent.first_scheduled;

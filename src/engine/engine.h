@@ -108,6 +108,9 @@ struct RequestSpec {
   int32_t n = 1;           // independent samples of the prompt, sharing its KV blocks (1..kMaxSamples)
   // The LoRA adapter its tokens run with (null: the base); needs EngineOptions::enable_lora.
   std::shared_ptr<const LoraAdapter> lora;
+  // StreamingLLM: attention sinks + a sliding window, the KV between them given back (off: full
+  // attention).
+  StreamingWindow streaming;
   // Prefill side of disaggregation: non-zero keeps the prompt's KV in EngineOptions::kv_export
   // under this id once computed.
   uint64_t kv_export_id = 0;

@@ -104,6 +104,10 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
   if (r.n < 1 || r.n > kMaxSamples)
     return invalid("n", "'n' must be in [1, " + std::to_string(kMaxSamples) + "]");
   if (r.max_tokens && *r.max_tokens < 1) return invalid("max_tokens", "'max_tokens' must be at least 1");
+  if (r.streaming.enabled() && r.streaming.sink_tokens + r.streaming.window_tokens > limits_.max_model_len)
+    return invalid("streaming_llm",
+                   "'streaming_llm' sink_tokens + window_tokens exceed the context window of " +
+                       std::to_string(limits_.max_model_len));
   for (const auto& s : r.stop) {
     if (s.empty()) return invalid("stop", "'stop' strings must not be empty");
   }
@@ -268,8 +272,11 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
         return invalid(field, "token id " + std::to_string(t) + " is outside the vocabulary of " +
                                   std::to_string(limits_.vocab_size));
     }
-    const int64_t want = r.max_tokens.value_or(std::max<int64_t>(1, limits_.max_model_len - len));
-    if (len + want > limits_.max_model_len)
+    // A StreamingLLM window holds at most its sink and window: the prompt and the output may run
+    // past the context (without max_tokens: up to a context's worth of output).
+    const int64_t want = r.max_tokens.value_or(
+        r.streaming.enabled() ? limits_.max_model_len : std::max<int64_t>(1, limits_.max_model_len - len));
+    if (!r.streaming.enabled() && len + want > limits_.max_model_len)
       return InputError{InputError::Kind::kContextLength, r.max_tokens ? "max_tokens" : field,
                         "this model's maximum context length is " + std::to_string(limits_.max_model_len) +
                             " tokens, but the prompt has " + std::to_string(len) +
@@ -317,6 +324,7 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     spec.priority = r.priority;
     spec.n = r.n;
     spec.session_id = r.session_id;
+    spec.streaming = r.streaming;
   }
   in.stop = std::move(r.stop);
   in.include_stop_str_in_output = r.include_stop_str_in_output;

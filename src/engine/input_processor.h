@@ -54,6 +54,7 @@ struct GenerationRequest {
   std::vector<PromptInput> prompts;
   SamplingParams sampling;
   std::optional<int64_t> max_tokens;  // absent: up to the end of the context window
+  StreamingWindow streaming;          // StreamingLLM window (off: full attention)
   std::vector<std::string> stop;      // stop strings (not part of the text)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;

@@ -20,7 +20,13 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
     const Request& r = *batch.items[i].request;
     const int64_t first = r.num_computed_tokens;
     const int64_t n = batch.items[i].num_new_tokens;
-    sequences_.push_back({static_cast<int64_t>(ids_.size()), n, first + n, kv_.block_table(r.id)});
+    AttentionSequence seq{static_cast<int64_t>(ids_.size()), n, first + n, kv_.block_table(r.id)};
+    if (r.streaming.enabled()) {
+      seq.window = r.streaming.window_tokens;
+      seq.sink_len = streaming_sink_len(r.streaming, kv_.block_size());
+      seq.evicted = kv_.evicted_blocks(r.id) * kv_.block_size();
+    }
+    sequences_.push_back(seq);
     sequence_lora_.push_back(r.lora.get());
     any_lora = any_lora || r.lora != nullptr;
     for (int64_t p = first; p < first + n; ++p) {

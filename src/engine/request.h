@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "kernels/attention.h"
 #include "kv/kv_cache_manager.h"
 #include "model/lora_adapter.h"
 
@@ -48,6 +49,7 @@ struct Request {
   int32_t priority = 0;                     // lower runs earlier (as in vLLM)
   std::string session_id;                   // non-empty: pin this turn's blocks for the session's next turn
   std::shared_ptr<const LoraAdapter> lora;  // null: the base model alone
+  StreamingWindow streaming;                // off: full attention
   uint64_t arrival_order = 0;               // ties in priority go to the earlier arrival
 
   RequestState state = RequestState::kWaiting;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 #include "common/check.h"
+#include "kernels/attention.h"
 
 namespace inferd {
 
@@ -52,6 +54,24 @@ void Scheduler::add(std::unique_ptr<Request> request) {
     // rejected by the caller already (bad token id, bad sampling field)
   } else if (r->prompt.empty()) {
     r->error = "the prompt is empty";
+  } else if (r->streaming.enabled() || r->streaming.sink_tokens != 0) {
+    // The window bounds what it holds: the sink, up to two windows (the one the step's first
+    // token sees, then the step's own tokens), and the rounding of both to blocks.
+    const int64_t bs = kv_.block_size();
+    const int64_t sink = streaming_sink_len(r->streaming, bs);
+    const int64_t held = sink + 2 * r->streaming.window_tokens + 2 * std::max<int64_t>(bs, 16) + bs;
+    if (r->streaming.window_tokens < 16) {
+      r->error = "the streaming window must be at least 16 tokens";
+    } else if (r->streaming.sink_tokens < 0) {
+      r->error = "the streaming sink must not be negative";
+    } else if (sink + r->streaming.window_tokens > options_.max_model_len) {
+      r->error = "the streaming sink (" + std::to_string(sink) + " tokens) + window (" +
+                 std::to_string(r->streaming.window_tokens) + ") exceed the context window of " +
+                 std::to_string(options_.max_model_len);
+    } else if (kv_.blocks_for(std::min(total, held)) > kv_.num_blocks_total()) {
+      r->error = "the streaming sink + window need more KV cache than exists (" +
+                 std::to_string(kv_.num_blocks_total() * kv_.block_size()) + " tokens)";
+    }
   } else if (total > options_.max_model_len) {
     r->error = "prompt (" + std::to_string(r->prompt.size()) + " tokens) + max_tokens (" +
                std::to_string(r->limits.max_tokens) + ") exceeds the context window of " +
@@ -116,8 +136,10 @@ void Scheduler::propose_draft(Request* r, int64_t budget) {
   const SpeculativeOptions& spec = options_.speculative;
   // Decoding (its last token the one to compute), past its first token (forking and KV export
   // happen at that one), without a grammar (whose matcher would have to roll back rejections).
+  // The draft model keeps a full KV cache of its own: not for a StreamingLLM request.
   if (!spec.enabled || static_cast<int64_t>(running_.size()) > spec.disable_by_batch_size ||
-      r->num_uncomputed_tokens() != 1 || r->output.empty() || r->sampling.grammar)
+      r->num_uncomputed_tokens() != 1 || r->output.empty() || r->sampling.grammar ||
+      (r->streaming.enabled() && spec.method == SpeculativeMethod::kDraftModel))
     return;
   // Its last drafts were all rejected: free text that copies nothing costs the rows of the
   // drafts and saves no step, so it waits (1, 2, 4, ... 32 steps) before drafting again.
@@ -127,8 +149,10 @@ void Scheduler::propose_draft(Request* r, int64_t budget) {
   }
   // The step emits the accepted drafts and one token more: within max_tokens, the context and
   // the budget.
-  const int64_t room = std::min({r->limits.max_tokens - static_cast<int64_t>(r->output.size()) - 1,
-                                 options_.max_model_len - r->num_tokens() - 1, budget - 1});
+  const int64_t context_room =
+      r->streaming.enabled() ? r->streaming.window_tokens - 1 : options_.max_model_len - r->num_tokens() - 1;
+  const int64_t room =
+      std::min({r->limits.max_tokens - static_cast<int64_t>(r->output.size()) - 1, context_room, budget - 1});
   if (spec.method == SpeculativeMethod::kNgram) {
     propose_ngram(r->prompt, r->output, spec.ngram, room, &r->draft);
   } else if (room > 0) {  // positions the engine's draft model fills in before the step runs
@@ -142,7 +166,9 @@ void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget) {
     if (*budget <= 0) break;
     if (r->state != RequestState::kRunning || r->scheduled_in_step == step_) continue;
     propose_draft(r, *budget);
-    const int64_t n = std::min(r->num_uncomputed_tokens(), *budget) + static_cast<int64_t>(r->draft.size());
+    const int64_t n =
+        window_cap(*r, std::min(r->num_uncomputed_tokens(), *budget)) + static_cast<int64_t>(r->draft.size());
+    evict_outside_window(r);
     bool fits = true;
     while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
       if (!preempt_one(r, std::numeric_limits<int32_t>::min(), batch, budget)) {
@@ -182,7 +208,8 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
         continue;
       }
     }
-    const int64_t n = std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill});
+    const int64_t n = window_cap(*r, std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill}));
+    evict_outside_window(r);
     bool fits = true;
     // Blocks short: only a strictly lower-priority running request may give way.
     while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
@@ -208,6 +235,20 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     *budget -= n;
     prefill += n;
   }
+}
+
+void Scheduler::evict_outside_window(Request* r) {
+  if (!r->streaming.enabled()) return;
+  const int64_t bs = kv_.block_size();
+  AttentionSequence window;
+  window.window = r->streaming.window_tokens;
+  window.sink_len = streaming_sink_len(r->streaming, bs);
+  // No token of the step sees positions [sink_len, start): their blocks go back to the pool,
+  // whole and in runs of a multiple of 16 positions (what the attention kernel skips).
+  const int64_t start = window_start(window, r->num_computed_tokens);
+  const int64_t sink_blocks = window.sink_len / bs;
+  const int64_t unit = std::lcm<int64_t>(bs, kWindowGranule) / bs;
+  kv_.evict(r->id, sink_blocks, sink_blocks + (start / bs - sink_blocks) / unit * unit);
 }
 
 bool Scheduler::start_kv_load(Request* r) {
@@ -403,7 +444,7 @@ void Scheduler::accept_token(Request* r, int32_t token) {
   if (is_stop_token(*r, token)) {
     finish(r, FinishReason::kStop);
   } else if (static_cast<int64_t>(r->output.size()) >= r->limits.max_tokens ||
-             r->num_tokens() >= options_.max_model_len) {
+             (!r->streaming.enabled() && r->num_tokens() >= options_.max_model_len)) {
     finish(r, FinishReason::kLength);
   }
 }

@@ -9,6 +9,7 @@
 //     └─ KV elsewhere (block source) ──▶ waiting for KV ───────────┘  (or failed, by policy)
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -176,9 +177,28 @@ class Scheduler final {
   // Appends a sampled token to a running request and finishes it on a stop token or at its length.
   void accept_token(Request* r, int32_t token);
   void insert_waiting(Request* r);
+  // Its tokens, and the root of their blocks' keys: the adapter's fingerprint, mixed with the
+  // sliding window's sizes for a StreamingLLM request (whose K/V past the window differ from
+  // full attention's), so requests share blocks only where their K/V are the same.
   static KVCacheManager::Tokens tokens_of(const Request& r) {
-    return {r.prompt, r.output,
-            r.lora ? BlockHash{r.lora->fingerprint_lo, r.lora->fingerprint_hi} : BlockHash{}};
+    BlockHash root = r.lora ? BlockHash{r.lora->fingerprint_lo, r.lora->fingerprint_hi} : BlockHash{};
+    if (r.streaming.enabled()) {
+      root.lo ^= mix64(0x53545245414d4c4cULL ^ static_cast<uint64_t>(r.streaming.window_tokens));
+      root.hi ^= mix64(0x53494e4b544f4b4eULL ^ static_cast<uint64_t>(r.streaming.sink_tokens));
+    }
+    return {r.prompt, r.output, root};
+  }
+  // splitmix64's finalizer.
+  static uint64_t mix64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  // A StreamingLLM request: gives back the blocks between its sink and the window of the first
+  // token it computes next; caps that step's new tokens at the window.
+  void evict_outside_window(Request* r);
+  int64_t window_cap(const Request& r, int64_t n) const {
+    return r.streaming.enabled() ? std::min(n, r.streaming.window_tokens) : n;
   }
 
   SchedulerOptions options_;

@@ -60,7 +60,8 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
   INFERD_RETURN_IF_ERROR(o.validate());
   const ModelConfig& c = model.config();
   const int64_t context = std::max(o.prompt_tokens + 1, o.depth + o.gen_tokens + 2);
-  if (context > c.max_position_embeddings)
+  const bool streaming = o.streaming.enabled();
+  if (!streaming && context > c.max_position_embeddings)
     return invalid_argument("-p / -n / -d need " + std::to_string(context) + " positions; the model has " +
                             std::to_string(c.max_position_embeddings));
   EngineOptions e;
@@ -74,6 +75,13 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
   e.scheduler.max_prefill_tokens = e.scheduler.max_num_batched_tokens;
   e.scheduler.max_num_seqs = 1;
   e.scheduler.max_model_len = context;
+  if (streaming) {  // a pool of the prompt's or the window's size, whichever is larger
+    const int64_t held = streaming_sink_len(o.streaming, e.block_size) + 2 * o.streaming.window_tokens +
+                         e.scheduler.max_num_batched_tokens + 4 * e.block_size;
+    e.num_kv_blocks = std::min(e.num_kv_blocks, std::max(o.prompt_tokens + 1, held) / e.block_size + 2);
+    e.scheduler.max_model_len =
+        std::max(context, streaming_sink_len(o.streaming, e.block_size) + o.streaming.window_tokens);
+  }
   if (o.prepare_engine) INFERD_RETURN_IF_ERROR(o.prepare_engine(e));
   INFERD_RETURN_IF_ERROR(e.validate());
   Engine engine(model, e);
@@ -95,10 +103,13 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
       // The first steps compute the context (1 token, or the depth's in chunks) and sample token
       // 1; the n steps after them decode one token each.
       const int64_t ctx = std::max<int64_t>(o.depth, 1);
-      const int64_t budget = e.scheduler.max_num_batched_tokens;
-      const double s =
-          run_request(engine, spec_of(ctx, o.gen_tokens + 1, c.vocab_size, rng), (ctx + budget - 1) / budget,
-                      o.collective_seconds, &tg_collectives, &r.generation_steps);
+      const int64_t budget = streaming
+                                 ? std::min(e.scheduler.max_num_batched_tokens, o.streaming.window_tokens)
+                                 : e.scheduler.max_num_batched_tokens;
+      RequestSpec spec = spec_of(ctx, o.gen_tokens + 1, c.vocab_size, rng);
+      spec.streaming = o.streaming;
+      const double s = run_request(engine, std::move(spec), (ctx + budget - 1) / budget, o.collective_seconds,
+                                   &tg_collectives, &r.generation_steps);
       tg_seconds += s;
       r.generation_tokens_per_second.push_back(static_cast<double>(o.gen_tokens) / s);
     }

@@ -22,6 +22,9 @@ struct LatencyBenchOptions {
   int32_t repetitions = 5;      // -r
   int64_t depth = 0;            // -d: tokens in the KV cache before each tg run (pp runs at depth 0)
   KvDType kv_dtype = KvDType::kF16;
+  // tg runs through a StreamingLLM window (off: full attention); the KV pool then holds the sink
+  // and the window, not the depth.
+  StreamingWindow streaming;
   uint64_t seed = 0;
   // Tensor parallelism (docs/parallelism.md): called on the engine's options before the engine is
   // made (the group attaches its step mirror there), and a clock of the seconds this rank has

@@ -10,6 +10,8 @@ namespace inferd {
 Status PerplexityOptions::validate() const {
   if (context < 4) return invalid_argument("--context must be at least 4 tokens");
   if (max_chunks < 0) return invalid_argument("--chunks must be >= 0");
+  if (streaming.enabled() && (streaming.window_tokens < 16 || streaming.sink_tokens < 0))
+    return invalid_argument("--streaming-llm needs SINK >= 0 and WINDOW >= 16");
   return Status::ok();
 }
 
@@ -17,7 +19,7 @@ namespace {
 
 // Logits of positions [first, context - 1) of one chunk, from an empty cache.
 Status chunk_logits(Transformer& model, std::span<const int32_t> chunk, int64_t first, KvCache& cache,
-                    const LoraAdapter* lora, std::vector<float>* logits) {
+                    const LoraAdapter* lora, const StreamingWindow& streaming, std::vector<float>* logits) {
   const auto n = static_cast<int64_t>(chunk.size());
   const int64_t block = cache.block_size();
   std::vector<int32_t> table(static_cast<size_t>((n + block - 1) / block));
@@ -29,7 +31,11 @@ Status chunk_logits(Transformer& model, std::span<const int32_t> chunk, int64_t 
     slots[static_cast<size_t>(i)] = i;  // blocks 0, 1, ... in order
   }
   for (int64_t i = first; i < n - 1; ++i) rows.push_back(static_cast<int32_t>(i));
-  const AttentionSequence seq{0, n, n, table};
+  AttentionSequence seq{0, n, n, table};
+  if (streaming.enabled()) {
+    seq.window = streaming.window_tokens;
+    seq.sink_len = streaming_sink_len(streaming, block);
+  }
   logits->resize(rows.size() * static_cast<size_t>(model.config().vocab_size));
   ForwardBatch batch{chunk, positions, slots, token_seq, {&seq, 1}, rows, {}};
   if (lora != nullptr) batch.sequence_lora = {&lora, 1};
@@ -73,9 +79,10 @@ Expected<PerplexityResult> perplexity(Transformer& model, std::span<const int32_
   std::vector<double> logp, ref_logp;
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const auto chunk = tokens.subspan(static_cast<size_t>(ch * o.context), static_cast<size_t>(o.context));
-    INFERD_RETURN_IF_ERROR(chunk_logits(model, chunk, first, cache, o.lora, &logits));
+    INFERD_RETURN_IF_ERROR(chunk_logits(model, chunk, first, cache, o.lora, o.streaming, &logits));
     if (reference != nullptr)
-      INFERD_RETURN_IF_ERROR(chunk_logits(*reference, chunk, first, cache, o.reference_lora, &ref_logits));
+      INFERD_RETURN_IF_ERROR(
+          chunk_logits(*reference, chunk, first, cache, o.reference_lora, {}, &ref_logits));
     for (int64_t i = first; i < o.context - 1; ++i) {
       const size_t row = static_cast<size_t>(i - first) * static_cast<size_t>(vocab);
       const auto next = static_cast<size_t>(chunk[static_cast<size_t>(i + 1)]);

@@ -22,6 +22,8 @@ struct PerplexityOptions {
   // LoRA adapters the model and the reference run with (null: none; need enable_lora()).
   const LoraAdapter* lora = nullptr;
   const LoraAdapter* reference_lora = nullptr;
+  // The model (not the reference) attends through a StreamingLLM window (off: full attention).
+  StreamingWindow streaming;
   Status validate() const;
 };
 

@@ -406,8 +406,8 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
   pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> kt, vc, rows_out, krows;
     thread_local std::vector<RowState> state;
-    thread_local std::vector<const float*> qrows;
-    thread_local std::vector<int64_t> pos, limit;
+    thread_local std::vector<const float*> qrows, sink_qrows;
+    thread_local std::vector<int64_t> pos, limit, lowest;
     const auto max_rows = static_cast<size_t>(kTileTokens * group);
     if (kt.size() < static_cast<size_t>(hd * kChunk)) {
       kt.resize(static_cast<size_t>(hd * kChunk));
@@ -419,8 +419,10 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
     if (state.size() < max_rows) {
       state.resize(max_rows);
       qrows.resize(max_rows);
+      sink_qrows.resize(max_rows);
       pos.resize(max_rows);
       limit.resize(max_rows);
+      lowest.resize(max_rows);
     }
     const auto* key_base = static_cast<const std::byte*>(kv.key);
     const auto* value_base = static_cast<const std::byte*>(kv.value);
@@ -428,6 +430,7 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       const Item& item = items[static_cast<size_t>(it)];
       const AttentionSequence& seq = sequences[static_cast<size_t>(item.sequence)];
       const int64_t rows = item.num_tokens * group;
+      const bool windowed = seq.window > 0;
       int64_t last_pos = 0;
       for (int64_t t = 0; t < item.num_tokens; ++t) {
         const int64_t row_index = item.first_token + t;
@@ -435,8 +438,12 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
         last_pos = std::max(last_pos, p);
         for (int64_t h = 0; h < group; ++h) {
           const auto r = static_cast<size_t>(t * group + h);
-          qrows[r] = q + row_index * q_dim + (item.kv_head * group + h) * hd;
+          const int64_t head_offset = (item.kv_head * group + h) * hd;
+          qrows[r] = q + row_index * q_dim + head_offset;
+          sink_qrows[r] =
+              windowed ? seq.sink_q + (row_index - seq.query_start) * q_dim + head_offset : qrows[r];
           pos[r] = p;
+          lowest[r] = windowed ? window_start(seq, p) : 0;
           state[r] = {-INFINITY, 0.0f};
         }
       }
@@ -447,25 +454,35 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
           item.num_segments > 1 ? std::min(last_pos + 1, seg_begin + kSegment) : last_pos + 1;
       for (int64_t c0 = seg_begin; c0 < seg_end; c0 += kChunk) {
         const int64_t n = std::min(kChunk, seg_end - c0);
+        // Each row sees the chunk whole, in part (its own position inside) or not at all (past
+        // its position; between the sink and its window). A chunk no row sees is not read: its
+        // slots may have been given back.
+        const bool in_sink = c0 < seq.sink_len;
+        bool seen = false;
+        for (int64_t r = 0; r < rows; ++r) {
+          const auto i = static_cast<size_t>(r);
+          limit[i] = !in_sink && c0 < lowest[i] ? 0 : std::min(n, pos[i] + 1 - c0);
+          seen = seen || limit[i] > 0;
+        }
+        if (!seen) continue;
+        const int64_t first = in_sink ? c0 : c0 - seq.evicted;  // index into the block table
 #if defined(__x86_64__)
         if (vector_transpose) {
-          load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, c0, n, kv_dim, offset, hd,
+          load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
                                  kt.data());
-          load_rows_avx512(kv, value_base, kv.value_scale, seq.block_table, c0, n, kv_dim, offset, hd,
+          load_rows_avx512(kv, value_base, kv.value_scale, seq.block_table, first, n, kv_dim, offset, hd,
                            vc.data());
         } else
 #endif
         {
-          load_rows(kv, key_base, kv.key_scale, seq.block_table, c0, n, kv_dim, offset, hd, krows.data());
+          load_rows(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd, krows.data());
           for (int64_t d = 0; d < hd; ++d)
             for (int64_t c = 0; c < kChunk; ++c)
               kt[static_cast<size_t>(d * kChunk + c)] = c < n ? krows[static_cast<size_t>(c * hd + d)] : 0.0f;
-          load_rows(kv, value_base, kv.value_scale, seq.block_table, c0, n, kv_dim, offset, hd, vc.data());
+          load_rows(kv, value_base, kv.value_scale, seq.block_table, first, n, kv_dim, offset, hd, vc.data());
         }
-        for (int64_t r = 0; r < rows; ++r)
-          limit[static_cast<size_t>(r)] = std::min(n, pos[static_cast<size_t>(r)] + 1 - c0);
-        chunk_fn(qrows.data(), limit.data(), rows, kt.data(), vc.data(), hd, shape.scale, state.data(),
-                 rows_out.data());
+        chunk_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(), vc.data(), hd,
+                 shape.scale, state.data(), rows_out.data());
       }
       if (item.num_segments > 1) {  // this segment's rows, for the merge below
         float* dst = partials.data() + item.partial;

@@ -93,7 +93,7 @@ int64_t KVCacheManager::adopt_loaded(RequestId id, std::span<const BlockHash> ke
   INFERD_CHECK(keys.size() == blocks.size() && loaded >= 0 && loaded <= static_cast<int64_t>(keys.size()));
   INFERD_CHECK(last_block_tokens < block_size_);
   Table& t = tables_[id];
-  INFERD_CHECK(t.hashes.size() == t.blocks.size());  // nothing computed past the cached prefix yet
+  INFERD_CHECK(t.hashes.size() == t.blocks.size() && t.evicted_blocks == 0);  // just its cached prefix
   const bool partial_tail =
       last_block_tokens > 0 && loaded == static_cast<int64_t>(keys.size()) && loaded > 0;
   const int64_t full = partial_tail ? loaded - 1 : loaded;
@@ -127,17 +127,19 @@ void KVCacheManager::cache_full_blocks(RequestId id, const Tokens& tokens, int64
   auto it = tables_.find(id);
   if (it == tables_.end()) return;
   Table& t = it->second;
-  const int64_t full = std::min<int64_t>(num_computed / block_size_, static_cast<int64_t>(t.blocks.size()));
+  const int64_t full =
+      std::min<int64_t>(num_computed / block_size_, static_cast<int64_t>(t.blocks.size()) + t.evicted_blocks);
   for (auto b = static_cast<int64_t>(t.hashes.size()); b < full; ++b) {
     const BlockHash h = hash_block(b == 0 ? nullptr : &t.hashes.back(), tokens, b);
     t.hashes.push_back(h);
-    pool_.cache_block(t.blocks[static_cast<size_t>(b)], h);
+    if (const int64_t i = t.index(b); i >= 0) pool_.cache_block(t.blocks[static_cast<size_t>(i)], h);
   }
 }
 
 bool KVCacheManager::allocate_slots(RequestId id, int64_t num_tokens) {
   auto it = tables_.find(id);
-  const int64_t have = it == tables_.end() ? 0 : static_cast<int64_t>(it->second.blocks.size());
+  const int64_t have =
+      it == tables_.end() ? 0 : static_cast<int64_t>(it->second.blocks.size()) + it->second.evicted_blocks;
   const int64_t need = blocks_for(num_tokens) - have;
   if (need <= 0) return true;
   if (need > pool_.num_free_blocks()) return false;
@@ -151,12 +153,19 @@ bool KVCacheManager::allocate_slots(RequestId id, int64_t num_tokens) {
 bool KVCacheManager::fork(RequestId parent, RequestId child, int64_t num_tokens,
                           std::optional<BlockCopy>* copy) {
   INFERD_CHECK(tables_.find(child) == tables_.end());
-  const auto source = block_table(parent);
-  const int64_t full = num_tokens / block_size_;
+  const Table& from = tables_.at(parent);
+  const auto& source = from.blocks;
+  const int64_t full_blocks = num_tokens / block_size_;
   const bool partial = num_tokens % block_size_ != 0;
+  // Entries of the parent's table for the full position blocks (those given back have none).
+  const int64_t full = std::min(full_blocks, from.sink_blocks) +
+                       std::max<int64_t>(0, full_blocks - from.sink_blocks - from.evicted_blocks);
   INFERD_CHECK(full + (partial ? 1 : 0) <= static_cast<int64_t>(source.size()));
+  INFERD_CHECK(!partial || from.index(full_blocks) == full);
   copy->reset();
   Table table;
+  table.sink_blocks = from.sink_blocks;
+  table.evicted_blocks = from.evicted_blocks;
   table.blocks.assign(source.begin(), source.begin() + full);
   if (partial) {
     auto fresh = pool_.allocate(1);
@@ -165,10 +174,10 @@ bool KVCacheManager::fork(RequestId parent, RequestId child, int64_t num_tokens,
     table.blocks.push_back((*fresh)[0]);
   }
   for (int64_t i = 0; i < full; ++i) pool_.add_ref(table.blocks[static_cast<size_t>(i)]);
-  const auto& parent_hashes = tables_.at(parent).hashes;
+  const auto& parent_hashes = from.hashes;
   table.hashes.assign(
       parent_hashes.begin(),
-      parent_hashes.begin() + std::min<int64_t>(full, static_cast<int64_t>(parent_hashes.size())));
+      parent_hashes.begin() + std::min<int64_t>(full_blocks, static_cast<int64_t>(parent_hashes.size())));
   tables_.emplace(child, std::move(table));
   return true;
 }
@@ -180,10 +189,34 @@ std::span<const int32_t> KVCacheManager::block_table(RequestId id) const {
 }
 
 int64_t KVCacheManager::slot(RequestId id, int64_t pos) const {
-  const auto table = block_table(id);
-  const auto index = static_cast<size_t>(pos / block_size_);
-  INFERD_CHECK(pos >= 0 && index < table.size());
-  return static_cast<int64_t>(table[index]) * block_size_ + pos % block_size_;
+  auto it = tables_.find(id);
+  INFERD_CHECK(pos >= 0 && it != tables_.end());
+  const int64_t index = it->second.index(pos / block_size_);
+  INFERD_CHECK(index >= 0 && index < static_cast<int64_t>(it->second.blocks.size()));
+  return static_cast<int64_t>(it->second.blocks[static_cast<size_t>(index)]) * block_size_ +
+         pos % block_size_;
+}
+
+int64_t KVCacheManager::evict(RequestId id, int64_t sink_blocks, int64_t end_block) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return 0;
+  Table& t = it->second;
+  INFERD_CHECK(sink_blocks >= 0 && (t.evicted_blocks == 0 || t.sink_blocks == sink_blocks));
+  const int64_t first = sink_blocks + t.evicted_blocks;  // first position block still held past the sink
+  const int64_t held = static_cast<int64_t>(t.blocks.size()) + t.evicted_blocks;
+  const int64_t n = std::min(end_block, held) - first;
+  if (n <= 0) return 0;
+  t.sink_blocks = sink_blocks;
+  const auto begin = t.blocks.begin() + (first - t.evicted_blocks);
+  pool_.release(std::span<const int32_t>(&*begin, static_cast<size_t>(n)));
+  t.blocks.erase(begin, begin + n);
+  t.evicted_blocks += n;
+  return n;
+}
+
+int64_t KVCacheManager::evicted_blocks(RequestId id) const {
+  auto it = tables_.find(id);
+  return it == tables_.end() ? 0 : it->second.evicted_blocks;
 }
 
 void KVCacheManager::release_tail_first(std::span<const int32_t> blocks) {
@@ -205,9 +238,13 @@ void KVCacheManager::pin_session(const std::string& session, RequestId id,
   pin.expiry = expiry;
   pin.order = pin_order_++;
   if (table != tables_.end()) {
-    const size_t keyed = table->second.hashes.size();  // full, computed, content-keyed blocks
-    pin.blocks.assign(table->second.blocks.begin(),
-                      table->second.blocks.begin() + static_cast<int64_t>(keyed));
+    const Table& t = table->second;
+    const auto keyed = static_cast<int64_t>(t.hashes.size());  // full, computed, content-keyed blocks
+    for (int64_t b = 0; b < keyed; ++b) {  // up to a window's hole: the next turn's chain stops there
+      const int64_t i = t.index(b);
+      if (i < 0) break;
+      pin.blocks.push_back(t.blocks[static_cast<size_t>(i)]);
+    }
   }
   for (int32_t b : pin.blocks) pool_.add_ref(b);  // before the old pin goes: shared blocks stay
   if (auto old = sessions_.find(session); old != sessions_.end()) unpin(old);

@@ -108,9 +108,9 @@ class KVCacheManager final {
   // of the block size, a key of the partly filled last block in a domain of its own (its tokens
   // and their count), which no full block ever has.
   std::vector<BlockHash> block_keys(const Tokens& tokens, int64_t num_tokens);
-  // Tokens the request's table holds blocks for, as blocks x block_size.
+  // Tokens the request's table covers (given-back blocks included), as blocks x block_size.
   int64_t num_table_tokens(RequestId id) const {
-    return static_cast<int64_t>(block_table(id).size()) * block_size_;
+    return (static_cast<int64_t>(block_table(id).size()) + evicted_blocks(id)) * block_size_;
   }
   KvBlockSource* block_source() const { return source_; }
   // Registers the request's full blocks among its first `num_computed` tokens for reuse.
@@ -127,10 +127,19 @@ class KVCacheManager final {
   // (and changes nothing) when the pool has too few free blocks.
   [[nodiscard]] bool allocate_slots(RequestId id, int64_t num_tokens);
 
-  // The blocks of `id` in position order (empty when it holds none).
+  // A sliding window (StreamingLLM): gives back the blocks of positions [sink_blocks x
+  // block_size, end_block x block_size) that the request still holds; the first sink_blocks stay.
+  // The table then has a hole: block_table() lists the sink's blocks, then those from
+  // sink_blocks + evicted_blocks() on, and slot() maps positions across the hole. Returns how
+  // many blocks were given back. The given-back blocks stay cached (their keys are valid).
+  int64_t evict(RequestId id, int64_t sink_blocks, int64_t end_block);
+  // Blocks given back by evict() (0 for a request that never evicted).
+  int64_t evicted_blocks(RequestId id) const;
+
+  // The blocks of `id` in position order, without the given-back ones (empty when it holds none).
   std::span<const int32_t> block_table(RequestId id) const;
 
-  // Cache slot of position `pos` of request `id` (pos must be covered).
+  // Cache slot of position `pos` of request `id` (pos must be covered, not given back).
   int64_t slot(RequestId id, int64_t pos) const;
 
   // Blocks needed for `num_tokens` tokens of a request that holds none.
@@ -172,7 +181,14 @@ class KVCacheManager final {
  private:
   struct Table {
     std::vector<int32_t> blocks;
-    std::vector<BlockHash> hashes;  // content keys of the first hashes.size() blocks
+    std::vector<BlockHash> hashes;  // content keys of the first hashes.size() position blocks
+    int64_t sink_blocks = 0;        // evict(): blocks[0, sink_blocks) are positions' blocks 0...
+    int64_t evicted_blocks = 0;     // ... and blocks[i >= sink_blocks] is position block i + this
+    // Index into `blocks` of position block b; -1 when it was given back.
+    int64_t index(int64_t b) const {
+      if (b < sink_blocks || evicted_blocks == 0) return b;
+      return b < sink_blocks + evicted_blocks ? -1 : b - evicted_blocks;
+    }
   };
   BlockHash hash_block(const BlockHash* parent, const Tokens& tokens, int64_t block);
 

@@ -198,7 +198,15 @@ Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t
         s.query_start + s.num_queries > static_cast<int64_t>(n)) {
       return invalid_argument("sequence query range is inconsistent");
     }
-    const int64_t blocks_needed = (s.context_len + cache.block_size() - 1) / cache.block_size();
+    if (s.window != 0 || s.sink_len != 0 || s.evicted != 0) {
+      if (s.window < kWindowGranule) return invalid_argument("attention window shorter than 16 positions");
+      if (s.sink_len < 0 || s.sink_len % kWindowGranule != 0 || s.evicted < 0 ||
+          s.evicted % kWindowGranule != 0)
+        return invalid_argument("attention sink and evicted positions must be multiples of 16");
+      if (s.evicted > 0 && s.sink_len + s.evicted > window_start(s, s.context_len - s.num_queries))
+        return invalid_argument("evicted positions inside a query's attention window");
+    }
+    const int64_t blocks_needed = (s.context_len - s.evicted + cache.block_size() - 1) / cache.block_size();
     if (static_cast<int64_t>(s.block_table.size()) < blocks_needed) {
       return invalid_argument("block table shorter than the context");
     }
@@ -309,6 +317,10 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
                                          {LoraTarget::kV, v_.data(), c.kv_dim()}};
     apply_lora(layer_index, targets, normed_.data(), c.hidden_size);
   }
+  const bool windowed = std::any_of(b.sequences.begin(), b.sequences.end(),
+                                    [](const AttentionSequence& s) { return s.window > 0; });
+  if (windowed && sink_q_.size() < static_cast<size_t>(n * c.q_dim()))
+    sink_q_.resize(static_cast<size_t>(n * c.q_dim()));
   for (int64_t t = 0; t < n; ++t) {
     float* q = &q_[t * c.q_dim()];
     float* k = &k_[t * c.kv_dim()];
@@ -317,12 +329,26 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
       backend_->rms_norm(k, l.k_norm.data(), k, c.num_kv_heads, hd, eps);
     }
     const int64_t pos = b.positions[static_cast<size_t>(t)];
+    const AttentionSequence& seq = b.sequences[static_cast<size_t>(b.token_sequence[static_cast<size_t>(t)])];
+    if (seq.window > 0) {  // the sink's query: rotated at the position StreamingLLM gives the token
+      float* sq = &sink_q_[static_cast<size_t>(t * c.q_dim())];
+      std::copy_n(q, c.q_dim(), sq);
+      backend_->rope_qk(sq, c.num_heads, nullptr, 0, hd, pos - sink_gap(seq, pos),
+                        token_inv_freq_[static_cast<size_t>(t)], c.rope_pairing, rope_.attention_factor());
+    }
     backend_->rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, token_inv_freq_[static_cast<size_t>(t)],
                       c.rope_pairing, rope_.attention_factor());
     cache.write(layer_index, b.slot_mapping[static_cast<size_t>(t)], k, &v_[t * c.kv_dim()]);
   }
   const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
-  backend_->attention(q_.data(), b.sequences, b.token_sequence, cache.layer_view(layer_index), shape,
+  std::span<const AttentionSequence> sequences = b.sequences;
+  if (windowed) {
+    attn_sequences_.assign(b.sequences.begin(), b.sequences.end());
+    for (AttentionSequence& s : attn_sequences_)
+      if (s.window > 0) s.sink_q = &sink_q_[static_cast<size_t>(s.query_start * c.q_dim())];
+    sequences = attn_sequences_;
+  }
+  backend_->attention(q_.data(), sequences, b.token_sequence, cache.layer_view(layer_index), shape,
                       attn_.data());
   linear(attn_.data(), c.q_dim(), layer_index, LinearInput::kOutput, *p.wo,
          {proj_.data(), c.hidden_size, nullptr}, n);

@@ -178,14 +178,16 @@ class Transformer final {
   std::vector<float> hidden_;     // [T, hidden] residual stream
   std::vector<float> normed_;     // [T, hidden]
   std::vector<float> q_;          // [T, q_dim]
-  std::vector<float> k_;          // [T, kv_dim]
-  std::vector<float> v_;          // [T, kv_dim]
-  std::vector<float> attn_;       // [T, q_dim]
-  std::vector<float> gate_;       // [T, intermediate]
-  std::vector<float> lora_x_;     // [T, hidden] gathered rows (LoRA only)
-  std::vector<float> lora_gate_;  // [T, intermediate]
-  std::vector<float> lora_up_;    // [T, intermediate]
-  std::vector<float> proj_;       // [T, hidden]
+  std::vector<float> sink_q_;     // [T, q_dim] windowed sequences' queries for their sink
+  std::vector<AttentionSequence> attn_sequences_;  // the step's sequences with sink_q set
+  std::vector<float> k_;                           // [T, kv_dim]
+  std::vector<float> v_;                           // [T, kv_dim]
+  std::vector<float> attn_;                        // [T, q_dim]
+  std::vector<float> gate_;                        // [T, intermediate]
+  std::vector<float> lora_x_;                      // [T, hidden] gathered rows (LoRA only)
+  std::vector<float> lora_gate_;                   // [T, intermediate]
+  std::vector<float> lora_up_;                     // [T, intermediate]
+  std::vector<float> proj_;                        // [T, hidden]
 };
 
 }  // namespace inferd

@@ -1,6 +1,7 @@
 #include "server/openai_api.h"
 
 #include <limits>
+#include <tuple>
 
 #include "engine/engine.h"
 
@@ -230,7 +231,8 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "include_stop_str_in_output",
                                               "metadata",
                                               "store",
-                                              "kv_transfer_params"};
+                                              "kv_transfer_params",
+                                              "streaming_llm"};
 constexpr std::string_view kChatFields[] = {
     "messages", "max_completion_tokens", "top_logprobs",       "chat_template_kwargs",
     "tools",    "tool_choice",           "parallel_tool_calls"};
@@ -509,6 +511,34 @@ std::optional<uint64_t> parse_transfer_id(const std::string& text) {
 namespace {
 
 // kv_transfer_params: {"do_remote_decode": true} or the prefill answer's handle.
+// inferd's StreamingLLM window: {"sink_tokens": S, "window_tokens": W}.
+void parse_streaming_llm(Reader& r, GenerationRequest* g) {
+  const json* v = r.find("streaming_llm");
+  if (v == nullptr || r.failed()) return;
+  const std::string field = "streaming_llm";
+  if (!v->is_object()) return r.fail(field, "'streaming_llm' must be an object");
+  for (const auto& [key, value] : v->items()) {
+    if (key != "sink_tokens" && key != "window_tokens")
+      return r.fail(field + "." + key, "unknown field 'streaming_llm." + key + "'");
+  }
+  StreamingWindow w;
+  for (const auto& [key, out, lo] : {std::tuple{"sink_tokens", &w.sink_tokens, int64_t{0}},
+                                     std::tuple{"window_tokens", &w.window_tokens, int64_t{16}}}) {
+    auto it = v->find(key);
+    if (it == v->end()) {
+      if (std::string_view(key) == "window_tokens")
+        return r.fail(field + ".window_tokens", "'streaming_llm.window_tokens' is required");
+      continue;
+    }
+    constexpr int64_t kMax = int64_t{1} << 30;
+    if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > kMax)
+      return r.fail(field + "." + key, "'streaming_llm." + std::string(key) + "' must be an integer in [" +
+                                           std::to_string(lo) + ", " + std::to_string(kMax) + "]");
+    *out = it->get<int64_t>();
+  }
+  g->streaming = w;
+}
+
 void parse_kv_transfer(Reader& r, GenerateRequest* req) {
   const json* v = r.find("kv_transfer_params");
   if (v == nullptr || r.failed()) return;
@@ -612,6 +642,9 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   r.boolean("include_stop_str_in_output", &g.include_stop_str_in_output);
   if (endpoint == ApiEndpoint::kCompletion) r.boolean("echo", &g.echo);
   parse_kv_transfer(r, &req);
+  parse_streaming_llm(r, &g);
+  if (g.streaming.enabled() && req.kv_transfer)
+    r.fail("streaming_llm", "'streaming_llm' is not supported with kv_transfer_params");
   if (req.kv_transfer && req.kv_transfer->do_remote_decode && req.stream)
     r.fail("stream", "'stream' must be false with kv_transfer_params.do_remote_decode");
   if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {

@@ -105,6 +105,25 @@ TEST(InputProcessorTest, TheContextWindowNamesBothNumbers) {
   EXPECT_EQ(ok.input->requests[0].limits.max_tokens, 54);
 }
 
+// A StreamingLLM window lets the prompt and the output run past the context window (without
+// max_tokens: a context's worth of output); its sink + window must fit the context.
+TEST(InputProcessorTest, AStreamingWindowRunsPastTheContextWindow) {
+  GenerationRequest r = ids_request(std::vector<int32_t>(100, 1));
+  r.streaming = {4, 32};
+  r.max_tokens = 500;
+  InputProcessed ok = processor().process(r);
+  ASSERT_TRUE(ok.input.has_value()) << ok.error.message;
+  EXPECT_EQ(ok.input->requests[0].limits.max_tokens, 500);
+  EXPECT_EQ(ok.input->requests[0].streaming.window_tokens, 32);
+  EXPECT_EQ(ok.input->requests[0].streaming.sink_tokens, 4);
+  r.max_tokens.reset();
+  ok = processor().process(r);
+  ASSERT_TRUE(ok.input.has_value()) << ok.error.message;
+  EXPECT_EQ(ok.input->requests[0].limits.max_tokens, 64);
+  r.streaming = {40, 32};
+  EXPECT_EQ(refused(r).field, "streaming_llm");
+}
+
 TEST(InputProcessorTest, WithoutTokenizerOnlyTokenIdsAreServed) {
   GenerationRequest text;
   text.prompts.push_back({"hello", {}, false});

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <numeric>
 #include <random>
 
 #include "kv/kv_cache_manager.h"
@@ -70,6 +71,51 @@ TEST(KVCacheManagerTest, TablesGrowAndSlotsMapThroughBlocks) {
   m.free(99);
   EXPECT_EQ(pool.num_free_blocks(), 8);
   EXPECT_EQ(m.num_requests(), 0);
+}
+
+// A sliding window gives back the blocks between the sink and the window: slots map across the
+// hole, growing counts the given-back blocks as covered, caching skips them (their keys stay with
+// the pool's copies), a fork keeps the hole, and a session pins only the blocks before it.
+TEST(KVCacheManagerTest, EvictingAWindowLeavesAHoleTheTableMapsAcross) {
+  BlockPool pool(16);
+  KVCacheManager m(pool, 4, /*prefix_caching=*/true);
+  std::vector<int32_t> prompt(30);
+  std::iota(prompt.begin(), prompt.end(), 100);
+  const KVCacheManager::Tokens tokens{prompt, {}, {}};
+  ASSERT_TRUE(m.allocate_slots(1, 24));  // position blocks 0..5
+  const std::vector<int32_t> before(m.block_table(1).begin(), m.block_table(1).end());
+  m.cache_full_blocks(1, tokens, 24);
+  EXPECT_EQ(m.evict(1, 1, 4), 3);  // blocks 1, 2, 3 go; 0 (the sink), 4, 5 stay
+  EXPECT_EQ(m.evicted_blocks(1), 3);
+  EXPECT_EQ(m.block_table(1).size(), 3u);
+  EXPECT_EQ(m.num_table_tokens(1), 24);
+  EXPECT_EQ(pool.num_used_blocks(), 3);
+  EXPECT_EQ(pool.num_cached_blocks(), 6);  // the given-back blocks keep their keys
+  EXPECT_EQ(m.slot(1, 2), before[0] * 4 + 2);
+  EXPECT_EQ(m.slot(1, 17), before[4] * 4 + 1);
+  EXPECT_EQ(m.slot(1, 23), before[5] * 4 + 3);
+  EXPECT_EQ(m.evict(1, 1, 4), 0);        // nothing more below block 4
+  ASSERT_TRUE(m.allocate_slots(1, 30));  // position blocks 6, 7: two fresh blocks
+  EXPECT_EQ(m.block_table(1).size(), 5u);
+  m.cache_full_blocks(1, tokens, 28);  // position block 6 keyed into its table entry 3
+  EXPECT_EQ(pool.num_cached_blocks(), 7);
+  EXPECT_EQ(m.evict(1, 1, 6), 2);  // blocks 4, 5
+  EXPECT_EQ(m.slot(1, 25), m.block_table(1)[1] * 4 + 1);
+  // A fork of the first 29 tokens: the sink and block 6 shared, the partial block 7 copied.
+  std::optional<KVCacheManager::BlockCopy> copy;
+  ASSERT_TRUE(m.fork(1, 2, 29, &copy));
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_EQ(copy->src, m.block_table(1)[2]);
+  EXPECT_EQ(m.evicted_blocks(2), 5);
+  EXPECT_EQ(m.slot(2, 1), m.slot(1, 1));
+  EXPECT_EQ(m.slot(2, 26), m.slot(1, 26));
+  EXPECT_EQ(m.slot(2, 28), copy->dst * 4);
+  // A session pins the chain up to the hole: the sink block.
+  m.pin_session("s", 1, std::chrono::steady_clock::now() + std::chrono::hours(1), 16);
+  EXPECT_EQ(m.num_pinned_blocks(), 1);
+  m.free(1);
+  m.free(2);
+  EXPECT_EQ(pool.num_used_blocks(), 1);  // the pin
 }
 
 // Property: after any sequence of grow / free operations every block is free again and no

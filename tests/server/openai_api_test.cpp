@@ -195,6 +195,37 @@ TEST(OpenAiApiTest, ReadsKvTransferParamsAndRefusesWhatCannotGoWithThem) {
   parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "n": 1, "logprobs": null, )" + handle + "}");
 }
 
+TEST(OpenAiApiTest, ReadsAStreamingLlmWindowAndNamesWhatIsWrongWithOne) {
+  const GenerateRequest r =
+      parse_ok(ApiEndpoint::kCompletion,
+               R"({"prompt": "x", "streaming_llm": {"sink_tokens": 4, "window_tokens": 1024}})");
+  EXPECT_EQ(r.generation.streaming.sink_tokens, 4);
+  EXPECT_EQ(r.generation.streaming.window_tokens, 1024);
+  const GenerateRequest no_sink =
+      parse_ok(ApiEndpoint::kChat,
+               R"({"messages": [{"role": "user", "content": "x"}], "streaming_llm": {"window_tokens": 64}})");
+  EXPECT_EQ(no_sink.generation.streaming.sink_tokens, 0);
+  EXPECT_TRUE(no_sink.generation.streaming.enabled());
+  EXPECT_FALSE(parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x"})").generation.streaming.enabled());
+  struct Case {
+    std::string body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "x", "streaming_llm": 4})", "streaming_llm"},
+      {R"({"prompt": "x", "streaming_llm": {"sink_tokens": 4}})", "streaming_llm.window_tokens"},
+      {R"({"prompt": "x", "streaming_llm": {"window_tokens": 8}})", "streaming_llm.window_tokens"},
+      {R"({"prompt": "x", "streaming_llm": {"window_tokens": 64.5}})", "streaming_llm.window_tokens"},
+      {R"({"prompt": "x", "streaming_llm": {"window_tokens": 64, "sink_tokens": -1}})",
+       "streaming_llm.sink_tokens"},
+      {R"({"prompt": "x", "streaming_llm": {"window_tokens": 64, "sinks": 4}})", "streaming_llm.sinks"},
+      {R"({"prompt": "x", "streaming_llm": {"window_tokens": 64}, "kv_transfer_params": {"do_remote_decode": true}})",
+       "streaming_llm"},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(parse_error(ApiEndpoint::kCompletion, c.body).param, c.param) << c.body;
+}
+
 TEST(OpenAiApiTest, ErrorBodyHasOpenAisShape) {
   auto j = nlohmann::json::parse(
       error_body(ApiError{404, "no", "invalid_request_error", "model", "model_not_found"}));
