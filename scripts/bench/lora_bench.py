@@ -51,14 +51,15 @@ def model_shapes(path):
     for t in r.tensors:
         if t.name.startswith("blk.") and len(t.shape) == 2:
             shapes[t.name.removesuffix(".weight")] = (int(t.shape[1]), int(t.shape[0]))  # (out, in)
-    layers = int(r.fields["llama.block_count"].parts[-1][0])
-    return shapes, layers
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+    layers = int(r.fields[f"{arch}.block_count"].parts[-1][0])
+    return shapes, layers, arch
 
 
-def write_adapter(path, shapes, layers, rank, seed):
+def write_adapter(path, shapes, layers, rank, seed, arch="llama"):
     """A random GGUF LoRA adapter of every target module (small updates: the text stays text-like)."""
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(path=None, arch="llama")
+    w = gguf.GGUFWriter(path=None, arch=arch)
     w.add_type(gguf.GGUFType.ADAPTER)
     w.add_string(gguf.Keys.Adapter.TYPE, "lora")
     w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))  # scale 1
@@ -148,7 +149,7 @@ def throughput(model, tmp, shapes, layers, a):
         paths = [os.path.join(tmp, f"r{rank}_{k}.gguf") for k in range(16)]
         for k, p in enumerate(paths):
             if not os.path.exists(p):
-                write_adapter(p, shapes, layers, rank, 100 * rank + k)
+                write_adapter(p, shapes, layers, rank, 100 * rank + k, a.arch)
         proc, port = inferd_server(model, paths)
         rates = {d: [] for d in (0, 1, 4, 16)}
         try:
@@ -167,7 +168,7 @@ def throughput(model, tmp, shapes, layers, a):
 def ttft(model, tmp, shapes, layers, a):
     paths = [os.path.join(tmp, f"ttft_{k}.gguf") for k in range(2)]
     for k, p in enumerate(paths):
-        write_adapter(p, shapes, layers, 16, 900 + k)
+        write_adapter(p, shapes, layers, 16, 900 + k, a.arch)
     proc, port = inferd_server(model, [], ["--max-loras", "1", "--no-prefix-caching", "--enable-lora"])
     cold, warm = [], []
     try:
@@ -197,7 +198,7 @@ def peer(model, tmp, shapes, layers, a):
     paths = [os.path.join(tmp, f"r16_{k}.gguf") for k in range(4)]
     for k, p in enumerate(paths):
         if not os.path.exists(p):
-            write_adapter(p, shapes, layers, 16, 1600 + k)
+            write_adapter(p, shapes, layers, 16, 1600 + k, a.arch)
     print(f"16 sequences x {a.tokens} tokens, rank-16 adapters, completion tokens / wall time, tokens/s "
           f"(median of {a.rounds}); peer: {peer_build()}:")
     results = {}
@@ -238,7 +239,7 @@ def main():
     a = p.parse_args()
     if not os.path.exists(INFERD):
         raise SystemExit(f"build inferd first ({INFERD})")
-    shapes, layers = model_shapes(a.model)
+    shapes, layers, a.arch = model_shapes(a.model)
     with tempfile.TemporaryDirectory() as tmp:
         for part in a.parts:
             {"throughput": throughput, "ttft": ttft, "peer": peer}[part](a.model, tmp, shapes, layers, a)
