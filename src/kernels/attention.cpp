@@ -440,8 +440,9 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
           const auto r = static_cast<size_t>(t * group + h);
           const int64_t head_offset = (item.kv_head * group + h) * hd;
           qrows[r] = q + row_index * q_dim + head_offset;
-          sink_qrows[r] =
-              windowed ? seq.sink_q + (row_index - seq.query_start) * q_dim + head_offset : qrows[r];
+          sink_qrows[r] = windowed && seq.sink_q != nullptr
+                              ? seq.sink_q + (row_index - seq.query_start) * q_dim + head_offset
+                              : qrows[r];
           pos[r] = p;
           lowest[r] = windowed ? window_start(seq, p) : 0;
           state[r] = {-INFINITY, 0.0f};

@@ -36,7 +36,7 @@ struct AttentionSequence {
   // query of the step may see them. A multiple of kWindowGranule.
   int64_t evicted = 0;
   // [num_queries][num_heads * head_dim]: the queries the sink is scored with (set by the
-  // transformer for a windowed sequence).
+  // transformer for a windowed sequence; null: the queries themselves).
   const float* sink_q = nullptr;
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -107,16 +108,26 @@ std::vector<int32_t> one_pass_greedy(Transformer& model, const RequestSpec& s,
   return greedy;
 }
 
+// A tiny fixture model on two threads.
+struct Tiny {
+  explicit Tiny(const std::string& variant) : weights(load_model(test::fixture_path("tiny/" + variant))) {
+    EXPECT_TRUE(weights.has_value()) << weights.status().message();
+    if (weights.has_value()) model.emplace(**weights, pool);
+  }
+  Expected<std::unique_ptr<ModelWeights>> weights;
+  ThreadPool pool{2};
+  std::optional<Transformer> model;
+};
+
 // Streaming requests whose prompt + output exceed both the KV pool (12 blocks of 16) and the
 // context (256), mixed with ordinary ones: each completes, holds no more than its sink and
 // window need, and its tokens are those of one windowed pass over its text; batched equals alone.
 TEST(StreamingWindowTest, RequestsRunPastThePoolAndEqualOneWindowedPass) {
   for (const char* variant : {"qwen2", "qwen3", "llama_untied", "qwen2_rope_yarn"}) {
     SCOPED_TRACE(variant);
-    auto weights = load_model(test::fixture_path(std::string("tiny/") + variant));
-    ASSERT_TRUE(weights.has_value()) << weights.status().message();
-    ThreadPool pool(2);
-    Transformer model(**weights, pool);
+    Tiny tiny(variant);
+    ASSERT_TRUE(tiny.model.has_value());
+    Transformer& model = *tiny.model;
     std::mt19937 rng(5);
     std::vector<RequestSpec> specs;
     specs.push_back(spec(rng, 150, 250, {4, 48}));
@@ -155,10 +166,9 @@ TEST(StreamingWindowTest, RequestsRunPastThePoolAndEqualOneWindowedPass) {
 
 // A pool so small that streaming requests preempt each other: the same tokens as alone.
 TEST(StreamingWindowTest, PreemptionKeepsTheTokens) {
-  auto weights = load_model(test::fixture_path("tiny/qwen3"));
-  ASSERT_TRUE(weights.has_value());
-  ThreadPool pool(2);
-  Transformer model(**weights, pool);
+  Tiny tiny("qwen3");
+  ASSERT_TRUE(tiny.model.has_value());
+  Transformer& model = *tiny.model;
   std::mt19937 rng(9);
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 6; ++i)
@@ -174,10 +184,9 @@ TEST(StreamingWindowTest, PreemptionKeepsTheTokens) {
 // n = 3 seeded samples of a prompt longer than the window (forked across the table's hole):
 // each equals the single request with seed + index.
 TEST(StreamingWindowTest, SamplesForkAcrossTheHole) {
-  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
-  ASSERT_TRUE(weights.has_value());
-  ThreadPool pool(2);
-  Transformer model(**weights, pool);
+  Tiny tiny("llama_untied");
+  ASSERT_TRUE(tiny.model.has_value());
+  Transformer& model = *tiny.model;
   std::mt19937 rng(13);
   RequestSpec s = spec(rng, 190, 50, {4, 64});
   s.sampling.temperature = 1.0f;
@@ -206,10 +215,9 @@ TEST(StreamingWindowTest, SamplesForkAcrossTheHole) {
 
 // Bad windows are refused per request, with a message; the others run.
 TEST(StreamingWindowTest, BadWindowsAreRefusedAlone) {
-  auto weights = load_model(test::fixture_path("tiny/qwen2"));
-  ASSERT_TRUE(weights.has_value());
-  ThreadPool pool(2);
-  Transformer model(**weights, pool);
+  Tiny tiny("qwen2");
+  ASSERT_TRUE(tiny.model.has_value());
+  Transformer& model = *tiny.model;
   std::mt19937 rng(1);
   std::vector<RequestSpec> specs{spec(rng, 10, 5, {4, 8}), spec(rng, 10, 5, {-1, 32}),
                                  spec(rng, 10, 5, {100, 200}), spec(rng, 10, 5, {4, 32})};
