@@ -260,11 +260,13 @@ def test_corrupt_transfer_is_recomputed(fleet, reference):
            check=False)
 
 
-def run_many(base, n, streamed, max_tokens=40):
-    """n concurrent requests; returns (completed, clear errors, anything else)."""
+def run_many(base, n, streamed, max_tokens=40, repeats=None):
+    """n concurrent requests; returns (completed, clear errors, anything else). repeats(i): the
+    length of request i's prompt in STORYs (default 6)."""
 
     def one(i):
-        body = {"prompt": prompt(100 + i), "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+        text = prompt(100 + i) if repeats is None else prompt(100 + i, repeats(i))
+        body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
         try:
             if streamed:
                 text, error = stream(base, body)
@@ -286,9 +288,15 @@ def test_prefill_killed_mid_transfer_loses_no_request(fleet):
     p, d, r = start_roles(fleet)
     try:
         results = []
-        t = threading.Thread(target=lambda: results.extend(run_many(r.base, 6, streamed=False)))
+        # Prompts of ~110 to ~1,500 tokens: the shortest is computed and pulled while the longer
+        # ones are still being computed on the prefill instance's one thread. A fixed delay was
+        # not enough: on a fast CPU all six were done within it (seen in CI).
+        t = threading.Thread(
+            target=lambda: results.extend(run_many(r.base, 6, streamed=False, repeats=lambda i: 3 + 8 * i)))
         t.start()
-        time.sleep(1.5)
+        deadline = time.time() + 60
+        while time.time() < deadline and p.metric(r'kv_transfer_pulls_total.*side="prefill"') < 1:
+            time.sleep(0.02)
         p.kill()  # some prompts are being computed, some pulled, some queued
         t.join(timeout=300)
         assert not t.is_alive(), "requests hung after the prefill instance died"
