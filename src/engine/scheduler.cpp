@@ -56,10 +56,12 @@ void Scheduler::add(std::unique_ptr<Request> request) {
     r->error = "the prompt is empty";
   } else if (r->streaming.enabled() || r->streaming.sink_tokens != 0) {
     // The window bounds what it holds: the sink, up to two windows (the one the step's first
-    // token sees, then the step's own tokens), and the rounding of both to blocks.
+    // token sees, then the step's own tokens), and the rounding of both to the units blocks are
+    // given back in (evict_outside_window) and to a partly filled last block.
     const int64_t bs = kv_.block_size();
     const int64_t sink = streaming_sink_len(r->streaming, bs);
-    const int64_t held = sink + 2 * r->streaming.window_tokens + 2 * std::max<int64_t>(bs, 16) + bs;
+    const int64_t unit = std::lcm<int64_t>(bs, kWindowGranule);
+    const int64_t held = sink + 2 * r->streaming.window_tokens + 2 * unit + bs;
     if (r->streaming.window_tokens < 16) {
       r->error = "the streaming window must be at least 16 tokens";
     } else if (r->streaming.sink_tokens < 0) {
