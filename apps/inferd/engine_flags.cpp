@@ -90,6 +90,13 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
           std::map<std::string, SchedulePolicy>{{"decode-first", SchedulePolicy::kDecodeFirst},
                                                 {"prefill-first", SchedulePolicy::kPrefillFirst},
                                                 {"adaptive", SchedulePolicy::kAdaptive}}));
+  cmd->add_option("--slo-class", f->slo_classes,
+                  "an SLO class, name:ttft=500ms,tpot=50ms,weight=4 (repeatable; requests pick one by the "
+                  "slo_class field or the X-SLO-Class header; heavier classes run first; a request whose "
+                  "class's TTFT the load would miss gets 429)")
+      ->take_all();
+  cmd->add_option("--slo-default-class", f->slo_default_class,
+                  "the class of requests that name none and give no priority (default: the lightest)");
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "do not reuse KV blocks of earlier requests");
   cmd->add_option("--session-ttl", f->session_ttl,
                   "seconds a session's last turn stays pinned in the KV cache")
@@ -159,6 +166,14 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
   o.scheduler.kv_load_failure = f.kv_load_failure;
   o.scheduler.session_max_share = f.session_max_share;
   o.scheduler.policy = f.schedule_policy;
+  {
+    std::vector<SloClass> classes;
+    for (const std::string& spec : f.slo_classes) {
+      INFERD_ASSIGN_OR_RETURN(SloClass c, parse_slo_class(spec));
+      classes.push_back(std::move(c));
+    }
+    INFERD_ASSIGN_OR_RETURN(o.scheduler.slo, SloClasses::create(std::move(classes), f.slo_default_class));
+  }
   INFERD_ASSIGN_OR_RETURN(o.scheduler.speculative, parse_speculative_config(f.speculative_config));
   o.scheduler.max_model_len = f.max_model_len > 0 ? std::min(f.max_model_len, model.max_position_embeddings)
                                                   : model.max_position_embeddings;

@@ -21,6 +21,8 @@ struct EngineFlags {
   int64_t max_num_seqs = 64;
   int64_t max_prefill_tokens = 2048;
   SchedulePolicy schedule_policy = SchedulePolicy::kDecodeFirst;
+  std::vector<std::string> slo_classes;  // --slo-class name:ttft=...,tpot=...,weight=...
+  std::string slo_default_class;
   int64_t max_model_len = 0;  // 0 = the model's context length
   bool no_prefix_caching = false;
   double session_ttl = 300;

@@ -22,8 +22,9 @@ def peer_build():
             f"({fields.get('why', '?')}) on {fields.get('cpu', '?')}")
 
 
-def start_server(*flags):
-    """Starts `inferd serve` on a free port with 2 threads; returns (process, port) once ready."""
+def start_server(*flags, log=None):
+    """Starts `inferd serve` on a free port with 2 threads; returns (process, port) once ready.
+    log: a file its stderr goes on to (else dropped)."""
     p = subprocess.Popen([INFERD, "serve", "--port", "0", "-t", "2", *flags], stderr=subprocess.PIPE, text=True)
     port = None
     while True:
@@ -33,7 +34,7 @@ def start_server(*flags):
         m = re.search(r"listening on http://[\d.]+:(\d+)", line)
         port = port or (int(m.group(1)) if m else None)
         if "ready:" in line:
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            threading.Thread(target=lambda: [log and log.write(x) for x in p.stderr], daemon=True).start()
             return p, port
 
 

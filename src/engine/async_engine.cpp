@@ -1,11 +1,28 @@
 #include "engine/async_engine.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace inferd {
 
-AsyncEngine::AsyncEngine(Transformer& model, const EngineOptions& options) : engine_(model, options) {
+AsyncEngine::AsyncEngine(Transformer& model, const EngineOptions& options)
+    : engine_(model, options), slo_(options.scheduler.slo) {
   num_free_blocks_ = engine_.block_pool().num_free_blocks();
+  if (!slo_.empty()) {
+    submitted_tokens_ = std::make_unique<std::atomic<int64_t>[]>(slo_.size());
+    queued_tokens_ = std::make_unique<std::atomic<int64_t>[]>(slo_.size());
+    arrived_tokens_ = std::make_unique<std::atomic<int64_t>[]>(slo_.size());
+    arrival_rate_ = std::make_unique<std::atomic<double>[]>(slo_.size());
+    for (size_t i = 0; i < slo_.size(); ++i) {
+      submitted_tokens_[i] = 0;
+      queued_tokens_[i] = 0;
+      arrived_tokens_[i] = 0;
+      arrival_rate_[i] = 0;
+    }
+    arrived_seen_.assign(slo_.size(), 0);
+    rate_updated_ = std::chrono::steady_clock::now();
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -23,6 +40,12 @@ RequestId AsyncEngine::submit(RequestSpec spec, OutputCallback on_output) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     num_submitted_sequences_ += num_finished_outputs(spec);
+    if (!slo_.empty()) {
+      const auto rank = static_cast<size_t>(slo_.rank(slo_.class_of(spec.slo_class, spec.priority)));
+      const int64_t tokens = static_cast<int64_t>(spec.prompt.size()) * num_finished_outputs(spec);
+      submitted_tokens_[rank] += tokens;
+      arrived_tokens_[rank] += tokens;
+    }
     submissions_.push_back({id, std::move(spec), std::move(on_output)});
   }
   wake_.notify_one();
@@ -82,6 +105,9 @@ void AsyncEngine::take_commands() {
   int64_t taken_sequences = 0;
   for (auto& s : subs) {
     taken_sequences += num_finished_outputs(s.spec);
+    if (!slo_.empty())
+      submitted_tokens_[static_cast<size_t>(slo_.rank(slo_.class_of(s.spec.slo_class, s.spec.priority)))] -=
+          static_cast<int64_t>(s.spec.prompt.size()) * num_finished_outputs(s.spec);
     callbacks_.emplace(
         s.id, Listener{std::move(s.callback), num_finished_outputs(s.spec), num_finished_outputs(s.spec)});
     engine_.add(std::move(s.spec), s.id);
@@ -137,6 +163,14 @@ void AsyncEngine::loop() {
     spec_drafts_ = engine_.stats().spec_drafts;
     spec_draft_tokens_ = engine_.stats().spec_draft_tokens;
     spec_accepted_tokens_ = engine_.stats().spec_accepted_tokens;
+    if (!slo_.empty()) {
+      engine_.scheduler().queued_prefill_tokens(&queued_scratch_);
+      for (size_t i = 0; i < slo_.size(); ++i)
+        queued_tokens_[i] = i < queued_scratch_.size() ? queued_scratch_[i] : 0;
+      prefill_tokens_per_second_ = engine_.scheduler().prefill_tokens_per_second();
+      step_seconds_ = engine_.scheduler().step_seconds();
+      update_arrival_rates();
+    }
     for (const StepOutput& out : outputs) {
       auto it = callbacks_.find(out.id);
       if (it == callbacks_.end()) continue;
@@ -150,6 +184,34 @@ void AsyncEngine::loop() {
     auto it = callbacks_.find(out.id);
     if (it != callbacks_.end()) it->second.callback(out);
   }
+}
+
+void AsyncEngine::update_arrival_rates() {
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - rate_updated_).count();
+  if (dt < 1) return;
+  constexpr double kAlpha = 0.3;
+  for (size_t r = 0; r < slo_.size(); ++r) {
+    const int64_t total = arrived_tokens_[r].load();
+    const double rate = static_cast<double>(total - arrived_seen_[r]) / dt;
+    arrival_rate_[r] = (1 - kAlpha) * arrival_rate_[r].load() + kAlpha * rate;
+    arrived_seen_[r] = total;
+  }
+  rate_updated_ = now;
+}
+
+std::optional<double> AsyncEngine::estimated_ttft_seconds(size_t slo_class, int64_t prompt_tokens) const {
+  const double rate = prefill_tokens_per_second_.load();
+  if (slo_.empty() || slo_class >= slo_.size() || !(rate > 0)) return std::nullopt;
+  const auto rank = static_cast<size_t>(slo_.rank(slo_class));
+  int64_t ahead = prompt_tokens;
+  double better_arrivals = 0;  // tokens per second the better ranks keep bringing
+  for (size_t r = 0; r <= rank && r < slo_.size(); ++r) {
+    ahead += submitted_tokens_[r].load() + queued_tokens_[r].load();
+    if (r < rank) better_arrivals += arrival_rate_[r].load();
+  }
+  const double left = std::max(rate - better_arrivals, 0.1 * rate);
+  return static_cast<double>(ahead) / left + step_seconds_.load();
 }
 
 }  // namespace inferd

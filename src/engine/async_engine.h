@@ -4,10 +4,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -73,6 +76,15 @@ class AsyncEngine final {
   int64_t num_spec_draft_tokens() const { return spec_draft_tokens_.load(); }
   int64_t num_spec_accepted_tokens() const { return spec_accepted_tokens_.load(); }
 
+  // SLO classes (EngineOptions::scheduler.slo): set at construction, read-only after.
+  const SloClasses& slo_classes() const { return slo_; }
+  // How long a new request of SLO class `slo_class` with `prompt_tokens` would wait for its first
+  // token at the current load: the prompt tokens queued at its rank and better (submitted, waiting,
+  // and running prefills) plus its own, at the measured prefill rate less the rate at which better
+  // ranks' prompt tokens arrive (they will go first), plus the step in flight.
+  // Absent while nothing is measured yet (or without classes). Thread-safe.
+  std::optional<double> estimated_ttft_seconds(size_t slo_class, int64_t prompt_tokens) const;
+
  private:
   struct Submission {
     RequestId id;
@@ -99,6 +111,19 @@ class AsyncEngine final {
       prefix_queries_{0}, prefix_hits_{0}, sessions_{0}, pinned_blocks_{0}, revived_blocks_{0},
       num_submitted_sequences_{0}, num_waiting_sequences_{0}, kv_load_failures_{0}, kv_load_timeouts_{0},
       spec_drafts_{0}, spec_draft_tokens_{0}, spec_accepted_tokens_{0};
+  SloClasses slo_;
+  // Per class rank: prompt tokens of submissions not yet taken, and of the scheduler's waiting and
+  // running prefills (published after each step).
+  std::unique_ptr<std::atomic<int64_t>[]> submitted_tokens_, queued_tokens_;
+  std::vector<int64_t> queued_scratch_;  // engine thread
+  // Per class rank: prompt tokens submitted so far, and their arrival rate (tokens per second,
+  // a moving average over windows of at least a second, updated by the engine thread).
+  std::unique_ptr<std::atomic<int64_t>[]> arrived_tokens_;
+  std::unique_ptr<std::atomic<double>[]> arrival_rate_;
+  std::vector<int64_t> arrived_seen_;  // engine thread: arrived_tokens_ at the last rate update
+  std::chrono::steady_clock::time_point rate_updated_;
+  void update_arrival_rates();
+  std::atomic<double> prefill_tokens_per_second_{0}, step_seconds_{0};
   std::thread thread_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <thread>
@@ -104,6 +105,16 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   r->sampling = spec.sampling;
   r->limits = std::move(spec.limits);
   r->priority = spec.priority;
+  if (const SloClasses& slo = options_.scheduler.slo; !slo.empty()) {
+    const size_t c = slo.class_of(spec.slo_class, spec.priority);
+    r->slo_class = static_cast<int32_t>(c);
+    r->priority = slo.rank(c);
+    const double ttft = slo.at(c).ttft_seconds;
+    if (std::isfinite(ttft))
+      r->deadline =
+          std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                 std::chrono::duration<double>(ttft));
+  }
   r->session_id = std::move(spec.session_id);
   r->streaming = spec.streaming;
   r->arrival_order = next_arrival_++;

@@ -104,6 +104,9 @@ struct RequestSpec {
   SamplingParams sampling;
   GenerationLimits limits;
   int32_t priority = 0;
+  // An SLO class of EngineOptions::scheduler.slo (-1: the class `priority` maps to when classes
+  // are configured; ignored otherwise). Its rank replaces `priority`.
+  int32_t slo_class = -1;
   std::string session_id;  // session context pool: the next turn of this session reuses this one's KV
   int32_t n = 1;           // independent samples of the prompt, sharing its KV blocks (1..kMaxSamples)
   // The LoRA adapter its tokens run with (null: the base); needs EngineOptions::enable_lora.

@@ -51,6 +51,10 @@ struct Request {
   std::shared_ptr<const LoraAdapter> lora;  // null: the base model alone
   StreamingWindow streaming;                // off: full attention
   uint64_t arrival_order = 0;               // ties in priority go to the earlier arrival
+  // SLO class (SchedulerOptions::slo; -1: none): its rank is the priority; among equal priorities
+  // the earlier deadline (arrival + the class's TTFT) runs first.
+  int32_t slo_class = -1;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
   RequestState state = RequestState::kWaiting;
   std::optional<FinishReason> finish_reason;  // set when it finished

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -10,9 +11,12 @@
 namespace inferd {
 
 namespace {
-// Earlier in the waiting queue: lower priority value, then earlier arrival.
+// Earlier in the waiting queue: lower priority value, then earlier deadline (SLO classes of equal
+// rank), then earlier arrival.
 bool runs_before(const Request* a, const Request* b) {
-  return a->priority != b->priority ? a->priority < b->priority : a->arrival_order < b->arrival_order;
+  if (a->priority != b->priority) return a->priority < b->priority;
+  if (a->deadline != b->deadline) return a->deadline < b->deadline;
+  return a->arrival_order < b->arrival_order;
 }
 }  // namespace
 
@@ -41,7 +45,8 @@ Status SchedulerOptions::validate() const {
   return speculative.validate();
 }
 
-Scheduler::Scheduler(const SchedulerOptions& options, KVCacheManager& kv) : options_(options), kv_(kv) {
+Scheduler::Scheduler(const SchedulerOptions& options, KVCacheManager& kv)
+    : options_(options), kv_(kv), slo_last_seen_(options.slo.size()) {
   INFERD_CHECK(options.validate().is_ok());
 }
 
@@ -118,19 +123,74 @@ ScheduledBatch Scheduler::schedule() {
   if (kv_.num_sessions() > 0) kv_.expire_sessions(std::chrono::steady_clock::now());
   if (!loads_.empty()) poll_kv_loads();
   ScheduledBatch batch;
-  int64_t budget = options_.max_num_batched_tokens;
+  int64_t budget = options_.slo.empty() ? options_.max_num_batched_tokens : slo_step_tokens();
   const bool prefill_first = options_.policy == SchedulePolicy::kPrefillFirst ||
                              (options_.policy == SchedulePolicy::kAdaptive && adaptive_prefers_prefill());
   if (options_.policy == SchedulePolicy::kAdaptive)
     ++(prefill_first ? adaptive_choices_.prefill_first : adaptive_choices_.decode_first);
-  if (!prefill_first) {
-    schedule_running(&batch, &budget);
-    admit_waiting(&batch, &budget, budget);
-  } else {
-    admit_waiting(&batch, &budget, std::min(options_.max_prefill_tokens, budget));
-    schedule_running(&batch, &budget);
+  // SLO classes: the ranks one after the other, best first, each by the policy. Without them
+  // one pass over everything (level nullopt).
+  levels_.clear();
+  if (!options_.slo.empty()) {
+    for (const Request* r : running_) levels_.push_back(r->priority);
+    for (const Request* r : waiting_) levels_.push_back(r->priority);
+    std::sort(levels_.begin(), levels_.end());
+    levels_.erase(std::unique(levels_.begin(), levels_.end()), levels_.end());
+  }
+  int64_t prefill_left = std::min(options_.max_prefill_tokens, budget);
+  bool admitting = true;  // strict order: once a request can not be admitted, nothing after it is
+  const size_t passes = options_.slo.empty() ? 1 : levels_.size();
+  for (size_t i = 0; i < passes; ++i) {
+    const std::optional<int32_t> level =
+        options_.slo.empty() ? std::nullopt : std::optional<int32_t>(levels_[i]);
+    if (!prefill_first) {
+      schedule_running(&batch, &budget, level);
+      if (admitting) admitting = admit_waiting(&batch, &budget, budget, level);
+    } else {
+      if (admitting) {
+        const int64_t before = budget;
+        admitting = admit_waiting(&batch, &budget, std::min(prefill_left, budget), level);
+        prefill_left -= before - budget;
+      }
+      schedule_running(&batch, &budget, level);
+    }
   }
   return batch;
+}
+
+int64_t Scheduler::slo_step_tokens() {
+  const auto now = std::chrono::steady_clock::now();
+  for (const Request* r : running_) slo_last_seen_[static_cast<size_t>(r->slo_class)] = now;
+  for (const Request* r : waiting_) slo_last_seen_[static_cast<size_t>(r->slo_class)] = now;
+  const double rate = prefill_tokens_per_second_;
+  double seconds = std::numeric_limits<double>::infinity();
+  for (size_t c = 0; c < options_.slo.size(); ++c) {
+    // A class counts while its requests are here and for a while after the last one left (its
+    // next arrival should not find a long step in flight).
+    if (slo_last_seen_[c] == std::chrono::steady_clock::time_point{} ||
+        now - slo_last_seen_[c] > std::chrono::duration<double>(kSloRecentSeconds))
+      continue;
+    const SloClass& cls = options_.slo.at(c);
+    seconds = std::min({seconds, cls.tpot_seconds, cls.ttft_seconds * kSloTtftShare});
+  }
+  if (!(rate > 0) || !std::isfinite(seconds)) return options_.max_num_batched_tokens;
+  const auto floor = std::max<int64_t>(kSloMinStepTokens, static_cast<int64_t>(running_.size()) + 1);
+  const auto tokens = static_cast<int64_t>(seconds * rate);
+  return std::clamp(tokens, std::min(floor, options_.max_num_batched_tokens),
+                    options_.max_num_batched_tokens);
+}
+
+void Scheduler::queued_prefill_tokens(std::vector<int64_t>* by_priority) const {
+  auto add = [&](const Request* r) {
+    const int64_t n = r->num_uncomputed_tokens();
+    if (n <= 1 || r->priority < 0) return;  // decoding (one token) or outside the class ranks
+    const auto p = static_cast<size_t>(r->priority);
+    if (p >= by_priority->size()) by_priority->resize(p + 1, 0);
+    (*by_priority)[p] += n;
+  };
+  by_priority->assign(by_priority->size(), 0);
+  for (const Request* r : waiting_) add(r);
+  for (const Request* r : running_) add(r);
 }
 
 void Scheduler::propose_draft(Request* r, int64_t budget) {
@@ -162,11 +222,12 @@ void Scheduler::propose_draft(Request* r, int64_t budget) {
   }
 }
 
-void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget) {
+void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget, std::optional<int32_t> level) {
   const std::vector<Request*> order = running_;  // preemption edits running_
   for (Request* r : order) {
     if (*budget <= 0) break;
     if (r->state != RequestState::kRunning || r->scheduled_in_step == step_) continue;
+    if (level && r->priority != *level) continue;
     propose_draft(r, *budget);
     const int64_t n =
         window_cap(*r, std::min(r->num_uncomputed_tokens(), *budget)) + static_cast<int64_t>(r->draft.size());
@@ -188,11 +249,17 @@ void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget) {
   }
 }
 
-void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t prefill_cap) {
+bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t prefill_cap,
+                              std::optional<int32_t> level) {
   int64_t prefill = 0;
-  while (!waiting_.empty() && *budget > 0 && prefill < prefill_cap &&
-         static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
+  while (!waiting_.empty() && *budget > 0 && prefill < prefill_cap) {
     Request* r = waiting_.front();
+    if (level && r->priority != *level) return true;  // the next rank's turn
+    if (static_cast<int64_t>(running_.size()) >= options_.max_num_seqs) {
+      // SLO classes: a lower rank's running request gives its slot to a better one.
+      if (options_.slo.empty() || !preempt_one(r, r->priority, batch, budget)) return false;
+      continue;
+    }
     // A request that holds no blocks starts from the longest cached prefix of its tokens.
     const bool fresh = r->num_computed_tokens == 0 && kv_.block_table(r->id).empty() && !r->kv_load_done;
     if (fresh) {
@@ -204,7 +271,7 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
         if (no_room) {                                 // its pull waits for free blocks, in order
           kv_.free(r->id);
           r->num_computed_tokens = 0;
-          break;
+          return false;
         }
       } else if (!remote_keys_.empty() && start_kv_load(r)) {
         continue;
@@ -225,7 +292,7 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
         kv_.free(r->id);
         r->num_computed_tokens = 0;
       }
-      break;  // strict order: later arrivals do not jump ahead
+      return false;  // strict order: later arrivals do not jump ahead
     }
     waiting_.pop_front();
     if (!r->first_scheduled) r->first_scheduled = std::chrono::steady_clock::now();
@@ -237,6 +304,7 @@ void Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     *budget -= n;
     prefill += n;
   }
+  return waiting_.empty() || *budget > 0;
 }
 
 void Scheduler::evict_outside_window(Request* r) {
@@ -406,8 +474,14 @@ void Scheduler::observe_step(const ScheduledBatch& batch, double seconds) {
     if (item.num_new_tokens - item.num_draft_tokens > 1) ++prefills;
   }
   auto blend = [&](double* avg, double x) { *avg = *avg == 0 ? x : (1 - kAlpha) * *avg + kAlpha * x; };
+  if (!batch.items.empty()) blend(&step_seconds_, seconds);
   if (prefills > 0) {
     blend(&prefill_seconds_per_request_, seconds / static_cast<double>(prefills));
+    int64_t prompt_tokens = 0;
+    for (const auto& item : batch.items) {
+      if (item.num_new_tokens - item.num_draft_tokens > 1) prompt_tokens += item.num_new_tokens;
+    }
+    if (seconds > 0) blend(&prefill_tokens_per_second_, static_cast<double>(prompt_tokens) / seconds);
   } else if (!batch.items.empty()) {
     blend(&decode_step_seconds_, seconds);
   }

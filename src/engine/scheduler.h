@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -22,6 +23,7 @@
 #include "common/status.h"
 #include "engine/ngram_proposer.h"
 #include "engine/request.h"
+#include "engine/slo.h"
 #include "kv/kv_cache_manager.h"
 
 namespace inferd {
@@ -70,6 +72,11 @@ struct SchedulerOptions {
   double kv_load_timeout_seconds = 5;  // a KV load not landed by then is given up (policy below)
   KvLoadFailure kv_load_failure = KvLoadFailure::kRecompute;
   SpeculativeOptions speculative;
+  // SLO classes (engine/slo.h; empty: off). On, every request has a class whose rank is its
+  // priority, and each step serves the ranks in order: a rank's running requests and admissions
+  // (by the policy) before the next rank's; a waiting request may preempt a running one of a
+  // lower rank for its KV blocks or its sequence slot.
+  SloClasses slo;
 
   Status validate() const;
 };
@@ -127,6 +134,14 @@ class Scheduler final {
     int64_t prefill_first = 0, decode_first = 0;
   };
   AdaptiveChoices adaptive_choices() const { return adaptive_choices_; }
+  // Prompt tokens computed per second of the steps that computed prompts (moving average; 0 until
+  // one ran): what the time to a waiting request's first token is estimated from.
+  double prefill_tokens_per_second() const { return prefill_tokens_per_second_; }
+  // A step's seconds (moving average over steps that ran something; 0 until one ran).
+  double step_seconds() const { return step_seconds_; }
+  // Prompt tokens still to compute (waiting and running requests with more than one token to go),
+  // by priority value (index; negative priorities left out). Resized to fit; zeroed first.
+  void queued_prefill_tokens(std::vector<int64_t>* by_priority) const;
 
   // Requests finished since the last call (ownership passes to the caller).
   std::vector<std::unique_ptr<Request>> take_finished();
@@ -151,10 +166,14 @@ class Scheduler final {
   bool has_runnable() const { return !waiting_.empty() || !running_.empty(); }
 
  private:
-  void schedule_running(ScheduledBatch* batch, int64_t* budget);
+  // level: only the requests of that priority (SLO classes), else all.
+  void schedule_running(ScheduledBatch* batch, int64_t* budget, std::optional<int32_t> level = std::nullopt);
   // Sets r->draft for this step (cleared when r does not speculate now).
   void propose_draft(Request* r, int64_t budget);
-  void admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t prefill_cap);
+  // Admits from the front of waiting_ (of priority `level` only, when given); false when the front
+  // request could not be admitted (nothing behind it may be).
+  bool admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t prefill_cap,
+                     std::optional<int32_t> level = std::nullopt);
   // Starts a load of the request's KV past its cached prefix when the block source may hold it;
   // true when the request now waits for it.
   bool start_kv_load(Request* r);
@@ -225,6 +244,18 @@ class Scheduler final {
   // Exponential moving averages of measured step costs (0 until first seen).
   double prefill_seconds_per_request_ = 0;
   double decode_step_seconds_ = 0;
+  double prefill_tokens_per_second_ = 0;
+  double step_seconds_ = 0;
+  // SLO classes: a step's tokens are capped so that it lasts no longer than the tightest TPOT, and
+  // than kSloTtftShare of the tightest TTFT, of the classes with requests here now or within the
+  // last kSloRecentSeconds (at the measured prefill rate; never below kSloMinStepTokens or a
+  // token per running request). Sarathi-Serve's token budget, chosen from the SLOs.
+  static constexpr double kSloTtftShare = 0.25;
+  static constexpr double kSloRecentSeconds = 10;
+  static constexpr int64_t kSloMinStepTokens = 32;
+  int64_t slo_step_tokens();
+  std::vector<std::chrono::steady_clock::time_point> slo_last_seen_;  // per class
+  std::vector<int32_t> levels_;  // scratch: the priorities present this step (SLO classes)
 };
 
 }  // namespace inferd

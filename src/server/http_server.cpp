@@ -9,8 +9,10 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <deque>
@@ -518,9 +520,54 @@ struct HttpServer::Impl {
   struct Prepared {
     GenerateRequest api;
     ProcessedInput input;
-    uint64_t kv_export_id = 0;  // prefill: the transfer id its answer names
-    std::string lora_name;      // the adapter the request picked by `model` (empty: the base)
+    uint64_t kv_export_id = 0;            // prefill: the transfer id its answer names
+    std::string lora_name;                // the adapter the request picked by `model` (empty: the base)
+    int32_t slo_class = -1;               // its SLO class (-1: classes are off)
+    int64_t retry_after_seconds = 1;      // a 429's Retry-After
+    std::optional<double> ttft_estimate;  // SLO classes: the estimated TTFT it was admitted with
   };
+
+  // The SLO class (the body's slo_class, else the X-SLO-Class header, else the class `priority`
+  // maps to) onto the engine requests; refuses (429) a request whose class's time to first token
+  // the current load would miss.
+  std::optional<ApiError> apply_slo_class(const http::request<http::string_body>& req, Prepared* p) {
+    const SloClasses& slo = ctx.engine->slo_classes();
+    std::string name = p->api.slo_class;
+    if (name.empty()) {
+      if (auto h = req.find("X-SLO-Class"); h != req.end()) name = std::string(h->value());
+    }
+    if (slo.empty()) {
+      if (name.empty()) return std::nullopt;
+      return ApiError{400,
+                      "slo_class '" + name + "': this server has no SLO classes (inferd serve --slo-class)",
+                      "invalid_request_error", "slo_class", ""};
+    }
+    std::optional<size_t> c = name.empty() ? std::optional<size_t>() : slo.find(name);
+    if (!name.empty() && !c)
+      return ApiError{400,
+                      "slo_class '" + name + "' is not one of this server's classes (" + slo.names() + ")",
+                      "invalid_request_error", "slo_class", ""};
+    if (!c) c = slo.class_of(-1, p->api.generation.priority);
+    p->slo_class = static_cast<int32_t>(*c);
+    int64_t tokens = 0;
+    for (RequestSpec& spec : p->input.requests) {
+      spec.slo_class = p->slo_class;
+      tokens += static_cast<int64_t>(spec.prompt.size()) * num_finished_outputs(spec);
+    }
+    const SloClass& cls = slo.at(*c);
+    if (!std::isfinite(cls.ttft_seconds)) return std::nullopt;
+    const std::optional<double> wait = ctx.engine->estimated_ttft_seconds(*c, tokens);
+    p->ttft_estimate = wait;
+    if (!wait || *wait <= cls.ttft_seconds) return std::nullopt;
+    metrics->observe_slo_refused(*c);
+    p->retry_after_seconds = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(*wait - cls.ttft_seconds)));
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "the server can not meet the '%s' class's time to first token (%.3g s) at the current load "
+                  "(estimated %.3g s); retry later",
+                  cls.name.c_str(), cls.ttft_seconds, *wait);
+    return ApiError{429, text, "rate_limit_error", "", "slo_unattainable"};
+  }
 
   // kv_transfer_params onto the engine request (docs/disaggregation.md); an error when this
   // instance's role cannot serve it.
@@ -619,7 +666,7 @@ struct HttpServer::Impl {
                           std::to_string(options.max_queue) + " queue places taken, this request needs " +
                           std::to_string(sequences) + "); retry later",
                       "rate_limit_error", "", "queue_full"};
-    return std::nullopt;
+    return apply_slo_class(req, out);
   }
 
   // Submits every prompt of the request; outputs flow into `channel`. Returns the engine ids.
@@ -670,7 +717,8 @@ struct HttpServer::Impl {
     Prepared prepared;
     if (std::optional<ApiError> error = prepare_generate(endpoint, req, &prepared)) {
       Response res = error_response(req, *error);
-      if (error->status == 429) res.set(http::field::retry_after, "1");
+      if (error->status == 429)
+        res.set(http::field::retry_after, std::to_string(prepared.retry_after_seconds));
       co_return co_await send(*conn, res);
     }
     if (!prepared.lora_name.empty()) {
@@ -750,7 +798,7 @@ struct HttpServer::Impl {
         seen[ci] = true;
         if (d.finished) {
           --unfinished;
-          record(c, arrival, prompt_tokens[item.prompt]);
+          record(c, arrival, prompt_tokens[item.prompt], prepared.slo_class);
           if (!prepared.lora_name.empty())
             metrics->observe_lora_finished(prepared.lora_name, prompt_tokens[item.prompt],
                                            static_cast<int64_t>(c.token_ids().size()));
@@ -764,7 +812,7 @@ struct HttpServer::Impl {
 
     Usage usage{input.num_prompt_tokens, 0};
     for (const auto& c : choices) usage.completion_tokens += static_cast<int64_t>(c.token_ids().size());
-    log_finished(answer.id(), choices, arrival, usage);
+    log_finished(answer.id(), choices, arrival, usage, prepared);
     const std::optional<json> handle = kv_handle(prepared, choices);
     const json* extra = handle ? &*handle : nullptr;
     co_return co_await answer_request(*conn, req, api, answer, choices, usage, stream_ok, ids, extra);
@@ -849,7 +897,7 @@ struct HttpServer::Impl {
   // any choice), E2E and finish reason(s) (one per choice, comma-separated; "error" for a failed
   // one, with the first error), for operators' logs.
   static void log_finished(const std::string& id, const std::vector<OutputProcessor>& choices,
-                           Clock::time_point arrival, const Usage& usage) {
+                           Clock::time_point arrival, const Usage& usage, const Prepared& prepared) {
     const auto end = Clock::now();
     std::optional<Clock::time_point> first_token, first_scheduled;
     std::string reasons, error;
@@ -870,12 +918,14 @@ struct HttpServer::Impl {
                                     {"e2e_s", seconds(end - arrival)},
                                     {"finish_reason", reasons}};
     if (first_token) fields.push_back({"ttft_s", seconds(*first_token - arrival)});  // none: no token came
+    if (prepared.ttft_estimate) fields.push_back({"ttft_estimate_s", *prepared.ttft_estimate});
     if (!error.empty()) fields.push_back({"error", error});
     log_info("request finished", fields);
   }
 
-  void record(const OutputProcessor& c, Clock::time_point arrival, int64_t prompt_tokens) {
+  void record(const OutputProcessor& c, Clock::time_point arrival, int64_t prompt_tokens, int32_t slo_class) {
     RequestTimings t;
+    t.slo_class = slo_class;
     const auto end = Clock::now();
     const Clock::time_point scheduled = c.first_scheduled_at().value_or(end);
     t.queue_seconds = seconds(scheduled - arrival);
@@ -981,6 +1031,7 @@ void HttpServer::set_ready(const ServingContext& context) {
     impl->inputs.emplace(context.tokenizer, context.chat_template, limits);
     impl->metrics = std::make_unique<ServerMetrics>(impl->options.metrics_prefix,
                                                     impl->options.served_model_name, context.max_model_len);
+    if (context.engine != nullptr) impl->metrics->set_slo_classes(context.engine->slo_classes());
     if (context.lora != nullptr) {
       ServerMetrics* m = impl->metrics.get();
       context.lora->set_load_observer([m](double seconds) { m->observe_lora_load(seconds); });

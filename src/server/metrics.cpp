@@ -35,7 +35,7 @@ Histogram::BucketBoundaries buckets_1_2_5(int64_t max) {
 }  // namespace
 
 ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model_name, int64_t max_model_len)
-    : registry_(std::make_shared<prometheus::Registry>()), model_name_(model_name) {
+    : registry_(std::make_shared<prometheus::Registry>()), model_name_(model_name), prefix_(prefix) {
   const prometheus::Labels labels = {{"model_name", model_name}};
   auto histogram = [&](const char* name, const char* help, const Histogram::BucketBoundaries& buckets) {
     return &prometheus::BuildHistogram()
@@ -151,7 +151,58 @@ ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model
     success_->Add({{"model_name", model_name}, {"finished_reason", reason}});
 }
 
+void ServerMetrics::set_slo_classes(const SloClasses& classes) {
+  slo_ = classes;
+  if (slo_.empty()) return;
+  const std::string prefix = prefix_;
+  auto& ttft = prometheus::BuildHistogram()
+                   .Name(prefix + ":slo_time_to_first_token_seconds")
+                   .Help("Time to first token by SLO class.")
+                   .Register(*registry_);
+  auto& tpot = prometheus::BuildHistogram()
+                   .Name(prefix + ":slo_time_per_output_token_seconds")
+                   .Help("Time per output token by SLO class.")
+                   .Register(*registry_);
+  auto& outcomes =
+      prometheus::BuildCounter()
+          .Name(prefix + ":slo_requests_total")
+          .Help(
+              "Requests by SLO class and outcome (met = goodput; ttft_missed, tpot_missed, refused, "
+              "failed).")
+          .Register(*registry_);
+  for (const SloClass& c : slo_.classes()) {
+    const prometheus::Labels labels = {{"model_name", model_name_}, {"slo_class", c.name}};
+    slo_ttft_.push_back(&ttft.Add(labels, kTtftBuckets));
+    slo_tpot_.push_back(&tpot.Add(labels, kTokenLatencyBuckets));
+    std::map<std::string, prometheus::Counter*> by_outcome;
+    for (const char* outcome : {"met", "ttft_missed", "tpot_missed", "refused", "failed"}) {
+      prometheus::Labels l = labels;
+      l.emplace("outcome", outcome);
+      by_outcome[outcome] = &outcomes.Add(l);
+    }
+    slo_outcomes_.push_back(std::move(by_outcome));
+  }
+}
+
+void ServerMetrics::observe_slo_refused(size_t slo_class) {
+  if (slo_class < slo_outcomes_.size()) slo_outcomes_[slo_class].at("refused")->Increment();
+}
+
 void ServerMetrics::observe_finished(const RequestTimings& t) {
+  if (t.slo_class >= 0 && static_cast<size_t>(t.slo_class) < slo_outcomes_.size()) {
+    const auto c = static_cast<size_t>(t.slo_class);
+    const SloClass& cls = slo_.at(c);
+    const bool ok = t.finished_reason == "stop" || t.finished_reason == "length";
+    const double tpot =
+        t.generation_tokens > 1 ? t.decode_seconds / static_cast<double>(t.generation_tokens - 1) : 0;
+    if (t.has_first_token) slo_ttft_[c]->Observe(t.ttft_seconds);
+    if (t.has_first_token && t.generation_tokens > 1) slo_tpot_[c]->Observe(tpot);
+    const char* outcome = !ok || !t.has_first_token           ? "failed"
+                          : t.ttft_seconds > cls.ttft_seconds ? "ttft_missed"
+                          : tpot > cls.tpot_seconds           ? "tpot_missed"
+                                                              : "met";
+    slo_outcomes_[c].at(outcome)->Increment();
+  }
   e2e_->Observe(t.e2e_seconds);
   queue_->Observe(t.queue_seconds);
   prompt_tokens_->Observe(static_cast<double>(t.prompt_tokens));

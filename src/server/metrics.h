@@ -8,12 +8,15 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include "engine/slo.h"
 
 namespace inferd {
 
@@ -28,6 +31,7 @@ struct RequestTimings {
   int64_t generation_tokens = 0;
   std::string finished_reason;  // stop, length, abort, error
   bool has_first_token = false;
+  int32_t slo_class = -1;  // its SLO class (index into the classes given to set_slo_classes), or -1
 };
 
 // Cumulative figures of one KV offload tier (disk, redis), as the engine counts them.
@@ -72,6 +76,13 @@ class ServerMetrics final {
   void set_lora_residency(int64_t resident, int64_t max_loras);
   void observe_lora_load(double seconds);
 
+  // SLO classes: one series per class (label slo_class) of TTFT, TPOT, and requests by outcome:
+  // met (goodput: its first token within the class's TTFT and its time per output token within
+  // its TPOT), ttft_missed, tpot_missed, refused (429 at arrival), failed (error or abort).
+  // Call once, before requests finish.
+  void set_slo_classes(const SloClasses& classes);
+  void observe_slo_refused(size_t slo_class);
+
   // The text exposition format (version 0.0.4).
   std::string render() const;
 
@@ -87,7 +98,10 @@ class ServerMetrics final {
   prometheus::Family<prometheus::Counter>*offload_writes_, *offload_write_bytes_, *offload_reads_,
       *offload_read_bytes_, *offload_failures_, *offload_corrupt_;
   prometheus::Family<prometheus::Gauge>* offload_up_;
-  std::string model_name_;
+  std::string model_name_, prefix_;
+  SloClasses slo_;
+  std::vector<prometheus::Histogram*> slo_ttft_, slo_tpot_;
+  std::vector<std::map<std::string, prometheus::Counter*>> slo_outcomes_;  // per class, by outcome
   int64_t preemptions_seen_ = 0, prefix_queries_seen_ = 0, prefix_hits_seen_ = 0, revived_seen_ = 0,
           offload_dropped_seen_ = 0;
   std::map<std::string, OffloadTierFigures> offload_seen_;  // by tier

@@ -232,7 +232,8 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "metadata",
                                               "store",
                                               "kv_transfer_params",
-                                              "streaming_llm"};
+                                              "streaming_llm",
+                                              "slo_class"};
 constexpr std::string_view kChatFields[] = {
     "messages", "max_completion_tokens", "top_logprobs",       "chat_template_kwargs",
     "tools",    "tool_choice",           "parallel_tool_calls"};
@@ -636,6 +637,7 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   r.integer("priority", &g.priority, kInt32Min, kInt32Max);
   r.string("user", &req.user);
   r.string("session_id", &g.session_id);
+  r.string("slo_class", &req.slo_class);
   parse_logit_bias(r, &g.sampling);
   if (endpoint == ApiEndpoint::kChat) parse_tools(r, &g);
   parse_structured_output(r, &g);

@@ -53,6 +53,7 @@ struct GenerateRequest {
   bool logprobs = false;  // return logprobs (generation.sampling.logprobs holds how many alternatives)
   std::string user;
   std::optional<KvTransferParams> kv_transfer;
+  std::string slo_class;  // inferd's extension: the SLO class (--slo-class) the request runs in
 };
 
 // Parses a request body: JSON types and shapes, OpenAI's rules between fields (top_logprobs

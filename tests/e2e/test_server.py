@@ -559,8 +559,8 @@ def test_the_grafana_dashboard_queries_only_series_we_export(server):
     assert len(used) >= 10
     text = metrics(server)
     for name in used:
-        if name in PER_TIER_SERIES:
-            continue  # exported once a tier is configured: test_offload checks them
+        if name in PER_TIER_SERIES | SLO_SERIES:
+            continue  # exported once a tier / an SLO class is configured: test_offload / test_slo_classes check them
         assert re.search("^" + re.escape(name) + r"(_bucket|_sum|_count)?[{ ]", text, re.M), name
 
 
@@ -568,6 +568,11 @@ def test_the_grafana_dashboard_queries_only_series_we_export(server):
 PER_TIER_SERIES = {"inferd:kv_offload_" + n for n in
                    ["writes_total", "write_bytes_total", "reads_total", "read_bytes_total", "failures_total",
                     "corrupt_blocks_total", "tier_up"]}
+
+
+# Series labelled by SLO class: a server without --slo-class has none.
+SLO_SERIES = {"inferd:slo_" + n for n in
+              ["requests_total", "time_to_first_token_seconds", "time_per_output_token_seconds"]}
 
 
 def dashboard_series():
