@@ -1,6 +1,7 @@
 #include "engine_flags.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/byte_size.h"
 #include "engine/speculative_config.h"
@@ -95,6 +96,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
                   "slo_class field or the X-SLO-Class header; heavier classes run first; a request whose "
                   "class's TTFT the load would miss gets 429)")
       ->take_all();
+  cmd->add_option("--batch-window", f->batch_window,
+                  "how long a step that would only prefill new arrivals may wait for more: off, auto (from "
+                  "the measured arrival rate and step-time model), or milliseconds");
   cmd->add_option("--slo-default-class", f->slo_default_class,
                   "the class of requests that name none and give no priority (default: the lightest)");
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "do not reuse KV blocks of earlier requests");
@@ -166,6 +170,20 @@ Expected<EngineOptions> engine_options(const EngineFlags& f, const ModelConfig& 
   o.scheduler.kv_load_failure = f.kv_load_failure;
   o.scheduler.session_max_share = f.session_max_share;
   o.scheduler.policy = f.schedule_policy;
+  if (f.batch_window == "off") {
+    o.batch_window = BatchWindowMode::kOff;
+  } else if (f.batch_window == "auto") {
+    o.batch_window = BatchWindowMode::kAuto;
+  } else {
+    char* end = nullptr;
+    const double ms = std::strtod(f.batch_window.c_str(), &end);
+    if (f.batch_window.empty() || end != f.batch_window.c_str() + f.batch_window.size() || !(ms >= 0) ||
+        ms > 10000)
+      return invalid_argument("--batch-window " + f.batch_window +
+                              ": give off, auto or milliseconds in [0, 10000]");
+    o.batch_window = ms > 0 ? BatchWindowMode::kFixed : BatchWindowMode::kOff;
+    o.batch_window_seconds = ms / 1000;
+  }
   {
     std::vector<SloClass> classes;
     for (const std::string& spec : f.slo_classes) {

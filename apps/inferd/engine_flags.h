@@ -23,7 +23,8 @@ struct EngineFlags {
   SchedulePolicy schedule_policy = SchedulePolicy::kDecodeFirst;
   std::vector<std::string> slo_classes;  // --slo-class name:ttft=...,tpot=...,weight=...
   std::string slo_default_class;
-  int64_t max_model_len = 0;  // 0 = the model's context length
+  std::string batch_window = "off";  // --batch-window auto|off|<ms>
+  int64_t max_model_len = 0;         // 0 = the model's context length
   bool no_prefix_caching = false;
   double session_ttl = 300;
   double session_max_share = 0.5;

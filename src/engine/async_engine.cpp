@@ -7,7 +7,16 @@
 namespace inferd {
 
 AsyncEngine::AsyncEngine(Transformer& model, const EngineOptions& options)
-    : engine_(model, options), slo_(options.scheduler.slo) {
+    : engine_(model, options),
+      slo_(options.scheduler.slo),
+      window_mode_(options.batch_window),
+      window_fixed_(options.batch_window_seconds),
+      max_batched_tokens_(options.scheduler.max_num_batched_tokens) {
+  rate_updated_ = std::chrono::steady_clock::now();
+  // auto never holds longer than kAutoWindowMax, nor than a quarter of the tightest SLO TTFT.
+  window_cap_ = kAutoWindowMax;
+  for (const SloClass& c : slo_.classes()) window_cap_ = std::min(window_cap_, 0.25 * c.ttft_seconds);
+  if (window_mode_ == BatchWindowMode::kFixed) window_seconds_ = window_fixed_;
   num_free_blocks_ = engine_.block_pool().num_free_blocks();
   if (!slo_.empty()) {
     submitted_tokens_ = std::make_unique<std::atomic<int64_t>[]>(slo_.size());
@@ -21,7 +30,6 @@ AsyncEngine::AsyncEngine(Transformer& model, const EngineOptions& options)
       arrival_rate_[i] = 0;
     }
     arrived_seen_.assign(slo_.size(), 0);
-    rate_updated_ = std::chrono::steady_clock::now();
   }
   thread_ = std::thread([this] { loop(); });
 }
@@ -40,6 +48,7 @@ RequestId AsyncEngine::submit(RequestSpec spec, OutputCallback on_output) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     num_submitted_sequences_ += num_finished_outputs(spec);
+    ++arrived_requests_;
     if (!slo_.empty()) {
       const auto rank = static_cast<size_t>(slo_.rank(slo_.class_of(spec.slo_class, spec.priority)));
       const int64_t tokens = static_cast<int64_t>(spec.prompt.size()) * num_finished_outputs(spec);
@@ -144,6 +153,8 @@ void AsyncEngine::loop() {
       if (stopping_) break;
     }
     take_commands();
+    update_arrival_rates();
+    if (window_mode_ != BatchWindowMode::kOff && hold_for_window()) continue;
     const auto outputs = engine_.step();
     // Published before the outputs are delivered, so a client that reads the gauges after its
     // response sees the state that response left (e.g. its session pinned).
@@ -169,7 +180,6 @@ void AsyncEngine::loop() {
         queued_tokens_[i] = i < queued_scratch_.size() ? queued_scratch_[i] : 0;
       prefill_tokens_per_second_ = engine_.scheduler().prefill_tokens_per_second();
       step_seconds_ = engine_.scheduler().step_seconds();
-      update_arrival_rates();
     }
     for (const StepOutput& out : outputs) {
       auto it = callbacks_.find(out.id);
@@ -186,11 +196,48 @@ void AsyncEngine::loop() {
   }
 }
 
+double AsyncEngine::choose_window() const {
+  if (window_mode_ == BatchWindowMode::kFixed) return window_fixed_;
+  // Holding costs every waiting request the window; each arrival that joins saves a step's fixed
+  // cost (its own step, or the wait for one in flight). Worth it while arrivals come faster than
+  // the waiting requests' number per fixed cost; never longer than that cost (or the cap).
+  const double fixed = engine_.scheduler().step_fixed_seconds();
+  const auto waiting = static_cast<double>(engine_.scheduler().num_waiting());
+  if (!(fixed > 0) || request_rate_.load() * fixed <= waiting) return 0;
+  return std::min(fixed, window_cap_);
+}
+
+bool AsyncEngine::hold_for_window() {
+  const Scheduler& s = engine_.scheduler();
+  // Only a step that would prefill arrivals alone waits: running requests' decodes never do.
+  if (s.num_running() > 0 || s.num_waiting() == 0) {
+    hold_since_.reset();
+    return false;
+  }
+  const double window = choose_window();
+  window_seconds_ = window;
+  const auto now = std::chrono::steady_clock::now();
+  if (!hold_since_) hold_since_ = now;
+  const auto deadline = *hold_since_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                           std::chrono::duration<double>(window));
+  if (window <= 0 || now >= deadline || s.num_waiting_tokens() >= max_batched_tokens_) {
+    hold_since_.reset();
+    return false;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_until(lock, deadline, [&] { return stopping_ || !submissions_.empty() || !aborts_.empty(); });
+  return true;
+}
+
 void AsyncEngine::update_arrival_rates() {
   const auto now = std::chrono::steady_clock::now();
   const double dt = std::chrono::duration<double>(now - rate_updated_).count();
   if (dt < 1) return;
   constexpr double kAlpha = 0.3;
+  const int64_t requests = arrived_requests_.load();
+  request_rate_ = (1 - kAlpha) * request_rate_.load() +
+                  kAlpha * static_cast<double>(requests - arrived_requests_seen_) / dt;
+  arrived_requests_seen_ = requests;
   for (size_t r = 0; r < slo_.size(); ++r) {
     const int64_t total = arrived_tokens_[r].load();
     const double rate = static_cast<double>(total - arrived_seen_[r]) / dt;

@@ -76,6 +76,12 @@ class AsyncEngine final {
   int64_t num_spec_draft_tokens() const { return spec_draft_tokens_.load(); }
   int64_t num_spec_accepted_tokens() const { return spec_accepted_tokens_.load(); }
 
+  // The batch window in force (seconds; 0: steps start at once): the fixed one, or auto's latest
+  // choice. Thread-safe.
+  double batch_window_seconds() const { return window_seconds_.load(); }
+  // Requests submitted per second (a moving average over windows of at least a second). Thread-safe.
+  double arrival_rate() const { return request_rate_.load(); }
+
   // SLO classes (EngineOptions::scheduler.slo): set at construction, read-only after.
   const SloClasses& slo_classes() const { return slo_; }
   // How long a new request of SLO class `slo_class` with `prompt_tokens` would wait for its first
@@ -123,7 +129,19 @@ class AsyncEngine final {
   std::vector<int64_t> arrived_seen_;  // engine thread: arrived_tokens_ at the last rate update
   std::chrono::steady_clock::time_point rate_updated_;
   void update_arrival_rates();
+  // The batch window: true when it waited (for more arrivals or until the window closed) instead
+  // of stepping; the loop then takes what came and asks again.
+  bool hold_for_window();
+  double choose_window() const;
+  BatchWindowMode window_mode_;
+  double window_fixed_ = 0, window_cap_ = 0;
+  std::atomic<double> window_seconds_{0}, request_rate_{0};
+  std::atomic<int64_t> arrived_requests_{0};
+  int64_t arrived_requests_seen_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> hold_since_;  // engine thread
+  int64_t max_batched_tokens_ = 0;
   std::atomic<double> prefill_tokens_per_second_{0}, step_seconds_{0};
+  static constexpr double kAutoWindowMax = 0.05;  // seconds
   std::thread thread_;
 };
 

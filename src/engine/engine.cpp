@@ -16,6 +16,8 @@ namespace inferd {
 
 Status EngineOptions::validate() const {
   INFERD_RETURN_IF_ERROR(scheduler.validate());
+  if (!(batch_window_seconds >= 0 && batch_window_seconds <= 10))
+    return invalid_argument("the batch window must be in [0, 10] seconds");
   if (block_size < 1 || block_size > 1024) return invalid_argument("block_size must be in [1, 1024]");
   if (num_kv_blocks < 1) return invalid_argument("the KV cache must hold at least one block");
   if (offload.enabled()) {

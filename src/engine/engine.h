@@ -28,8 +28,17 @@
 
 namespace inferd {
 
+// The batch window (--batch-window): how long a step that would only prefill new arrivals (no
+// request running) may wait for more of them to join it. kOff: never; kFixed: up to
+// batch_window_seconds after the first arrival; kAuto: a window chosen each time from the measured
+// arrival rate and step-time model (AsyncEngine: held only while arrivals come faster than one per
+// step's fixed cost, at most that cost).
+enum class BatchWindowMode { kOff, kAuto, kFixed };
+
 struct EngineOptions {
   SchedulerOptions scheduler;
+  BatchWindowMode batch_window = BatchWindowMode::kOff;
+  double batch_window_seconds = 0;  // kFixed
   int32_t block_size = 16;
   int64_t num_kv_blocks = 256;
   KvDType kv_dtype = KvDType::kF16;  // K/V storage; attention math is f32

@@ -457,6 +457,24 @@ void Scheduler::preempt(Request* victim, ScheduledBatch* batch, int64_t* budget)
   batch->preempted.push_back(victim->id);
 }
 
+double Scheduler::step_seconds_per_token() const {
+  const double var = fit_nn_ - fit_n_ * fit_n_;
+  if (!(var > 1)) return 0;  // steps of one size: no slope to see
+  return std::max(0.0, (fit_nt_ - fit_n_ * fit_t_) / var);
+}
+
+double Scheduler::step_fixed_seconds() const {
+  const double var = fit_nn_ - fit_n_ * fit_n_;
+  if (!(var > 1)) return 0;
+  return std::clamp(fit_t_ - step_seconds_per_token() * fit_n_, 0.0, fit_t_);
+}
+
+int64_t Scheduler::num_waiting_tokens() const {
+  int64_t n = 0;
+  for (const Request* r : waiting_) n += r->num_uncomputed_tokens();
+  return n;
+}
+
 bool Scheduler::adaptive_prefers_prefill() const {
   if (waiting_.empty()) return false;
   if (running_.empty()) return true;
@@ -474,7 +492,19 @@ void Scheduler::observe_step(const ScheduledBatch& batch, double seconds) {
     if (item.num_new_tokens - item.num_draft_tokens > 1) ++prefills;
   }
   auto blend = [&](double* avg, double x) { *avg = *avg == 0 ? x : (1 - kAlpha) * *avg + kAlpha * x; };
-  if (!batch.items.empty()) blend(&step_seconds_, seconds);
+  if (!batch.items.empty()) {
+    blend(&step_seconds_, seconds);
+    constexpr double kFitAlpha = 0.05;
+    const auto n = static_cast<double>(batch.num_tokens);
+    auto fit = [&](double* avg, double x) {
+      *avg = fit_started_ ? (1 - kFitAlpha) * *avg + kFitAlpha * x : x;
+    };
+    fit(&fit_n_, n);
+    fit(&fit_t_, seconds);
+    fit(&fit_nn_, n * n);
+    fit(&fit_nt_, n * seconds);
+    fit_started_ = true;
+  }
   if (prefills > 0) {
     blend(&prefill_seconds_per_request_, seconds / static_cast<double>(prefills));
     int64_t prompt_tokens = 0;

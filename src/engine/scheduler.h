@@ -139,6 +139,12 @@ class Scheduler final {
   double prefill_tokens_per_second() const { return prefill_tokens_per_second_; }
   // A step's seconds (moving average over steps that ran something; 0 until one ran).
   double step_seconds() const { return step_seconds_; }
+  // The step-time model t = fixed + per_token x tokens, fitted by least squares over moving
+  // averages of the steps run; fixed is 0 until steps of different sizes were seen.
+  double step_fixed_seconds() const;
+  double step_seconds_per_token() const;
+  // Prompt tokens the waiting requests still have to compute.
+  int64_t num_waiting_tokens() const;
   // Prompt tokens still to compute (waiting and running requests with more than one token to go),
   // by priority value (index; negative priorities left out). Resized to fit; zeroed first.
   void queued_prefill_tokens(std::vector<int64_t>* by_priority) const;
@@ -246,6 +252,9 @@ class Scheduler final {
   double decode_step_seconds_ = 0;
   double prefill_tokens_per_second_ = 0;
   double step_seconds_ = 0;
+  // Moving averages of n (tokens), t (seconds), n^2 and n t over steps, for the step-time model.
+  double fit_n_ = 0, fit_t_ = 0, fit_nn_ = 0, fit_nt_ = 0;
+  bool fit_started_ = false;
   // SLO classes: a step's tokens are capped so that it lasts no longer than the tightest TPOT, and
   // than kSloTtftShare of the tightest TTFT, of the classes with requests here now or within the
   // last kSloRecentSeconds (at the measured prefill rate; never below kSloMinStepTokens or a

@@ -327,6 +327,7 @@ struct HttpServer::Impl {
         blocks > 0 ? static_cast<double>(blocks - ctx.engine->num_free_blocks()) / static_cast<double>(blocks)
                    : 0.0;
     metrics->set_scheduler_state(ctx.engine->num_running(), ctx.engine->num_waiting(), usage);
+    metrics->set_batch_window(ctx.engine->batch_window_seconds(), ctx.engine->arrival_rate());
     metrics->set_preemptions(ctx.engine->num_preemptions());
     metrics->set_prefix_cache(ctx.engine->prefix_query_tokens(), ctx.engine->prefix_hit_tokens());
     metrics->set_sessions(ctx.engine->num_sessions(), ctx.engine->num_pinned_blocks());

@@ -70,6 +70,11 @@ ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model
   generation_tokens_ =
       histogram("request_generation_tokens", "Number of generation tokens processed.", token_buckets);
   running_ = gauge("num_requests_running", "Number of requests in model execution batches.");
+  batch_window_ =
+      gauge("batch_window_seconds",
+            "How long a step that would only prefill new arrivals may wait for more (--batch-window).");
+  arrival_rate_ =
+      gauge("arrival_rate_requests_per_second", "Requests submitted per second (moving average).");
   waiting_ = gauge("num_requests_waiting", "Number of requests waiting to be processed.");
   kv_usage_ = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.");
   sessions_ = gauge("active_sessions", "Sessions whose last turn's KV blocks are pinned.");
@@ -226,6 +231,11 @@ void ServerMetrics::add_prompt_tokens(int64_t n) {
 }
 void ServerMetrics::add_generation_tokens(int64_t n) {
   generation_total_->Increment(static_cast<double>(n));
+}
+
+void ServerMetrics::set_batch_window(double seconds, double arrival_rate) {
+  batch_window_->Set(seconds);
+  arrival_rate_->Set(arrival_rate);
 }
 
 void ServerMetrics::set_scheduler_state(int64_t running, int64_t waiting, double kv_usage) {

@@ -57,6 +57,8 @@ class ServerMetrics final {
   void add_prompt_tokens(int64_t n);
   void add_generation_tokens(int64_t n);
   void set_scheduler_state(int64_t running, int64_t waiting, double kv_usage);
+  // The batch window in force (seconds) and the measured arrival rate (requests per second).
+  void set_batch_window(double seconds, double arrival_rate);
   // The engine's cumulative counts; call from one thread.
   void set_preemptions(int64_t total);
   void set_prefix_cache(int64_t query_tokens, int64_t hit_tokens);
@@ -90,6 +92,7 @@ class ServerMetrics final {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram *ttft_, *tpot_, *itl_, *e2e_, *queue_, *prefill_, *decode_, *prompt_tokens_,
       *generation_tokens_;
+  prometheus::Gauge *batch_window_ = nullptr, *arrival_rate_ = nullptr;
   prometheus::Gauge *running_, *waiting_, *kv_usage_, *sessions_, *pinned_blocks_, *prefix_hit_rate_;
   prometheus::Counter *prompt_total_, *generation_total_, *preemptions_, *prefix_queries_, *prefix_hits_;
   prometheus::Family<prometheus::Counter>* success_;

@@ -227,3 +227,101 @@ TEST(AsyncEngineTest, FailAllEndsEverySampleOfEveryRequestWithAServerError) {
 
 }  // namespace
 }  // namespace inferd
+
+namespace inferd {
+namespace {
+
+// Submits a prompt of 8 tokens; returns when it was submitted.
+std::chrono::steady_clock::time_point submit_one(
+    AsyncEngine& engine, Collector& c, int64_t max_tokens,
+    std::map<RequestId, std::chrono::steady_clock::time_point>* first, std::mutex* m) {
+  RequestSpec s;
+  s.prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  s.limits.max_tokens = max_tokens;
+  s.limits.ignore_eos = true;
+  const auto at = std::chrono::steady_clock::now();
+  auto inner = c.callback();
+  engine.submit(s, [inner, first, m](const StepOutput& out) {
+    if (out.first_scheduled) {
+      std::lock_guard<std::mutex> lock(*m);
+      first->emplace(out.id, *out.first_scheduled);
+    }
+    inner(out);
+  });
+  return at;
+}
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+TEST(AsyncEngineBatchWindowTest, AFixedWindowGathersArrivalsIntoOneStepAndNeverHoldsDecodes) {
+  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  EngineOptions o = small_options();
+  o.batch_window = BatchWindowMode::kFixed;
+  o.batch_window_seconds = 1.0;
+  Collector c;
+  std::map<RequestId, std::chrono::steady_clock::time_point> first;
+  std::mutex m;
+  AsyncEngine engine(model, o);
+  EXPECT_DOUBLE_EQ(engine.batch_window_seconds(), 1.0);
+  const auto a = submit_one(engine, c, 40, &first, &m);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  submit_one(engine, c, 2, &first, &m);
+  ASSERT_TRUE(c.wait(1));  // the short one
+  std::lock_guard<std::mutex> lock(m);
+  ASSERT_EQ(first.size(), 2u);
+  const auto ta = first.begin()->second, tb = std::next(first.begin())->second;
+  EXPECT_GE(seconds(ta - a), 0.9);             // held for the window
+  EXPECT_LT(std::abs(seconds(tb - ta)), 0.1);  // the later arrival joined the same step
+  // With a request running, a new arrival is not held: it joins the next step.
+  std::map<RequestId, std::chrono::steady_clock::time_point> later;
+  std::mutex m2;
+  Collector c2;
+  o.scheduler.max_model_len = 2048;
+  o.num_kv_blocks = 300;
+  AsyncEngine busy(model, o);
+  submit_one(busy, c2, 2000, &later, &m2);
+  for (int i = 0; i < 4000; ++i) {  // until its first token: it runs
+    {
+      std::lock_guard<std::mutex> lock2(c2.mutex);
+      if (!c2.tokens.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const auto d = submit_one(busy, c2, 2, &later, &m2);
+  ASSERT_TRUE(c2.wait(1));
+  {
+    std::lock_guard<std::mutex> lock2(c2.mutex);
+    ASSERT_EQ(c2.finished.size(), 1u);  // the long one still runs: the short one ran beside it
+  }
+  std::lock_guard<std::mutex> lock2(m2);
+  ASSERT_EQ(later.size(), 2u);
+  EXPECT_LT(seconds(std::next(later.begin())->second - d), 0.9);
+}
+
+TEST(AsyncEngineBatchWindowTest, AutoStartsAtOnceUnderLightLoad) {
+  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  EngineOptions o = small_options();
+  o.batch_window = BatchWindowMode::kAuto;
+  Collector c;
+  std::map<RequestId, std::chrono::steady_clock::time_point> first;
+  std::mutex m;
+  AsyncEngine engine(model, o);
+  for (int i = 0; i < 3; ++i) {
+    const auto at = submit_one(engine, c, 4, &first, &m);
+    ASSERT_TRUE(c.wait(static_cast<size_t>(i + 1)));
+    std::lock_guard<std::mutex> lock(m);
+    EXPECT_LT(seconds(first.rbegin()->second - at), 0.045);  // under auto's cap: it did not wait
+  }
+  EXPECT_EQ(engine.batch_window_seconds(), 0);
+}
+
+}  // namespace
+}  // namespace inferd

@@ -241,5 +241,18 @@ TEST(SloSchedulerTest, StepsAreCappedToTheTightestClassPresent) {
   EXPECT_EQ(tokens_of(b, batch), 40);
 }
 
+TEST(SchedulerStepModelTest, FitsTheFixedAndPerTokenCostOfASteps) {
+  Fixture f(1024, opts(4096, 8));
+  EXPECT_EQ(f.sched.step_fixed_seconds(), 0);
+  ScheduledBatch b;
+  b.items.push_back({nullptr, 1});
+  for (int i = 0; i < 200; ++i) {
+    b.num_tokens = i % 2 == 0 ? 16 : 512;
+    f.sched.observe_step(b, 0.004 + 0.0001 * static_cast<double>(b.num_tokens));
+  }
+  EXPECT_NEAR(f.sched.step_fixed_seconds(), 0.004, 1e-6);
+  EXPECT_NEAR(f.sched.step_seconds_per_token(), 0.0001, 1e-9);
+}
+
 }  // namespace
 }  // namespace inferd
