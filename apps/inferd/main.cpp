@@ -1,5 +1,6 @@
 // inferd: the command-line entry point. Parses flags and wires library components; no logic.
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -398,11 +399,45 @@ struct QuantizeFlags {
 };
 
 struct PruneFlags {
-  std::string input, output, drop_layers;
+  std::string input, output, drop_layers, calibration;
+  int64_t calibration_chunks = 0;
 };
 
+// --drop-layers LIST, or auto:N (the N layers of least Block Influence on --calibration).
+Expected<std::vector<int64_t>> layers_to_drop(const PruneFlags& p) {
+  if (p.drop_layers.rfind("auto", 0) != 0) {
+    if (!p.calibration.empty()) return invalid_argument("--calibration is for --drop-layers auto:N");
+    return parse_layer_list(p.drop_layers);
+  }
+  int64_t count = 0;
+  const std::string n = p.drop_layers.size() > 5 && p.drop_layers[4] == ':' ? p.drop_layers.substr(5) : "";
+  const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), count);
+  if (n.empty() || ec != std::errc() || end != n.data() + n.size() || count < 1)
+    return invalid_argument("--drop-layers " + p.drop_layers + ": give auto:N, N >= 1 layers to drop");
+  if (p.calibration.empty()) return invalid_argument("--drop-layers auto:N needs --calibration TEXT");
+  INFERD_ASSIGN_OR_RETURN(LayerImportance imp,
+                          layer_importance(p.input, p.calibration, 512, p.calibration_chunks));
+  if (count > static_cast<int64_t>(imp.influence.size()) - 2)
+    return invalid_argument("--drop-layers " + p.drop_layers + ": the model has " +
+                            std::to_string(imp.influence.size()) +
+                            " layers, and the first and last are kept");
+  std::string table;
+  for (size_t l = 0; l < imp.influence.size(); ++l) {
+    char cell[32];
+    std::snprintf(cell, sizeof cell, "%s%zu:%.4f", l == 0 ? "" : " ", l, imp.influence[l]);
+    table += cell;
+  }
+  std::fprintf(stderr, "prune: Block Influence per layer over %lld calibration tokens: %s\n",
+               static_cast<long long>(imp.tokens), table.c_str());
+  std::vector<int64_t> drop = least_important_layers(imp.influence, count);
+  std::string list;
+  for (int64_t l : drop) list += (list.empty() ? "" : ",") + std::to_string(l);
+  std::fprintf(stderr, "prune: dropping layers %s\n", list.c_str());
+  return drop;
+}
+
 int run_prune(const PruneFlags& p) {
-  auto drop = parse_layer_list(p.drop_layers);
+  auto drop = layers_to_drop(p);
   if (!drop) return fail(drop.status().message());
   auto r = prune_gguf_layers(p.input, p.output, *drop);
   if (!r) return fail(r.status().message());
@@ -684,9 +719,18 @@ int main(int argc, char** argv) {
   prune_cmd->add_option("-i,--input", prune.input, "a GGUF model")->required();
   prune_cmd->add_option("-o,--output", prune.output, "the GGUF file to write")->required();
   prune_cmd
-      ->add_option("--drop-layers", prune.drop_layers,
-                   "the layers to drop: indices and ranges from 0, e.g. 4,10-19 (the rest are renumbered)")
+      ->add_option(
+          "--drop-layers", prune.drop_layers,
+          "the layers to drop: indices and ranges from 0, e.g. 4,10-19 (the rest are renumbered), or "
+          "auto:N, the N layers of least Block Influence on --calibration")
       ->required();
+  prune_cmd->add_option(
+      "--calibration", prune.calibration,
+      "--drop-layers auto:N: a UTF-8 text the model runs over to measure each layer's influence");
+  prune_cmd
+      ->add_option("--calibration-chunks", prune.calibration_chunks,
+                   "calibration chunks of 512 tokens to run (default: every whole chunk of the text)")
+      ->check(CLI::NonNegativeNumber);
 
   auto* ppl_cmd =
       app.add_subcommand("perplexity", "teacher-forced perplexity of a text (as llama-perplexity)");

@@ -232,8 +232,10 @@ def make_models(a):
     draft = default_model()
     if a.drop_layers:
         draft = os.path.join(tmp, "draft.gguf")
-        subprocess.run([INFERD, "prune", "-i", default_model(), "-o", draft, "--drop-layers", a.drop_layers],
-                       check=True)
+        calibration = ["--calibration", os.path.join(ROOT, "tests", "fixtures", "text", "calibration.txt")] \
+            if a.drop_layers.startswith("auto") else []
+        subprocess.run([INFERD, "prune", "-i", default_model(), "-o", draft, "--drop-layers", a.drop_layers,
+                        *calibration], check=True)
     return target, draft
 
 
@@ -302,7 +304,8 @@ def main():
     p.add_argument("parts", nargs="*", default=["single", "batch", "peer"])
     p.add_argument("--target", choices=["f16", "bf16", "default"], default="f16",
                    help="the draft part's target: the default model in 16 bits, or itself")
-    p.add_argument("--drop-layers", default="", help="the draft part: layers `inferd prune` drops from the draft")
+    p.add_argument("--drop-layers", default="",
+                   help="the draft part: layers `inferd prune` drops from the draft (a list, or auto:N)")
     p.add_argument("--peer-k", type=int, default=3, help="the draft part: llama-server's --draft-max (0: no peer)")
     p.add_argument("--draft-ks", type=lambda v: [int(n) for n in v.split(",")], default=[2, 3, 5],
                    help="the draft part's numbers of drafts")

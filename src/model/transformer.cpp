@@ -569,10 +569,12 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
   prepare_rope(b.positions);
   prepare_lora(b);
   backend_->embed(weights_.token_embedding, b.token_ids, hidden_.data());
+  if (observer_ != nullptr) observer_->observe_hidden(-1, hidden_.data(), n, c.hidden_size);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[static_cast<size_t>(i)];
     INFERD_RETURN_IF_ERROR(attention_block(l, i, b, cache));
     INFERD_RETURN_IF_ERROR(mlp_block(l, i, n));
+    if (observer_ != nullptr) observer_->observe_hidden(i, hidden_.data(), n, c.hidden_size);
   }
   // Final norm of the rows that want logits, gathered to the front of normed_.
   const auto num_rows = static_cast<int64_t>(b.logit_rows.size());

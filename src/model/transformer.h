@@ -54,6 +54,10 @@ class LinearObserver {
   virtual ~LinearObserver() = default;
   // x: [tokens, k] row-major, valid during the call.
   virtual void observe(int64_t layer, LinearInput input, const float* x, int64_t tokens, int64_t k) = 0;
+  // The residual stream after the embedding (layer -1) and after each layer: [tokens, dim]
+  // row-major, valid during the call (what layer pruning measures importance on).
+  virtual void observe_hidden(int64_t /*layer*/, const float* /*hidden*/, int64_t /*tokens*/,
+                              int64_t /*dim*/) {}
 };
 
 struct TransformerOptions {

@@ -5,8 +5,18 @@
 #include <filesystem>
 #include <set>
 
+#include <cmath>
+#include <numeric>
+#include <thread>
+
+#include "common/files.h"
+#include "common/thread_pool.h"
+#include "eval/perplexity.h"
 #include "formats/gguf_file.h"
 #include "formats/gguf_writer.h"
+#include "model/model_loader.h"
+#include "model/transformer.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace inferd {
 
@@ -28,7 +38,84 @@ bool layer_of(const std::string& name, int64_t* layer, std::string* rest) {
   return true;
 }
 
+// Sums 1 - cos(before, after) per layer over every token the model runs.
+class InfluenceObserver final : public LinearObserver {
+ public:
+  explicit InfluenceObserver(int64_t layers) : sum_(static_cast<size_t>(layers), 0.0) {}
+  void observe(int64_t, LinearInput, const float*, int64_t, int64_t) override {}
+  void observe_hidden(int64_t layer, const float* hidden, int64_t tokens, int64_t dim) override {
+    const auto n = static_cast<size_t>(tokens * dim);
+    if (layer >= 0) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        const float* a = prev_.data() + t * dim;
+        const float* b = hidden + t * dim;
+        double ab = 0, aa = 0, bb = 0;
+        for (int64_t i = 0; i < dim; ++i) {
+          ab += static_cast<double>(a[i]) * b[i];
+          aa += static_cast<double>(a[i]) * a[i];
+          bb += static_cast<double>(b[i]) * b[i];
+        }
+        const double cos = aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 1.0;
+        sum_[static_cast<size_t>(layer)] += 1.0 - cos;
+      }
+    } else {
+      tokens_ += tokens;
+    }
+    prev_.assign(hidden, hidden + n);
+  }
+  LayerImportance result() const {
+    LayerImportance r;
+    r.tokens = tokens_;
+    for (double s : sum_) r.influence.push_back(tokens_ > 0 ? s / static_cast<double>(tokens_) : 0.0);
+    return r;
+  }
+
+ private:
+  std::vector<double> sum_;
+  std::vector<float> prev_;
+  int64_t tokens_ = 0;
+};
+
 }  // namespace
+
+Expected<LayerImportance> layer_importance(const std::string& model_path, const std::string& calibration_file,
+                                           int64_t context, int64_t max_chunks) {
+  INFERD_ASSIGN_OR_RETURN(std::string text, read_text_file(calibration_file));
+  INFERD_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, load_model(model_path));
+  auto tokenizer = load_tokenizer(weights->gguf.get(), weights->source_path, weights->config.vocab_size);
+  if (!tokenizer) return tokenizer.status().with_context("--calibration needs the model's tokenizer");
+  const std::vector<int32_t> tokens = (*tokenizer)->encode(text, /*allow_special=*/false);
+  ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  auto r = layer_importance(*weights, tokens, context, max_chunks, pool);
+  if (!r) return r.status().with_context("--calibration " + calibration_file);
+  return r;
+}
+
+Expected<LayerImportance> layer_importance(const ModelWeights& weights, std::span<const int32_t> tokens,
+                                           int64_t context, int64_t max_chunks, ThreadPool& pool) {
+  Transformer model(weights, pool, {.backend = BackendKind::kF32});
+  InfluenceObserver observer(weights.config.num_layers);
+  model.set_observer(&observer);
+  PerplexityOptions options;
+  options.context = context;
+  options.max_chunks = max_chunks;
+  INFERD_RETURN_IF_ERROR(options.validate());
+  INFERD_RETURN_IF_ERROR(perplexity(model, tokens, options).status());
+  return observer.result();
+}
+
+std::vector<int64_t> least_important_layers(const std::vector<double>& influence, int64_t count) {
+  const auto layers = static_cast<int64_t>(influence.size());
+  std::vector<int64_t> candidates;
+  for (int64_t l = 1; l + 1 < layers; ++l) candidates.push_back(l);
+  std::stable_sort(candidates.begin(), candidates.end(), [&](int64_t a, int64_t b) {
+    return influence[static_cast<size_t>(a)] < influence[static_cast<size_t>(b)];
+  });
+  candidates.resize(
+      static_cast<size_t>(std::clamp<int64_t>(count, 0, static_cast<int64_t>(candidates.size()))));
+  std::sort(candidates.begin(), candidates.end());
+  return candidates;
+}
 
 Expected<std::vector<int64_t>> parse_layer_list(const std::string& text) {
   std::set<int64_t> layers;

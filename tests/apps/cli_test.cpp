@@ -248,6 +248,26 @@ TEST(CliTest, BadInputsGiveOneLineErrors) {
   expect_one_line_error(run_inferd("generate --model " + tiny + " -i " + dir + "/one.jsonl -o " + dir +
                                    "/o.jsonl --kv-cache-memory 10B"),
                         "smaller than one KV block");
+  // The scheduler's SLO flags and the prune command's automatic mode.
+  expect_one_line_error(run_inferd("generate --model " + tiny + " -i " + dir + "/one.jsonl -o " + dir +
+                                   "/o.jsonl --slo-class chat:ttft=fast"),
+                        "--slo-class chat:ttft=fast: ttft must be a positive duration");
+  expect_one_line_error(run_inferd("generate --model " + tiny + " -i " + dir + "/one.jsonl -o " + dir +
+                                   "/o.jsonl --slo-class a --slo-class a"),
+                        "the class 'a' is given twice");
+  expect_one_line_error(run_inferd("generate --model " + tiny + " -i " + dir + "/one.jsonl -o " + dir +
+                                   "/o.jsonl --batch-window soon"),
+                        "--batch-window soon: give off, auto or milliseconds");
+  expect_one_line_error(run_inferd("prune -i " + tiny + " -o " + dir + "/p.gguf --drop-layers auto:1"),
+                        "--drop-layers auto:N needs --calibration TEXT");
+  expect_one_line_error(run_inferd("prune -i " + tiny + " -o " + dir +
+                                   "/p.gguf --drop-layers auto:0 "
+                                   "--calibration " +
+                                   dir + "/one.jsonl"),
+                        "give auto:N, N >= 1");
+  expect_one_line_error(
+      run_inferd("prune -i " + tiny + " -o " + dir + "/p.gguf --drop-layers 1 --calibration x"),
+      "--calibration is for --drop-layers auto:N");
   Result usage = run_inferd("run --prompt-ids 1 --bogus-flag");
   EXPECT_NE(usage.exit_code, 0);
 }

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "formats/gguf_file.h"
+#include "formats/gguf_writer.h"
 #include "model/model_loader.h"
 #include "model/model_test_util.h"
 #include "model/transformer.h"
@@ -86,6 +87,51 @@ TEST(PruneTest, KeptLayersAreRenumberedAndTheModelRuns) {
   ASSERT_EQ(l1.size(), lf.size());
   EXPECT_NE(l1, lf);
   for (const float x : l1) ASSERT_TRUE(std::isfinite(x));
+}
+
+// The tiny Qwen2 (2 layers) grown to 4: layers 2 and 3 are copies of 1 and 0, and layer 2's
+// attention output and MLP down projections are zero, so it adds nothing to the residual stream.
+std::string four_layers_one_idle(const std::string& dir) {
+  auto in = GgufFile::open(test::fixture_path("tiny/qwen2/model-f32.gguf"));
+  EXPECT_TRUE(in.has_value());
+  GgufFileWriter out;
+  for (const auto& [key, value] : in->metadata()) out.set(key, value);
+  out.set_u32("qwen2.block_count", 4);
+  for (const TensorView& t : in->tensors()) {
+    std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.num_dims);
+    std::vector<std::byte> bytes(t.data, t.data + t.num_bytes);
+    out.add_tensor(t.name, t.dtype, shape, bytes);
+    for (const auto& [from, to] : {std::pair{"blk.1.", "blk.2."}, std::pair{"blk.0.", "blk.3."}}) {
+      if (t.name.rfind(from, 0) != 0) continue;
+      const std::string name = to + t.name.substr(6);
+      const bool idle = name == "blk.2.attn_output.weight" || name == "blk.2.ffn_down.weight";
+      out.add_tensor(name, t.dtype, shape, idle ? std::vector<std::byte>(t.num_bytes) : bytes);
+    }
+  }
+  const std::string path = dir + "/four.gguf";
+  EXPECT_TRUE(out.write(path).is_ok());
+  return path;
+}
+
+TEST(PruneTest, BlockInfluenceFindsTheLayerThatDoesNothing) {
+  const std::string dir = test::temp_dir();
+  auto weights = load_model(four_layers_one_idle(dir));
+  ASSERT_TRUE(weights.has_value()) << weights.status().message();
+  ASSERT_EQ((*weights)->config.num_layers, 4);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 96; ++i) tokens.push_back((i * 37 + 11) % 200);
+  ThreadPool pool(2);
+  auto imp = layer_importance(**weights, tokens, 32, 0, pool);
+  ASSERT_TRUE(imp.has_value()) << imp.status().message();
+  ASSERT_EQ(imp->influence.size(), 4u);
+  EXPECT_EQ(imp->tokens, 96);
+  EXPECT_LT(imp->influence[2], 1e-9);  // cos(x, x) = 1
+  for (size_t l : {0u, 1u, 3u}) EXPECT_GT(imp->influence[l], 1e-4) << l;
+  for (double v : imp->influence) EXPECT_LE(v, 2.0);
+  EXPECT_EQ(least_important_layers(imp->influence, 1), (std::vector<int64_t>{2}));
+  // Never the first or the last layer, whatever their influence; asking too many gives all others.
+  EXPECT_EQ(least_important_layers({0.0, 0.5, 0.2, 0.0}, 1), (std::vector<int64_t>{2}));
+  EXPECT_EQ(least_important_layers({0.0, 0.5, 0.2, 0.0}, 5), (std::vector<int64_t>{1, 2}));
 }
 
 TEST(PruneTest, RefusalsNameTheProblem) {
