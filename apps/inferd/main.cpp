@@ -773,6 +773,14 @@ int main(int argc, char** argv) {
     if (*run_cmd && run.prompt.empty() && run.prompt_ids.empty() && run.chat.empty()) {
       return fail("run needs --chat, --prompt or --prompt-ids");
     }
+    if (*serve_cmd && !serve.profile.empty()) {
+      if (Status s = apply_profile(serve.profile, *serve_cmd, &engine_flags); !s.is_ok())
+        return fail(s.message());
+    }
+    if (*serve_cmd && serve.print_config) {
+      std::printf("%s\n", describe_config(serve.profile, *serve_cmd, engine_flags).c_str());
+      return 0;
+    }
     std::unique_ptr<Parallel> parallel;
     if (*run_cmd || *generate_cmd || *serve_cmd || *bench.latency) {
       auto p = Parallel::start(par);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/byte_size.h"
@@ -19,6 +20,10 @@ namespace inferd {
 
 void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   ServerOptions& s = f->server;
+  cmd->add_option("--profile", f->profile,
+                  "scheduling parameters for a scenario: chat, code, summarize, long-context or batch (any "
+                  "flag given overrides its value; docs/profiles.md)");
+  cmd->add_flag("--print-config", f->print_config, "print the resolved scheduling configuration and exit");
   cmd->add_option("--host", s.host, "address to listen on");
   cmd->add_option("--port", s.port, "port to listen on (0: any free port)");
   cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
@@ -84,6 +89,71 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--kv-export-buffer", f->kv_export_buffer,
                   "prefill: the most prompt KV kept for pulls at once (e.g. 1GiB); beyond, answers carry no "
                   "kv_transfer_params and decode instances compute the prompt");
+}
+
+namespace {
+
+const char* policy_name(SchedulePolicy p) {
+  switch (p) {
+    case SchedulePolicy::kDecodeFirst: return "decode-first";
+    case SchedulePolicy::kPrefillFirst: return "prefill-first";
+    case SchedulePolicy::kAdaptive: break;
+  }
+  return "adaptive";
+}
+
+}  // namespace
+
+const std::vector<ServeProfile>& serve_profiles() {
+  // From scripts/bench/profile_sweep.py (docs/profiles.md has the table and the figures behind each
+  // value). Batch window: off everywhere (auto measured equal to off on these CPUs, BENCHMARKS.md).
+  // Swept: the policy and the token budget (the best of 3 x 3 per scenario). Not swept: max_num_seqs
+  // (the default; the sweep's concurrency stayed below it), prefix caching (on: free on a miss) and
+  // the session TTL (conversations and documents asked again keep their KV; one-shot work none).
+  static const std::vector<ServeProfile> profiles = {
+      {"chat", SchedulePolicy::kAdaptive, 512, 64, "off", true, 300},
+      {"code", SchedulePolicy::kAdaptive, 512, 64, "off", true, 300},
+      {"summarize", SchedulePolicy::kDecodeFirst, 8192, 64, "off", true, 0},
+      {"long-context", SchedulePolicy::kDecodeFirst, 2048, 64, "off", true, 600},
+      {"batch", SchedulePolicy::kDecodeFirst, 2048, 64, "off", true, 0},
+  };
+  return profiles;
+}
+
+Status apply_profile(const std::string& name, const CLI::App& cmd, EngineFlags* f) {
+  const ServeProfile* p = nullptr;
+  std::string names;
+  for (const ServeProfile& q : serve_profiles()) {
+    if (q.name == name) p = &q;
+    names += (names.empty() ? "" : ", ") + q.name;
+  }
+  if (p == nullptr) return invalid_argument("--profile " + name + ": no such profile (" + names + ")");
+  auto unset = [&](const char* flag) { return cmd.count(flag) == 0; };
+  if (unset("--schedule-policy")) f->schedule_policy = p->policy;
+  if (unset("--max-num-batched-tokens")) f->max_num_batched_tokens = p->max_num_batched_tokens;
+  if (unset("--max-prefill-tokens")) f->max_prefill_tokens = p->max_num_batched_tokens;
+  if (unset("--max-num-seqs")) f->max_num_seqs = p->max_num_seqs;
+  if (unset("--batch-window")) f->batch_window = p->batch_window;
+  if (unset("--no-prefix-caching")) f->no_prefix_caching = !p->prefix_caching;
+  if (unset("--session-ttl")) f->session_ttl = p->session_ttl;
+  return Status::ok();
+}
+
+std::string describe_config(const std::string& profile, const CLI::App& cmd, const EngineFlags& f) {
+  nlohmann::ordered_json j;
+  j["profile"] = profile.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(profile);
+  auto put = [&](const char* key, const char* flag, nlohmann::ordered_json value) {
+    const char* source = cmd.count(flag) > 0 ? "flag" : profile.empty() ? "default" : "profile";
+    j[key] = {{"value", std::move(value)}, {"from", source}};
+  };
+  put("schedule_policy", "--schedule-policy", policy_name(f.schedule_policy));
+  put("max_num_batched_tokens", "--max-num-batched-tokens", f.max_num_batched_tokens);
+  put("max_prefill_tokens", "--max-prefill-tokens", f.max_prefill_tokens);
+  put("max_num_seqs", "--max-num-seqs", f.max_num_seqs);
+  put("batch_window", "--batch-window", f.batch_window);
+  put("prefix_caching", "--no-prefix-caching", !f.no_prefix_caching);
+  put("session_ttl", "--session-ttl", f.session_ttl);
+  return j.dump(2);
 }
 
 namespace {

@@ -28,9 +28,30 @@ struct ServeFlags {
   std::vector<std::string> lora_modules;  // name=path
   int64_t max_loras = 8;                  // resident at once
   int64_t max_lora_rank = 64;
+  std::string profile;        // --profile: a scenario's scheduling parameters (serve_profiles())
+  bool print_config = false;  // --print-config: print the resolved configuration and exit
 };
 
 void add_serve_flags(CLI::App* cmd, ServeFlags* flags);
+
+// `--profile NAME`: the scheduling parameters for a scenario, each value from the sweep in
+// docs/profiles.md (scripts/bench/profile_sweep.py).
+struct ServeProfile {
+  std::string name;
+  SchedulePolicy policy;
+  int64_t max_num_batched_tokens;  // the step's token budget, also the prefill chunk
+  int64_t max_num_seqs;
+  std::string batch_window;
+  bool prefix_caching;
+  double session_ttl;
+};
+const std::vector<ServeProfile>& serve_profiles();
+// Sets the profile's values on `flags`, except those `cmd`'s command line gives; an unknown name
+// is an error naming the profiles there are.
+Status apply_profile(const std::string& name, const CLI::App& cmd, EngineFlags* flags);
+// The scheduling configuration that results (JSON, one key per parameter: its value and where it
+// came from: "flag", "profile" or "default").
+std::string describe_config(const std::string& profile, const CLI::App& cmd, const EngineFlags& flags);
 
 // model_path empty: the default model. Returns the process exit code.
 // parallel: rank 0 of a tensor-parallel job, or nullptr.

@@ -222,6 +222,29 @@ TEST(CliTest, GenerateRunsABatchFile) {
   }
 }
 
+TEST(CliTest, ServeProfilesResolveWithFlagsWinning) {
+  const Result plain = run_inferd("serve --print-config");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto d = nlohmann::json::parse(plain.out);
+  EXPECT_TRUE(d["profile"].is_null());
+  EXPECT_EQ(d["schedule_policy"]["value"], "decode-first");
+  EXPECT_EQ(d["max_num_batched_tokens"]["value"], 2048);
+  EXPECT_EQ(d["max_num_batched_tokens"]["from"], "default");
+  for (const char* name : {"chat", "code", "summarize", "long-context", "batch"}) {
+    const Result r = run_inferd(std::string("serve --profile ") + name + " --max-num-seqs 7 --print-config");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["profile"], name);
+    EXPECT_EQ(j["schedule_policy"]["from"], "profile");
+    EXPECT_EQ(j["max_num_batched_tokens"]["from"], "profile");
+    EXPECT_EQ(j["max_prefill_tokens"]["value"], j["max_num_batched_tokens"]["value"]);
+    EXPECT_EQ(j["max_num_seqs"]["value"], 7);  // the flag wins over the profile
+    EXPECT_EQ(j["max_num_seqs"]["from"], "flag");
+  }
+  expect_one_line_error(run_inferd("serve --profile nope --print-config"),
+                        "--profile nope: no such profile (chat, code, summarize, long-context, batch)");
+}
+
 TEST(CliTest, BadInputsGiveOneLineErrors) {
   const std::string dir = test::temp_dir();
   test::write_bytes(dir + "/junk.gguf", std::vector<std::byte>(64, std::byte{0x41}));
