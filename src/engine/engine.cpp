@@ -199,6 +199,8 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
     if (r->sampling.seed) r->sampling.seed = *r->sampling.seed + static_cast<uint64_t>(i);  // as vLLM
     r->limits = parent.limits;
     r->priority = parent.priority;
+    r->slo_class = parent.slo_class;
+    r->deadline = parent.deadline;
     r->session_id = parent.session_id;
     r->streaming = parent.streaming;
     r->lora = parent.lora;

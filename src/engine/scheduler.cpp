@@ -160,8 +160,12 @@ ScheduledBatch Scheduler::schedule() {
 
 int64_t Scheduler::slo_step_tokens() {
   const auto now = std::chrono::steady_clock::now();
-  for (const Request* r : running_) slo_last_seen_[static_cast<size_t>(r->slo_class)] = now;
-  for (const Request* r : waiting_) slo_last_seen_[static_cast<size_t>(r->slo_class)] = now;
+  auto seen = [&](const Request* r) {
+    if (r->slo_class >= 0 && static_cast<size_t>(r->slo_class) < slo_last_seen_.size())
+      slo_last_seen_[static_cast<size_t>(r->slo_class)] = now;
+  };
+  std::for_each(running_.begin(), running_.end(), seen);
+  std::for_each(waiting_.begin(), waiting_.end(), seen);
   const double rate = prefill_tokens_per_second_;
   double seconds = std::numeric_limits<double>::infinity();
   for (size_t c = 0; c < options_.slo.size(); ++c) {

@@ -58,6 +58,10 @@ def test_classes_by_field_header_and_priority(make_server):
     assert series(s, "inferd:slo_time_per_output_token_seconds_count", slo_class="batch") == 3
     for cls in ("chat", "batch", "instant"):
         assert series(s, "inferd:slo_requests_total", slo_class=cls, outcome="refused") is not None
+    # n > 1: every sample runs in the request's class (the forks inherit it).
+    status, _, body = complete(s, {"slo_class": "chat", "n": 3, "temperature": 1, "seed": 5})
+    assert status == 200 and len(body["choices"]) == 3, body
+    assert series(s, "inferd:slo_requests_total", slo_class="chat", outcome="met") == 6
     # An unknown class is a 400 naming the field, from the body or the header.
     status, _, body = complete(s, {"slo_class": "nope"})
     assert status == 400 and body["error"]["param"] == "slo_class", body
