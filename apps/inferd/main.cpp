@@ -400,52 +400,86 @@ struct QuantizeFlags {
 
 struct PruneFlags {
   std::string input, output, drop_layers, calibration;
+  double heads = 0, ffn = 0;
   int64_t calibration_chunks = 0;
 };
 
-// --drop-layers LIST, or auto:N (the N layers of least Block Influence on --calibration).
-Expected<std::vector<int64_t>> layers_to_drop(const PruneFlags& p) {
-  if (p.drop_layers.rfind("auto", 0) != 0) {
-    if (!p.calibration.empty()) return invalid_argument("--calibration is for --drop-layers auto:N");
-    return parse_layer_list(p.drop_layers);
+// --drop-layers LIST or auto:N (the N layers of least Block Influence), --prune-heads RATIO,
+// --prune-ffn RATIO: the cuts, measured on --calibration where a flag asks for it.
+Expected<PrunePlan> prune_plan(const PruneFlags& p) {
+  const bool auto_layers = p.drop_layers.rfind("auto", 0) == 0;
+  if (p.drop_layers.empty() && p.heads == 0 && p.ffn == 0)
+    return invalid_argument("give --drop-layers, --prune-heads or --prune-ffn");
+  const bool calibrate = auto_layers || p.heads != 0 || p.ffn != 0;
+  for (const auto& [flag, ratio] : {std::pair{"--prune-heads", p.heads}, std::pair{"--prune-ffn", p.ffn}})
+    if (ratio != 0 && !(ratio > 0 && ratio < 1))
+      return invalid_argument(std::string(flag) + " " + std::to_string(ratio) +
+                              ": give a fraction between 0 and 1");
+  if (!calibrate && !p.calibration.empty())
+    return invalid_argument("--calibration is for --drop-layers auto:N, --prune-heads and --prune-ffn");
+  PrunePlan plan;
+  if (!p.drop_layers.empty() && !auto_layers) {
+    INFERD_ASSIGN_OR_RETURN(plan.drop_layers, parse_layer_list(p.drop_layers));
   }
+  if (!calibrate) return plan;
   int64_t count = 0;
-  const std::string n = p.drop_layers.size() > 5 && p.drop_layers[4] == ':' ? p.drop_layers.substr(5) : "";
-  const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), count);
-  if (n.empty() || ec != std::errc() || end != n.data() + n.size() || count < 1)
-    return invalid_argument("--drop-layers " + p.drop_layers + ": give auto:N, N >= 1 layers to drop");
-  if (p.calibration.empty()) return invalid_argument("--drop-layers auto:N needs --calibration TEXT");
-  INFERD_ASSIGN_OR_RETURN(LayerImportance imp,
-                          layer_importance(p.input, p.calibration, 512, p.calibration_chunks));
-  if (count > static_cast<int64_t>(imp.influence.size()) - 2)
-    return invalid_argument("--drop-layers " + p.drop_layers + ": the model has " +
-                            std::to_string(imp.influence.size()) +
-                            " layers, and the first and last are kept");
-  std::string table;
-  for (size_t l = 0; l < imp.influence.size(); ++l) {
-    char cell[32];
-    std::snprintf(cell, sizeof cell, "%s%zu:%.4f", l == 0 ? "" : " ", l, imp.influence[l]);
-    table += cell;
+  if (auto_layers) {
+    const std::string n = p.drop_layers.size() > 5 && p.drop_layers[4] == ':' ? p.drop_layers.substr(5) : "";
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), count);
+    if (n.empty() || ec != std::errc() || end != n.data() + n.size() || count < 1)
+      return invalid_argument("--drop-layers " + p.drop_layers + ": give auto:N, N >= 1 layers to drop");
   }
-  std::fprintf(stderr, "prune: Block Influence per layer over %lld calibration tokens: %s\n",
-               static_cast<long long>(imp.tokens), table.c_str());
-  std::vector<int64_t> drop = least_important_layers(imp.influence, count);
-  std::string list;
-  for (int64_t l : drop) list += (list.empty() ? "" : ",") + std::to_string(l);
-  std::fprintf(stderr, "prune: dropping layers %s\n", list.c_str());
-  return drop;
+  if (p.calibration.empty())
+    return invalid_argument(std::string(auto_layers    ? "--drop-layers auto:N"
+                                        : p.heads != 0 ? "--prune-heads"
+                                                       : "--prune-ffn") +
+                            " needs --calibration TEXT");
+  INFERD_ASSIGN_OR_RETURN(StructureImportance imp,
+                          structure_importance(p.input, p.calibration, 512, p.calibration_chunks));
+  std::fprintf(stderr, "prune: importance measured over %lld calibration tokens\n",
+               static_cast<long long>(imp.tokens));
+  if (auto_layers) {
+    if (count > static_cast<int64_t>(imp.layer.size()) - 2)
+      return invalid_argument("--drop-layers " + p.drop_layers + ": the model has " +
+                              std::to_string(imp.layer.size()) + " layers, and the first and last are kept");
+    std::string table;
+    for (size_t l = 0; l < imp.layer.size(); ++l) {
+      char cell[32];
+      std::snprintf(cell, sizeof cell, "%s%zu:%.4f", l == 0 ? "" : " ", l, imp.layer[l]);
+      table += cell;
+    }
+    std::fprintf(stderr, "prune: Block Influence per layer: %s\n", table.c_str());
+    plan.drop_layers = least_important_layers(imp.layer, count);
+    std::string list;
+    for (int64_t l : plan.drop_layers) list += (list.empty() ? "" : ",") + std::to_string(l);
+    std::fprintf(stderr, "prune: dropping layers %s\n", list.c_str());
+  }
+  if (p.heads != 0) {
+    const auto heads = static_cast<int64_t>(imp.head.empty() ? 0 : imp.head[0].size());
+    INFERD_ASSIGN_OR_RETURN(plan.keep_heads, heads_to_keep(imp.head, heads, imp.num_kv_heads, p.heads));
+  }
+  if (p.ffn != 0) {
+    INFERD_ASSIGN_OR_RETURN(plan.keep_channels, channels_to_keep(imp.channel, p.ffn));
+  }
+  return plan;
 }
 
 int run_prune(const PruneFlags& p) {
-  auto drop = layers_to_drop(p);
-  if (!drop) return fail(drop.status().message());
-  auto r = prune_gguf_layers(p.input, p.output, *drop);
+  auto plan = prune_plan(p);
+  if (!plan) return fail(plan.status().message());
+  auto r = prune_model(p.input, p.output, *plan);
   if (!r) return fail(r.status().message());
-  std::fprintf(stderr, "prune: %s -> %s: %lld of %lld layers kept, %lld tensors; %.1f MiB -> %.1f MiB\n",
-               p.input.c_str(), p.output.c_str(), static_cast<long long>(r->layers_out),
-               static_cast<long long>(r->layers_in), static_cast<long long>(r->tensors_out),
-               static_cast<double>(r->input_bytes) / (1 << 20),
-               static_cast<double>(r->output_bytes) / (1 << 20));
+  std::fprintf(
+      stderr,
+      "prune: %s -> %s: layers %lld -> %lld, query / KV heads %lld / %lld -> %lld / %lld, FFN channels "
+      "%lld -> %lld; %lld tensors (%lld rounded again); %.1f MiB -> %.1f MiB\n",
+      p.input.c_str(), p.output.c_str(), static_cast<long long>(r->layers_in),
+      static_cast<long long>(r->layers_out), static_cast<long long>(r->heads_in),
+      static_cast<long long>(r->kv_heads_in), static_cast<long long>(r->heads_out),
+      static_cast<long long>(r->kv_heads_out), static_cast<long long>(r->ffn_in),
+      static_cast<long long>(r->ffn_out), static_cast<long long>(r->tensors_out),
+      static_cast<long long>(r->requantized), static_cast<double>(r->input_bytes) / (1 << 20),
+      static_cast<double>(r->output_bytes) / (1 << 20));
   return 0;
 }
 
@@ -713,20 +747,27 @@ int main(int argc, char** argv) {
                    "calibration chunks of 512 tokens to run (default: every whole chunk of the text)")
       ->check(CLI::NonNegativeNumber);
 
-  auto* prune_cmd = app.add_subcommand(
-      "prune", "rewrite a GGUF model without some of its layers (a draft model for speculative decoding)");
+  auto* prune_cmd = app.add_subcommand("prune",
+                                       "structured pruning: rewrite a model without some of its layers, "
+                                       "attention heads or FFN channels (a GGUF "
+                                       "file as GGUF, a Hugging Face directory as safetensors)");
   PruneFlags prune;
-  prune_cmd->add_option("-i,--input", prune.input, "a GGUF model")->required();
-  prune_cmd->add_option("-o,--output", prune.output, "the GGUF file to write")->required();
-  prune_cmd
-      ->add_option(
-          "--drop-layers", prune.drop_layers,
-          "the layers to drop: indices and ranges from 0, e.g. 4,10-19 (the rest are renumbered), or "
-          "auto:N, the N layers of least Block Influence on --calibration")
-      ->required();
+  prune_cmd->add_option("-i,--input", prune.input, "a GGUF model or a Hugging Face directory")->required();
+  prune_cmd->add_option("-o,--output", prune.output, "the GGUF file (or directory) to write")->required();
   prune_cmd->add_option(
-      "--calibration", prune.calibration,
-      "--drop-layers auto:N: a UTF-8 text the model runs over to measure each layer's influence");
+      "--drop-layers", prune.drop_layers,
+      "the layers to drop: indices and ranges from 0, e.g. 4,10-19 (the rest are renumbered), or "
+      "auto:N, the N layers of least Block Influence on --calibration");
+  prune_cmd->add_option(
+      "--prune-heads", prune.heads,
+      "the fraction of query heads to remove from every KV group of every layer, least important "
+      "on --calibration first (e.g. 0.33)");
+  prune_cmd->add_option(
+      "--prune-ffn", prune.ffn,
+      "the fraction of FFN channels to remove from every layer, least important on --calibration "
+      "first (the kept count a multiple of 32)");
+  prune_cmd->add_option("--calibration", prune.calibration,
+                        "a UTF-8 text the model runs over to measure what each layer, head and channel adds");
   prune_cmd
       ->add_option("--calibration-chunks", prune.calibration_chunks,
                    "calibration chunks of 512 tokens to run (default: every whole chunk of the text)")

@@ -18,12 +18,12 @@ default model (SmolLM2-135M-Instruct Q4_1), for BENCHMARKS.md:
   draft    one sequence with a draft model at k = 2, 3, 5 against no speculation, prompt lookup,
            and llama-server with the same target and draft (-md): by default the target is the
            default model rewritten in F16 (--target) and the draft the default model (Q4_1: the
-           same weights, a third of the bytes); --drop-layers prunes the draft too
+           same weights, a third of the bytes); --drop-layers and --prune prune the draft too
 
   peer     one sequence of each workload on llama-server (--spec-type ngram-simple, 3-token drafts,
            and without) against inferd (k = 3, and without), in one run
 
-    scripts/bench/spec_bench.py [single] [batch] [peer] [draft] [--target f16|bf16|default] [--drop-layers LIST] [--draft-ks 2,3,5] [--peer-k 3] [--rounds 3] [--tokens 256] [--workload copy|chat] [--sequences 1,2,4,8,16]
+    scripts/bench/spec_bench.py [single] [batch] [peer] [draft] [--target f16|bf16|default] [--drop-layers LIST] [--prune FLAGS] [--draft-ks 2,3,5] [--peer-k 3] [--rounds 3] [--tokens 256] [--workload copy|chat] [--sequences 1,2,4,8,16]
 """
 import argparse
 import concurrent.futures
@@ -230,12 +230,13 @@ def make_models(a):
         subprocess.run([INFERD, "quantize", "-i", default_model(), "-o", target, "--type", a.target], check=True,
                        stderr=subprocess.DEVNULL)
     draft = default_model()
-    if a.drop_layers:
+    cuts = (["--drop-layers", a.drop_layers] if a.drop_layers else []) + a.prune.split()
+    if cuts:
         draft = os.path.join(tmp, "draft.gguf")
+        calibrated = a.drop_layers.startswith("auto") or "--prune-heads" in cuts or "--prune-ffn" in cuts
         calibration = ["--calibration", os.path.join(ROOT, "tests", "fixtures", "text", "calibration.txt")] \
-            if a.drop_layers.startswith("auto") else []
-        subprocess.run([INFERD, "prune", "-i", default_model(), "-o", draft, "--drop-layers", a.drop_layers,
-                        *calibration], check=True)
+            if calibrated else []
+        subprocess.run([INFERD, "prune", "-i", default_model(), "-o", draft, *cuts, *calibration], check=True)
     return target, draft
 
 
@@ -246,7 +247,7 @@ def draft(a):
     target, draft_path = make_models(a)
     print(f"one sequence, greedy, max_tokens {a.tokens}: decode tokens/s (median of {a.rounds}); target "
           f"{os.path.basename(target)}, draft {os.path.basename(draft_path)}"
-          f"{' without layers ' + a.drop_layers if a.drop_layers else ''}")
+          f"{' without layers ' + a.drop_layers if a.drop_layers else ''}{' pruned: ' + a.prune if a.prune else ''}")
     binary = os.path.join(PEER_DIR, "bin", "llama-server")
     def ours(spec=None):
         flags = ["--model", target, "--max-num-seqs", "16", "--kv-cache-memory", "512MiB", "--no-prefix-caching"]
@@ -306,6 +307,8 @@ def main():
                    help="the draft part's target: the default model in 16 bits, or itself")
     p.add_argument("--drop-layers", default="",
                    help="the draft part: layers `inferd prune` drops from the draft (a list, or auto:N)")
+    p.add_argument("--prune", default="",
+                   help="the draft part: more `inferd prune` flags for the draft, e.g. \"--prune-ffn 0.5\"")
     p.add_argument("--peer-k", type=int, default=3, help="the draft part: llama-server's --draft-max (0: no peer)")
     p.add_argument("--draft-ks", type=lambda v: [int(n) for n in v.split(",")], default=[2, 3, 5],
                    help="the draft part's numbers of drafts")

@@ -124,6 +124,29 @@ TEST(CliTest, InfoPrintsConfig) {
   EXPECT_EQ(j["format"], "safetensors");
 }
 
+// `inferd prune` on the default model (it has a tokenizer, which --calibration needs): heads and
+// channels measured on one chunk of the calibration text, cut, and the model loads with the new
+// sizes and runs.
+TEST(CliTest, PruneCutsHeadsAndChannelsOfTheDefaultModel) {
+  auto path = default_model_path();
+  INFERD_REQUIRE_OR_SKIP(path.has_value(), "default model not installed");
+  const std::string out = test::temp_dir() + "/pruned.gguf";
+  Result r =
+      run_inferd("prune -i " + *path + " -o " + out + " --prune-heads 0.33 --prune-ffn 0.25 --calibration " +
+                 test::fixture_path("text/calibration.txt") + " --calibration-chunks 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("importance measured over 512 calibration tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("query / KV heads 9 / 3 -> 6 / 3, FFN channels 1536 -> 1152"), std::string::npos)
+      << r.err;
+  Result info = run_inferd("info --model " + out);
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  auto j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j["num_heads"], 6);
+  EXPECT_EQ(j["intermediate_size"], 1152);
+  Result run = run_inferd("run --model " + out + " --prompt-ids 1,2,3,4 -n 6 -t 2");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+}
+
 // Text in, streamed text out: equals the greedy tokens (recomputed) decoded in one piece.
 TEST(CliTest, TextPromptStreamsDecodedText) {
   auto path = default_model_path();
@@ -290,7 +313,13 @@ TEST(CliTest, BadInputsGiveOneLineErrors) {
                         "give auto:N, N >= 1");
   expect_one_line_error(
       run_inferd("prune -i " + tiny + " -o " + dir + "/p.gguf --drop-layers 1 --calibration x"),
-      "--calibration is for --drop-layers auto:N");
+      "--calibration is for --drop-layers auto:N, --prune-heads and --prune-ffn");
+  expect_one_line_error(run_inferd("prune -i " + tiny + " -o " + dir + "/p.gguf"),
+                        "give --drop-layers, --prune-heads or --prune-ffn");
+  expect_one_line_error(run_inferd("prune -i " + tiny + " -o " + dir + "/p.gguf --prune-heads 0.5"),
+                        "--prune-heads needs --calibration TEXT");
+  expect_one_line_error(run_inferd("prune -i " + tiny + " -o " + dir + "/p.gguf --prune-ffn 1.5"),
+                        "--prune-ffn 1.500000: give a fraction between 0 and 1");
   Result usage = run_inferd("run --prompt-ids 1 --bogus-flag");
   EXPECT_NE(usage.exit_code, 0);
 }
