@@ -107,6 +107,9 @@ BenchCommands add_bench_commands(CLI::App* bench, BenchServeFlags* f, BenchLaten
                     "model (.gguf or HF dir) whose vocabulary makes the prompts");
   serve->add_flag(
       "--no-ignore-eos", [&o](int64_t) { o.ignore_eos = false; }, "let requests end at EOS");
+  serve->add_flag("--session-ids", o.session_ids,
+                  "send each conversation's turns under one session_id (the server pins a turn's KV for the "
+                  "next: --session-ttl)");
   serve->add_option("--slo", f->slo, "goodput objectives, e.g. ttft=500ms,tpot=100ms");
   serve->add_option("--result-json", f->result_json, "write every figure and per-request records here");
   serve->add_option("--plot", f->plot_dir, "write PNG plots into this folder (gnuplot)");

@@ -251,13 +251,16 @@ awaitable<void> stream_one(RunContext& ctx, const std::string& path, const std::
   finish("");
 }
 
-json request_body(const RunContext& ctx, const BenchItem& item, const json& messages, size_t turn) {
+json request_body(const RunContext& ctx, const BenchItem& item, const json& messages, size_t turn,
+                  size_t conversation) {
   json body = {{"model", ctx.model},
                {"max_tokens", item.output_len},
                {"stream", true},
                {"stream_options", {{"include_usage", true}}},
                {"temperature", 0.0}};
   if (ctx.options.ignore_eos) body["ignore_eos"] = true;
+  if (ctx.options.session_ids)
+    body["session_id"] = "bench-" + std::to_string(ctx.options.seed) + "-" + std::to_string(conversation);
   if (ctx.options.endpoint == "/v1/chat/completions") {
     body["messages"] = messages;
   } else {
@@ -267,7 +270,8 @@ json request_body(const RunContext& ctx, const BenchItem& item, const json& mess
 }
 
 // One conversation: waits for its arrival time and a slot, then sends its turns in order.
-awaitable<void> conversation(RunContext& ctx, const BenchItem& item, double at, RequestRecord* records) {
+awaitable<void> conversation(RunContext& ctx, const BenchItem& item, size_t index, double at,
+                             RequestRecord* records) {
   net::steady_timer timer(co_await net::this_coro::executor);
   timer.expires_at(ctx.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
   boost::system::error_code ec;
@@ -291,7 +295,7 @@ awaitable<void> conversation(RunContext& ctx, const BenchItem& item, double at, 
       continue;
     }
     if (item.messages_json.empty()) messages.push_back({{"role", "user"}, {"content", item.turns[t]}});
-    const std::string body = request_body(ctx, item, messages, t).dump();
+    const std::string body = request_body(ctx, item, messages, t, index).dump();
     const std::string path = ctx.options.endpoint;
     rec.start = seconds_since(ctx.t0);
     Streamed out;
@@ -379,7 +383,7 @@ Expected<ServeRun> run_serve_benchmark(const ServeBenchOptions& options,
     RequestRecord* records = run.records.data() + first_record[i];
     const BenchItem& item = items[i];
     const double when = at[i];
-    net::co_spawn(io, conversation(ctx, item, when, records), net::detached);
+    net::co_spawn(io, conversation(ctx, item, i, when, records), net::detached);
   }
   if (options.progress) net::co_spawn(io, progress(ctx), net::detached);
   // Run until every conversation is done (the progress line then stops at its next tick).

@@ -28,6 +28,9 @@ struct ServeBenchOptions {
   uint64_t seed = 0;
   double request_timeout = 600;  // seconds per request (stalls included)
   bool ignore_eos = true;
+  // Each conversation's turns carry one "session_id" (the server's session context pool pins a
+  // turn's KV for the next): "bench-<seed>-<conversation>".
+  bool session_ids = false;
   bool progress = true;  // a live progress line on stderr
 
   Status validate() const;

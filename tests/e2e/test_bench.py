@@ -63,6 +63,23 @@ def test_bench_chat_multi_turn_and_sweep(server, tmp_path):
     assert "| max concurrency |" in p.stdout
 
 
+def test_session_ids_pin_each_conversation(server, tmp_path):
+    """--session-ids: each conversation's turns carry one session_id, so the server pins its
+    finished turns' blocks (the session_pinned_blocks gauge rises); without it nothing is pinned."""
+    def pinned():
+        return metric_value(metrics(server), "inferd:session_pinned_blocks")
+    before = pinned()
+    flags = ["--base-url", server.base, "--api-key", API_KEY, "--endpoint", "/v1/chat/completions",
+             "--dataset", "multi-turn", "--turns", "2", "--num-prompts", "3", "--input-len", "40",
+             "--output-len", "4", "--max-concurrency", "1"]
+    p = bench(*flags, "--seed", "41")
+    assert p.returncode == 0, p.stderr
+    assert pinned() == before
+    p = bench(*flags, "--seed", "42", "--session-ids")
+    assert p.returncode == 0, p.stderr
+    assert pinned() > before
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
