@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/triton_api.h"
 #include "tokenizer/chat_encoder.h"
 #include "tokenizer/incremental_detokenizer.h"
 
@@ -161,8 +162,20 @@ struct HttpServer::Impl {
     return res;
   }
 
+  // Counts the error (metrics exist once the model is loaded).
+  void count_error(int status) {
+    if (metrics != nullptr) metrics->add_error_response(status);
+  }
+
   Response error_response(const http::request<http::string_body>& req, const ApiError& e) {
+    count_error(e.status);
     return make_response(req, static_cast<http::status>(e.status), error_body(e));
+  }
+
+  // Triton's error shape, {"error": message}, with `status`.
+  Response triton_error(const http::request<http::string_body>& req, int status, const std::string& message) {
+    count_error(status);
+    return make_response(req, static_cast<http::status>(status), triton_error_body(message));
   }
 
   static ApiError not_ready_error(bool failed) {
@@ -247,11 +260,14 @@ struct HttpServer::Impl {
     const bool get = req.method() == http::verb::get;
     const bool post = req.method() == http::verb::post;
     // Probes reach /health without a key (orchestrators send none); /metrics unless protected.
-    const bool open_endpoint = target == "/health" || (target == "/metrics" && !options.protect_metrics);
+    const bool open_endpoint = target == "/health" || target == "/v2/health/live" ||
+                               target == "/v2/health/ready" ||
+                               (target == "/metrics" && !options.protect_metrics);
     if (!open_endpoint && !authorized(req)) {
+      const ApiError e{401, "a valid API key is required (Authorization: Bearer ...)", "authentication_error",
+                       "", "invalid_api_key"};
       Response res =
-          error_response(req, ApiError{401, "a valid API key is required (Authorization: Bearer ...)",
-                                       "authentication_error", "", "invalid_api_key"});
+          parse_triton_target(target) ? triton_error(req, e.status, e.message) : error_response(req, e);
       res.set(http::field::www_authenticate, "Bearer");
       co_return co_await send(*conn, res);
     }
@@ -277,6 +293,8 @@ struct HttpServer::Impl {
           make_response(req, http::status::ok, metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
       co_return co_await send(*conn, res);
     }
+    if (std::optional<TritonRoute> v2 = parse_triton_target(target))
+      co_return co_await triton_request(conn, req, *v2);
     const bool lora_admin = target == "/v1/load_lora_adapter" || target == "/v1/unload_lora_adapter";
     const bool known = target == "/v1/models" || target == "/v1/chat/completions" ||
                        target == "/v1/completions" || target == "/tokenize" || target == "/detokenize" ||
@@ -319,6 +337,59 @@ struct HttpServer::Impl {
     if (target == "/detokenize") co_return co_await detokenize(*conn, req);
     co_return co_await generate(
         conn, req, target == "/v1/chat/completions" ? ApiEndpoint::kChat : ApiEndpoint::kCompletion);
+  }
+
+  // The KServe v2 / Triton endpoints (server/triton_api.h): health, model metadata and readiness,
+  // and the generate extension, run as a completions request answered in Triton's shapes.
+  awaitable<bool> triton_request(std::shared_ptr<Connection> conn, http::request<http::string_body>& req,
+                                 const TritonRoute& route) {
+    using K = TritonRoute::Kind;
+    const bool get = req.method() == http::verb::get;
+    const bool generate_kind = route.kind == K::kGenerate || route.kind == K::kGenerateStream;
+    Response res;
+    if (route.kind == K::kUnknown) {
+      res = triton_error(req, 404, "no such endpoint: " + std::string(req.target()));
+    } else if (generate_kind ? req.method() != http::verb::post : !get) {
+      res = triton_error(req, 405, "method not allowed for " + std::string(req.target()));
+    } else if (route.kind == K::kLive) {
+      res = make_response(req, http::status::ok, "{\"live\":true}");
+    } else if (route.kind == K::kReady) {
+      res = make_response(req, ready ? http::status::ok : http::status::service_unavailable,
+                          ready ? "{\"ready\":true}" : "{\"ready\":false}");
+    } else if (route.kind == K::kServerMetadata) {
+      res = make_response(req, http::status::ok, triton_server_metadata(options.version));
+    } else if (route.model != options.served_model_name &&
+               (ctx.lora == nullptr || !ctx.lora->contains(route.model))) {
+      res = triton_error(
+          req, 404,
+          "unknown model '" + route.model + "' (this server serves '" + options.served_model_name + "')");
+    } else if (!route.version.empty() && route.version != kTritonModelVersion) {
+      res = triton_error(req, 404,
+                         "unknown version '" + route.version + "' of model '" + route.model +
+                             "' (the only version is " + kTritonModelVersion + ")");
+    } else if (route.kind == K::kModelReady) {
+      res = make_response(req, ready ? http::status::ok : http::status::service_unavailable,
+                          json{{"name", route.model}, {"ready", ready}}.dump());
+    } else if (route.kind == K::kModelMetadata) {
+      res = make_response(req, http::status::ok, triton_model_metadata(route.model));
+    } else if (!ready) {
+      res = triton_error(req, 503, not_ready_error(exit_code != 0).message);
+    } else {
+      TritonAnswer answer{route.model, ""};
+      const bool stream = route.kind == K::kGenerateStream;
+      Expected<json> body = triton_to_completion(req.body(), route.model, stream, &answer.id);
+      if (!body) {
+        res = triton_error(req, 400, body.status().message());
+      } else {
+        http::request<http::string_body> completion = req;
+        completion.body() = body->dump();
+        completion.prepare_payload();
+        const TritonAnswer* triton = &answer;
+        const ApiEndpoint endpoint = ApiEndpoint::kCompletion;
+        co_return co_await generate(conn, completion, endpoint, triton);
+      }
+    }
+    co_return co_await send(*conn, res);
   }
 
   void refresh_gauges() {
@@ -518,6 +589,12 @@ struct HttpServer::Impl {
   }
 
   // A request parsed and processed by the front end, ready to submit.
+  // A Triton / KServe generate request (triton_request): answered in Triton's shapes.
+  struct TritonAnswer {
+    std::string model;  // as the URL names it
+    std::string id;     // the request's "id", returned with the answer
+  };
+
   struct Prepared {
     GenerateRequest api;
     ProcessedInput input;
@@ -713,11 +790,12 @@ struct HttpServer::Impl {
   // OutputProcessor (output side) and stream the events or send the body. Over ~80 lines because
   // it is one coroutine whose locals live across every co_await; its steps are the helpers above.
   awaitable<bool> generate(std::shared_ptr<Connection> conn, const http::request<http::string_body>& req,
-                           ApiEndpoint endpoint) {
+                           ApiEndpoint endpoint, const TritonAnswer* triton = nullptr) {
     const auto arrival = Clock::now();
     Prepared prepared;
     if (std::optional<ApiError> error = prepare_generate(endpoint, req, &prepared)) {
-      Response res = error_response(req, *error);
+      Response res =
+          triton != nullptr ? triton_error(req, error->status, error->message) : error_response(req, *error);
       if (error->status == 429)
         res.set(http::field::retry_after, std::to_string(prepared.retry_after_seconds));
       co_return co_await send(*conn, res);
@@ -734,7 +812,8 @@ struct HttpServer::Impl {
         const ApiError error{s.code() == StatusCode::kNotFound ? 404 : 500, s.message(),
                              "invalid_request_error", "model",
                              s.code() == StatusCode::kNotFound ? "model_not_found" : ""};
-        Response res = error_response(req, error);
+        Response res =
+            triton != nullptr ? triton_error(req, error.status, error.message) : error_response(req, error);
         co_return co_await send(*conn, res);
       }
       for (RequestSpec& spec : prepared.input.requests) spec.lora = adapter.value();
@@ -793,7 +872,13 @@ struct HttpServer::Impl {
         metrics->add_generation_tokens(static_cast<int64_t>(item.out.new_tokens.size()));
         if (d.stop_string) ctx.engine->abort(ids[item.prompt], item.out.index);
         if (api.stream) {
-          const std::string events = answer.stream_events(ci, d, c, !seen[ci]);
+          std::string events;
+          if (triton == nullptr) {
+            events = answer.stream_events(ci, d, c, !seen[ci]);
+          } else if (c.error().empty() && (d.finished || !d.content.empty())) {  // an error: answer_request
+            events = triton_stream_event(triton->model, triton->id, d.content,
+                                         d.finished ? c.finish_reason() : std::nullopt);
+          }
           if (!events.empty()) co_await send_event(*conn, events, stream_ok, ids);
         }
         seen[ci] = true;
@@ -816,7 +901,7 @@ struct HttpServer::Impl {
     log_finished(answer.id(), choices, arrival, usage, prepared);
     const std::optional<json> handle = kv_handle(prepared, choices);
     const json* extra = handle ? &*handle : nullptr;
-    co_return co_await answer_request(*conn, req, api, answer, choices, usage, stream_ok, ids, extra);
+    co_return co_await answer_request(*conn, req, api, answer, choices, usage, stream_ok, ids, extra, triton);
   }
 
   // The end of a generation: an engine-side failure (e.g. more KV than exists) is the request's
@@ -824,21 +909,36 @@ struct HttpServer::Impl {
   awaitable<bool> answer_request(Connection& conn, const http::request<http::string_body>& req,
                                  const GenerateRequest& api, const OpenAiAnswer& answer,
                                  const std::vector<OutputProcessor>& choices, const Usage& usage,
-                                 bool stream_ok, const std::vector<RequestId>& ids, const json* kv_handle) {
+                                 bool stream_ok, const std::vector<RequestId>& ids, const json* kv_handle,
+                                 const TritonAnswer* triton) {
+    const bool done_event = triton == nullptr;  // Triton's stream ends with its "done" event, no [DONE]
     for (const auto& c : choices) {
       if (c.error().empty()) continue;
       if (api.stream) {
         if (!stream_ok || conn.client_gone) co_return false;
-        const std::string event = OpenAiAnswer::error_event(c.error(), c.internal_error());
+        count_error(c.internal_error() ? 500 : 400);
+        const std::string event = triton != nullptr
+                                      ? "data: " + triton_error_body(c.error()) + "\n\n"
+                                      : OpenAiAnswer::error_event(c.error(), c.internal_error());
         co_await send_event(conn, event, stream_ok, ids);
-        co_return co_await finish_stream(conn, stream_ok);
+        co_return co_await finish_stream(conn, stream_ok, done_event);
       }
-      Response res = c.internal_error()
+      const int status = c.internal_error() ? 500 : 400;
+      Response res = triton != nullptr ? triton_error(req, status, c.error())
+                     : c.internal_error()
                          ? error_response(req, ApiError{500, c.error(), "server_error", "", ""})
                          : error_response(req, ApiError{400, c.error(), "invalid_request_error", "", ""});
       co_return co_await send(conn, res);
     }
     if (conn.client_gone) co_return false;
+    if (triton != nullptr) {
+      if (api.stream) co_return co_await finish_stream(conn, stream_ok, done_event);
+      const OutputProcessor& c = choices.at(0);
+      Response res = make_response(req, http::status::ok,
+                                   triton_generate_body(triton->model, triton->id, c.text(),
+                                                        c.finish_reason().value_or(FinishReason::kAborted)));
+      co_return co_await send(conn, res);
+    }
     if (api.stream) {
       if (api.include_usage) {
         const std::string event = answer.usage_event(usage);
@@ -876,9 +976,10 @@ struct HttpServer::Impl {
     }
   }
 
-  awaitable<bool> finish_stream(Connection& conn, bool ok) {
+  // Ends a stream: OpenAI's [DONE] event (unless !done_event), then the last chunk.
+  awaitable<bool> finish_stream(Connection& conn, bool ok, bool done_event = true) {
     if (!ok || conn.client_gone) co_return false;
-    const std::string done = OpenAiAnswer::done_event();
+    const std::string done = done_event ? OpenAiAnswer::done_event() : std::string();
     conn.expire_after(options.write_timeout_seconds);
     boost::system::error_code ec;
     if (!conn.chunked_stream) {  // HTTP/1.0: the close ends the body
@@ -886,8 +987,9 @@ struct HttpServer::Impl {
       conn.never_expire();
       co_return false;
     }
-    co_await net::async_write(conn.socket, http::make_chunk(net::buffer(done)),
-                              net::redirect_error(use_awaitable, ec));
+    if (!done.empty())  // an empty chunk would be the last one
+      co_await net::async_write(conn.socket, http::make_chunk(net::buffer(done)),
+                                net::redirect_error(use_awaitable, ec));
     if (!ec)
       co_await net::async_write(conn.socket, http::make_chunk_last(), net::redirect_error(use_awaitable, ec));
     conn.never_expire();

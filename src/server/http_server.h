@@ -28,6 +28,7 @@ struct ServerOptions {
   std::string api_key;           // empty: no authentication
   bool protect_metrics = false;  // with api_key: /metrics needs it too (/health stays open for probes)
   std::string served_model_name;
+  std::string version;  // the build's, for GET /v2 (KServe v2 server metadata)
   std::string metrics_prefix = "inferd";
   std::optional<ReasoningParser> reasoning_parser;  // chat: the reasoning -> reasoning_content
   std::optional<ToolCallFormat> tool_call_parser;   // chat: the output's tool calls -> tool_calls

@@ -154,6 +154,12 @@ ServerMetrics::ServerMetrics(const std::string& prefix, const std::string& model
                   .Register(*registry_);
   for (const char* reason : {"stop", "length", "abort"})
     success_->Add({{"model_name", model_name}, {"finished_reason", reason}});
+  errors_ = &prometheus::BuildCounter()
+                 .Name(prefix + ":request_errors_total")
+                 .Help("Requests answered with an error, by HTTP status (inferd's; vLLM has none).")
+                 .Register(*registry_);
+  for (const char* status : {"400", "429", "500"})
+    errors_->Add({{"model_name", model_name}, {"status", status}});
 }
 
 void ServerMetrics::set_slo_classes(const SloClasses& classes) {
@@ -226,6 +232,10 @@ void ServerMetrics::observe_finished(const RequestTimings& t) {
 void ServerMetrics::observe_inter_token(double seconds) {
   itl_->Observe(seconds);
 }
+void ServerMetrics::add_error_response(int status) {
+  errors_->Add({{"model_name", model_name_}, {"status", std::to_string(status)}}).Increment();
+}
+
 void ServerMetrics::add_prompt_tokens(int64_t n) {
   prompt_total_->Increment(static_cast<double>(n));
 }

@@ -56,6 +56,9 @@ class ServerMetrics final {
   void observe_inter_token(double seconds);
   void add_prompt_tokens(int64_t n);
   void add_generation_tokens(int64_t n);
+  // One request answered with an error (HTTP status >= 400, or an error event in a stream with the
+  // status it would have had), by status. Thread-safe.
+  void add_error_response(int status);
   void set_scheduler_state(int64_t running, int64_t waiting, double kv_usage);
   // The batch window in force (seconds) and the measured arrival rate (requests per second).
   void set_batch_window(double seconds, double arrival_rate);
@@ -96,6 +99,7 @@ class ServerMetrics final {
   prometheus::Gauge *running_, *waiting_, *kv_usage_, *sessions_, *pinned_blocks_, *prefix_hit_rate_;
   prometheus::Counter *prompt_total_, *generation_total_, *preemptions_, *prefix_queries_, *prefix_hits_;
   prometheus::Family<prometheus::Counter>* success_;
+  prometheus::Family<prometheus::Counter>* errors_;  // label status
   prometheus::Counter *revived_, *offload_dropped_;
   // Offload families, one series per tier (label tier), added when a tier is first reported.
   prometheus::Family<prometheus::Counter>*offload_writes_, *offload_write_bytes_, *offload_reads_,

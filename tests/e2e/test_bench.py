@@ -63,9 +63,12 @@ def test_bench_chat_multi_turn_and_sweep(server, tmp_path):
     assert "| max concurrency |" in p.stdout
 
 
-def test_session_ids_pin_each_conversation(server, tmp_path):
+def test_session_ids_pin_each_conversation(make_server):
     """--session-ids: each conversation's turns carry one session_id, so the server pins its
-    finished turns' blocks (the session_pinned_blocks gauge rises); without it nothing is pinned."""
+    finished turns' blocks (the session_pinned_blocks gauge rises); without it nothing is pinned.
+    A server of its own: the pins would hold KV of the shared one for the session TTL."""
+    server = make_server()
+
     def pinned():
         return metric_value(metrics(server), "inferd:session_pinned_blocks")
     before = pinned()
