@@ -35,6 +35,7 @@
 #include "tokenizer/tokenizer_loader.h"
 #include "tools/model_pruner.h"
 #include "tools/model_quantizer.h"
+#include "version.h"
 
 namespace {
 
@@ -638,6 +639,8 @@ int run_parallel_worker(const CommonFlags& flags, BackendKind matmul, Parallel& 
 
 int main(int argc, char** argv) {
   CLI::App app{"inferd: LLM inference engine"};
+  app.set_version_flag("--version", "inferd " + build_version(),
+                       "print the version and the commit built, and exit");
   app.require_subcommand(1);
   // Logging flags, accepted before or after the subcommand (`inferd serve --log-format json`).
   app.fallthrough();

@@ -15,6 +15,7 @@
 #include "model/transformer.h"
 #include "tokenizer/tokenizer_loader.h"
 #include "transfer/ucx_kv_transfer.h"
+#include "version.h"
 
 namespace inferd {
 
@@ -317,6 +318,7 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
     return 2;
   }
   if (flags.server.served_model_name.empty()) flags.server.served_model_name = name_of(path);
+  flags.server.version = build_version();
   HttpServer server(flags.server);
   if (Status s = server.listen(); !s.is_ok()) {
     std::fprintf(stderr, "inferd: error: %s\n", s.message().c_str());
