@@ -28,6 +28,9 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--host", s.host, "address to listen on");
   cmd->add_option("--port", s.port, "port to listen on (0: any free port)");
   cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
+  cmd->add_flag(
+      "--no-webui", [&s](int64_t) { s.webui = false; },
+      "do not serve the web chat UI at / (it calls the API with the key entered on the page)");
   cmd->add_flag("--protect-metrics", s.protect_metrics,
                 "with --api-key: /metrics needs the key too (/health stays open)");
   cmd->add_option("--served-model-name", s.served_model_name,

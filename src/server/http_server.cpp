@@ -31,6 +31,7 @@
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "server/triton_api.h"
+#include "server/webui_assets.h"
 #include "tokenizer/chat_encoder.h"
 #include "tokenizer/incremental_detokenizer.h"
 
@@ -253,6 +254,14 @@ struct HttpServer::Impl {
     return it != req.end() && it->value() == "Bearer " + options.api_key;
   }
 
+  // The web UI file served at `target` ("/index.html" is "/"), or null.
+  static const WebAsset* find_asset(const std::string& target) {
+    const std::string_view path = target == "/index.html" ? std::string_view("/") : std::string_view(target);
+    for (const WebAsset& a : webui_assets())
+      if (a.path == path) return &a;
+    return nullptr;
+  }
+
   // Returns whether the connection may be kept.
   awaitable<bool> route(std::shared_ptr<Connection> conn, http::request<http::string_body>& req) {
     std::string target(req.target());
@@ -260,8 +269,10 @@ struct HttpServer::Impl {
     const bool get = req.method() == http::verb::get;
     const bool post = req.method() == http::verb::post;
     // Probes reach /health without a key (orchestrators send none); /metrics unless protected.
+    // The web UI's files hold no secrets: the page asks for the key and sends it with its API calls.
+    const WebAsset* asset = options.webui ? find_asset(target) : nullptr;
     const bool open_endpoint = target == "/health" || target == "/v2/health/live" ||
-                               target == "/v2/health/ready" ||
+                               target == "/v2/health/ready" || asset != nullptr ||
                                (target == "/metrics" && !options.protect_metrics);
     if (!open_endpoint && !authorized(req)) {
       const ApiError e{401, "a valid API key is required (Authorization: Bearer ...)", "authentication_error",
@@ -276,6 +287,16 @@ struct HttpServer::Impl {
           req, ApiError{405, "method not allowed for " + target, "invalid_request_error", "", ""});
       co_return co_await send(*conn, res);
     };
+    if (asset != nullptr) {
+      if (!get) co_return co_await method_not_allowed();
+      Response res =
+          make_response(req, http::status::ok, std::string(asset->body), asset->content_type.data());
+      res.set(http::field::cache_control, "no-cache");
+      // Only this server's own scripts, styles and API: no inline code, no other origin.
+      res.set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'");
+      res.set("X-Content-Type-Options", "nosniff");
+      co_return co_await send(*conn, res);
+    }
     if (target == "/health") {
       if (!get) co_return co_await method_not_allowed();
       Response res = ready ? make_response(req, http::status::ok, "{\"status\":\"ok\"}")

@@ -27,6 +27,7 @@ struct ServerOptions {
   uint16_t port = 8000;          // 0: any free port (tests)
   std::string api_key;           // empty: no authentication
   bool protect_metrics = false;  // with api_key: /metrics needs it too (/health stays open for probes)
+  bool webui = true;             // the web chat UI at / (webui/); its API calls carry the key
   std::string served_model_name;
   std::string version;  // the build's, for GET /v2 (KServe v2 server metadata)
   std::string metrics_prefix = "inferd";
