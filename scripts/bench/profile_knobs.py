@@ -10,10 +10,10 @@
 Follow-up traffic: chat and code are conversations (`--dataset multi-turn`, 3 turns, each turn
 the scenario's prompt length, at the scenario's concurrency); summarize, long-context and batch
 are one-shot requests (the workload of the first sweep), where neither prefix caching nor session
-pins have anything to reuse: the script says so instead of running them. Every server runs with
-the follow-up traffic runs with --kv-cache-memory 384MiB (about 17,000 tokens of SmolLM2's f16
-KV, twice the scenario's concurrency in conversations), so that conversations compete for KV
-blocks and a pin or a cached prefix can be lost to other traffic. Figure of merit as
+pins have anything to reuse: the script says so instead of running them. The follow-up traffic
+is 2 x the scenario's concurrency in requests (chat: 5 conversations of 3 turns, code: 2), run
+with --kv-cache-memory 384MiB (about 17,000 tokens of SmolLM2's f16 KV), so that conversations
+compete for KV blocks and a cached prefix can be lost to other traffic. Figure of merit as
 the first sweep: goodput within the scenario's SLO (TTFT p99 breaking ties), output tokens/s for
 batch. Prints one markdown table.
 
@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from profile_sweep import SCENARIOS, merit  # noqa: E402
+from profile_sweep import SCENARIOS, merit, run  # noqa: E402
 from serve_util import INFERD, start_server  # noqa: E402
 
 KV = "384MiB"
@@ -35,27 +35,10 @@ CONVERSATIONS = {"chat", "code"}
 
 
 def bench(port, scenario, tmp, follow_up, sessions, seed):
-    inp, out, conc, n, slo = SCENARIOS[scenario]
-    cmd = [INFERD, "bench", "serve", "--base-url", f"http://127.0.0.1:{port}", "--output-len", str(out),
-           "--range-ratio", "0.3", "--request-rate", "inf", "--seed", str(seed), "--no-progress",
-           "--result-json", os.path.join(tmp, "r.json")]
-    if follow_up:
-        cmd += ["--endpoint", "/v1/chat/completions", "--dataset", "multi-turn", "--turns", "3",
-                "--input-len", str(inp), "--num-prompts", str(2 * conc)]
-    else:
-        cmd += ["--dataset", "random", "--input-len", str(inp), "--num-prompts", str(n)]
-    if sessions:
-        cmd += ["--session-ids"]
-    if conc:
-        cmd += ["--max-concurrency", str(conc)]
-    if slo:
-        cmd += ["--slo", slo]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    with open(os.path.join(tmp, "r.json")) as f:
-        r = json.load(f)
-    return {"goodput": r["request_goodput"], "throughput": r["output_throughput"],
-            "ttft_p50": r["median_ttft_ms"], "ttft_p99": r["p99_ttft_ms"], "tpot_p50": r["median_tpot_ms"],
-            "failed": r["failed"], "completed": r["completed"]}
+    conc = SCENARIOS[scenario][2]
+    dataset = ["--endpoint", "/v1/chat/completions", "--dataset", "multi-turn", "--turns", "3",
+               "--num-prompts", str(2 * conc)] if follow_up else None
+    return run(port, scenario, tmp, seed=seed, dataset=dataset, extra=["--session-ids"] if sessions else [])
 
 
 def configs(scenario):

@@ -31,21 +31,29 @@ POLICIES = ["decode-first", "prefill-first", "adaptive"]
 BUDGETS = [512, 2048, 8192]
 
 
-def run(port, scenario, tmp, seed=3):
+def run(port, scenario, tmp, seed=3, dataset=None, extra=()):
+    """One `inferd bench serve` of the scenario: random prompts (or `dataset`: the --dataset and
+    --num-prompts flags to use instead), plus `extra` flags."""
     inp, out, conc, n, slo = SCENARIOS[scenario]
-    cmd = [INFERD, "bench", "serve", "--base-url", f"http://127.0.0.1:{port}", "--dataset", "random",
-           "--input-len", str(inp), "--output-len", str(out), "--range-ratio", "0.3", "--num-prompts", str(n),
+    dataset = dataset or ["--dataset", "random", "--num-prompts", str(n)]
+    cmd = [INFERD, "bench", "serve", "--base-url", f"http://127.0.0.1:{port}", *dataset, *extra,
+           "--input-len", str(inp), "--output-len", str(out), "--range-ratio", "0.3",
            "--request-rate", "inf", "--seed", str(seed), "--result-json", os.path.join(tmp, "r.json"), "--no-progress"]
     if conc:
         cmd += ["--max-concurrency", str(conc)]
     if slo:
         cmd += ["--slo", slo]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    with open(os.path.join(tmp, "r.json")) as f:
+    return figures(os.path.join(tmp, "r.json"))
+
+
+def figures(result_json):
+    """The figures the sweeps compare, from `inferd bench serve --result-json`."""
+    with open(result_json) as f:
         r = json.load(f)
     return {"goodput": r["request_goodput"], "throughput": r["output_throughput"],
             "ttft_p50": r["median_ttft_ms"], "ttft_p99": r["p99_ttft_ms"], "tpot_p50": r["median_tpot_ms"],
-            "failed": r["failed"]}
+            "failed": r["failed"], "completed": r["completed"]}
 
 
 def merit(scenario, r):

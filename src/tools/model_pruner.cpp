@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -18,7 +17,6 @@
 #include "formats/gguf_file.h"
 #include "formats/gguf_writer.h"
 #include "formats/row_scales.h"
-#include "formats/safetensors_file.h"
 #include "formats/safetensors_writer.h"
 #include "model/model_loader.h"
 #include "model/tensor_names.h"
@@ -26,6 +24,7 @@
 #include "tensor/dequantize.h"
 #include "tensor/quantize.h"
 #include "tokenizer/tokenizer_loader.h"
+#include "tools/hf_directory.h"
 
 namespace inferd {
 
@@ -592,31 +591,13 @@ Status prune_gguf(const std::string& input, const std::string& output, const Cut
 
 Status prune_hf_dir(const fs::path& input, const fs::path& output, const Cuts& k, const ModelConfig& c,
                     PruneReport* report) {
-  std::error_code ec;
-  if (fs::exists(output, ec) && !fs::is_directory(output, ec))
-    return invalid_argument(output.string() + ": a Hugging Face directory is written as a directory");
-  INFERD_ASSIGN_OR_RETURN(std::string config_text, read_text_file((input / "config.json").string()));
-  auto config = nlohmann::json::parse(config_text, nullptr, false);
-  if (config.is_discarded() || !config.is_object())
-    return corrupt_file((input / "config.json").string() + ": not a JSON object");
-  std::vector<SafetensorsFile> shards;
-  for (const auto& entry : fs::directory_iterator(input)) {
-    if (entry.path().extension() != ".safetensors") continue;
-    INFERD_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(entry.path().string()));
-    shards.push_back(std::move(f));
-  }
-  if (shards.empty()) return not_found(input.string() + ": no .safetensors files");
-  std::vector<const TensorView*> tensors;
-  for (const auto& s : shards)
-    for (const TensorView& t : s.tensors()) tensors.push_back(&t);
-  std::sort(tensors.begin(), tensors.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  INFERD_ASSIGN_OR_RETURN(HfDirectory in, read_hf_directory(input, output));
   SafetensorsWriter out;
-  INFERD_RETURN_IF_ERROR(prune_tensors(tensors, k, report, sliced_writer(out)));
-
+  INFERD_RETURN_IF_ERROR(prune_tensors(in.tensors, k, report, sliced_writer(out)));
+  nlohmann::json& config = in.config;
   config["num_hidden_layers"] = k.layers_out;
-  for (const char* key : {"layer_types"}) {
-    auto it = config.find(key);
-    if (it == config.end() || !it->is_array() || it->size() != k.renumber.size()) continue;
+  if (auto it = config.find("layer_types");
+      it != config.end() && it->is_array() && it->size() == k.renumber.size()) {
     nlohmann::json kept = nlohmann::json::array();
     for (size_t l = 0; l < it->size(); ++l)
       if (k.renumber[l] >= 0) kept.push_back((*it)[l]);
@@ -628,23 +609,7 @@ Status prune_hf_dir(const fs::path& input, const fs::path& output, const Cuts& k
     config["head_dim"] = c.head_dim;
   }
   if (k.ffn) config["intermediate_size"] = k.ffn_out;
-  fs::create_directories(output, ec);
-  if (ec) return io_error("cannot create " + output.string() + ": " + ec.message());
-  for (const auto& entry : fs::directory_iterator(input)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file() || entry.path().extension() == ".safetensors" ||
-        name == "model.safetensors.index.json" || name == "config.json")
-      continue;
-    fs::copy_file(entry.path(), output / name, fs::copy_options::overwrite_existing, ec);
-    if (ec) return io_error("cannot copy " + entry.path().string() + ": " + ec.message());
-  }
-  {
-    std::ofstream f(output / "config.json", std::ios::trunc);
-    f << config.dump(2) << "\n";
-    if (!f) return io_error("cannot write " + (output / "config.json").string());
-  }
-  fs::remove(output / "model.safetensors.index.json", ec);
-  return out.write((output / "model.safetensors").string());
+  return write_hf_directory(input, output, config, out);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "tokenizer/vocab.h"
 #include "tools/gguf_from_hf.h"
 #include "tools/gptq.h"
+#include "tools/hf_directory.h"
 
 namespace inferd {
 
@@ -281,26 +282,9 @@ Expected<QuantizeReport> quantize_gguf(const std::string& input, const std::stri
 Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& output, DType target,
                                          const QuantizeProgress& progress, const QuantizeOptions& options,
                                          const CalibrationStats* stats, const LoraAdapter* lora) {
-  if (fs::exists(output) && !fs::is_directory(output))
-    return invalid_argument(output.string() + ": a Hugging Face directory is written as a directory");
-  if (fs::exists(output) && fs::equivalent(input, output))
-    return invalid_argument(output.string() + ": the output directory must differ from the input");
-  INFERD_ASSIGN_OR_RETURN(std::string config_text, read_text_file((input / "config.json").string()));
-  auto config = nlohmann::json::parse(config_text, nullptr, false);
-  if (config.is_discarded() || !config.is_object())
-    return corrupt_file((input / "config.json").string() + ": not a JSON object");
-  std::vector<SafetensorsFile> shards;
-  for (const auto& entry : fs::directory_iterator(input)) {
-    if (entry.path().extension() != ".safetensors") continue;
-    INFERD_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(entry.path().string()));
-    shards.push_back(std::move(f));
-  }
-  if (shards.empty()) return not_found(input.string() + ": no .safetensors files");
-  std::vector<const TensorView*> tensors;
-  for (const auto& s : shards)
-    for (const TensorView& t : s.tensors()) tensors.push_back(&t);
-  std::sort(tensors.begin(), tensors.end(), [](auto* a, auto* b) { return a->name < b->name; });
-
+  INFERD_ASSIGN_OR_RETURN(HfDirectory in, read_hf_directory(input, output));
+  const std::vector<const TensorView*>& tensors = in.tensors;
+  nlohmann::json& config = in.config;
   SafetensorsWriter out;
   out.set_metadata("inferd.quantized_type", std::string(dtype_info(target).name));
   QuantizeReport report;
@@ -314,25 +298,8 @@ Expected<QuantizeReport> quantize_hf_dir(const fs::path& input, const fs::path& 
       },
       matrix_writer(out)));
 
-  std::error_code ec;
-  fs::create_directories(output, ec);
-  if (ec) return io_error("cannot create " + output.string() + ": " + ec.message());
-  for (const auto& entry : fs::directory_iterator(input)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file() || entry.path().extension() == ".safetensors" ||
-        name == "model.safetensors.index.json" || name == "config.json")
-      continue;
-    fs::copy_file(entry.path(), output / name, fs::copy_options::overwrite_existing, ec);
-    if (ec) return io_error("cannot copy " + entry.path().string() + ": " + ec.message());
-  }
   config["quantization_config"] = {{"quant_method", "inferd"}, {"weight_type", dtype_info(target).name}};
-  {
-    std::ofstream f(output / "config.json", std::ios::trunc);
-    f << config.dump(2) << "\n";
-    if (!f) return io_error("cannot write " + (output / "config.json").string());
-  }
-  fs::remove(output / "model.safetensors.index.json", ec);
-  INFERD_RETURN_IF_ERROR(out.write((output / "model.safetensors").string()));
+  INFERD_RETURN_IF_ERROR(write_hf_directory(input, output, config, out));
   return report;
 }
 
