@@ -21,7 +21,7 @@ from test_server import metric_value, metrics, raw
 
 
 @pytest.fixture
-def browser():
+def browser(tmp_path_factory):
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     require(chromium is not None and driver_path is not None, "Debian's chromium and chromium-driver")
     options = Options()
@@ -29,7 +29,11 @@ def browser():
     for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1280,860"]:
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    log = tmp_path_factory.mktemp("chromedriver") / "chromedriver.log"
+    try:
+        driver = webdriver.Chrome(service=Service(driver_path, log_output=str(log)), options=options)
+    except Exception as e:  # say why: chromedriver's own log
+        raise RuntimeError(f"chromedriver did not start: {e}\n{log.read_text() if log.exists() else ''}") from e
     try:
         yield driver
     finally:
