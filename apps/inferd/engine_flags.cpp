@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 #include "common/byte_size.h"
 #include "engine/speculative_config.h"
+#include "kernels/backend.h"
 #include "kernels/onednn_matmul.h"
 #include "kv/disk_kv_tier.h"
 #include "kv/kv_cache.h"
@@ -18,18 +20,28 @@ void add_matmul_flag(CLI::App* cmd, BackendKind* matmul) {
          "--matmul", *matmul,
          "packed (default: weights repacked for the int8 / f16 kernels, activations rounded to 8 bits "
          "for quantized weights), f32 (weights expanded to f32: slower, closest to an f32 reference) or "
-         "onednn (BF16 weights through oneDNN: faster prefill, not batch-invariant)")
-      ->check(CLI::Validator(
-          [](const std::string& v) {
-            return v == "onednn" && !OneDnnWeight::available()
-                       ? std::string(
-                             "this build has no oneDNN (scripts/setup installs libdnnl-dev with the OpenCL "
-                             "headers and loader its CMake config needs; then rebuild)")
-                       : std::string();
+         "onednn (BF16 weights through oneDNN: faster prefill, not batch-invariant) or cuda (an NVIDIA GPU, "
+         "in a build with -DINFERD_CUDA=ON)")
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            // The name onto the enum's number, refusing a backend this build or machine lacks.
+            static const std::map<std::string, BackendKind> names{{"packed", BackendKind::kPacked},
+                                                                  {"f32", BackendKind::kF32},
+                                                                  {"onednn", BackendKind::kOneDnn},
+                                                                  {"cuda", BackendKind::kCuda}};
+            const auto it = names.find(v);
+            if (it == names.end()) return "must be packed, f32, onednn or cuda, not '" + v + "'";
+            if (it->second == BackendKind::kOneDnn && !OneDnnWeight::available())
+              return std::string(
+                  "this build has no oneDNN (scripts/setup installs libdnnl-dev with the OpenCL "
+                  "headers and loader its CMake config needs; then rebuild)");
+            if (it->second == BackendKind::kCuda) {
+              if (Status s = cuda_backend_available(); !s.is_ok()) return s.message();
+            }
+            v = std::to_string(static_cast<int>(it->second));
+            return std::string();
           },
-          "", "oneDNN built in"))
-      ->transform(CLI::CheckedTransformer(std::map<std::string, BackendKind>{
-          {"packed", BackendKind::kPacked}, {"f32", BackendKind::kF32}, {"onednn", BackendKind::kOneDnn}}));
+          "packed|f32|onednn|cuda", "backend"));
 }
 
 TransformerOptions transformer_options(BackendKind matmul) {

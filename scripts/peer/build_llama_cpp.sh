@@ -10,7 +10,12 @@
 #                  segfaults in ggml_backend_amx_mul_mat with repacking on, on the project's
 #                  Xeons): GGML_NATIVE=OFF, every AVX / AVX-512 extension the CPU has on, AMX off,
 #                  so that repacking stays on.
-# INFERD_PEER_VARIANT=native|avx512-no-amx forces one. The chosen build and why are written to
+#   cuda           only when asked for (INFERD_PEER_VARIANT=cuda, scripts/gpu-check on a GPU machine):
+#                  GGML_CUDA=ON for the architectures in INFERD_CUDA_ARCH (default 90, Hopper),
+#                  into $INFERD_PEER_DIR/bin-cuda, described in $INFERD_PEER_DIR/BUILD-cuda.
+# INFERD_PEER_SRC=DIR builds the llama.cpp source in DIR instead of downloading the sdist (a
+# machine with no network: gpu-check carries it).
+# INFERD_PEER_VARIANT=native|avx512-no-amx|cuda forces one. The chosen build and why are written to
 # $INFERD_PEER_DIR/BUILD; the comparison scripts print it with their figures.
 #   scripts/peer/build_llama_cpp.sh            -> $INFERD_PEER_DIR/bin/{llama-server,llama-bench,llama-batched-bench}
 # INFERD_PEER_DIR defaults to ~/.cache/inferd-peer. Idempotent: an existing build is kept.
@@ -23,8 +28,8 @@ PY=${PYTHON:-python3}
 [ -n "${PYTHON:-}" ] || [ ! -x "$ROOT/.venv/bin/python" ] || PY="$ROOT/.venv/bin/python"  # scripts/setup's venv
 JOBS=${JOBS:-$(nproc)}
 BIN="$PEER_DIR/bin"
-case "$VARIANT" in auto|native|avx512-no-amx) ;; *)
-  echo "build_llama_cpp.sh: INFERD_PEER_VARIANT must be native or avx512-no-amx, not '$VARIANT'" >&2; exit 2;;
+case "$VARIANT" in auto|native|avx512-no-amx|cuda) ;; *)
+  echo "build_llama_cpp.sh: INFERD_PEER_VARIANT must be native, avx512-no-amx or cuda, not '$VARIANT'" >&2; exit 2;;
 esac
 built_variant() { sed -n 's/^variant: //p' "$PEER_DIR/BUILD" 2>/dev/null; }
 if [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-batched-bench" ] &&
@@ -33,19 +38,24 @@ if [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-b
   echo "peer: llama.cpp of llama-cpp-python $VERSION already built in $BIN ($(built_variant))"
   exit 0
 fi
-mkdir -p "$PEER_DIR/src"
-cd "$PEER_DIR/src"
-if [ ! -d "llama_cpp_python-$VERSION" ]; then
-  "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d .
-  tar xzf "llama_cpp_python-$VERSION.tar.gz"
+if [ -n "${INFERD_PEER_SRC:-}" ]; then
+  SRC=$(cd "$INFERD_PEER_SRC" && pwd)
+else
+  mkdir -p "$PEER_DIR/src"
+  cd "$PEER_DIR/src"
+  if [ ! -d "llama_cpp_python-$VERSION" ]; then
+    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d .
+    tar xzf "llama_cpp_python-$VERSION.tar.gz"
+  fi
+  SRC="$PEER_DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp"
 fi
-SRC="$PEER_DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp"
 has() { grep -qw "$1" /proc/cpuinfo; }
 onoff() { if has "$1"; then echo ON; else echo OFF; fi; }
 
 # build VARIANT DIR: configures and builds the three tools of VARIANT in DIR.
 build() {
   local flags=(-DGGML_NATIVE=ON)
+  [ "$1" != cuda ] || flags=(-DGGML_NATIVE=ON -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${INFERD_CUDA_ARCH:-90}")
   if [ "$1" = avx512-no-amx ]; then
     flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2="$(onoff bmi2)"
            -DGGML_AVX512="$(onoff avx512f)" -DGGML_AVX512_VBMI="$(onoff avx512vbmi)"
@@ -66,6 +76,16 @@ smoke() {
   "$(tool "$1" llama-bench)" -m "$MODEL" -p 32 -n 4 -r 1 -t 2 >/dev/null 2>&1
 }
 
+if [ "$VARIANT" = cuda ]; then  # beside the CPU peer, never instead of it
+  build cuda "$PEER_DIR/build-cuda"
+  mkdir -p "$PEER_DIR/bin-cuda"
+  for t in llama-server llama-bench llama-batched-bench; do cp "$(tool "$PEER_DIR/build-cuda" "$t")" "$PEER_DIR/bin-cuda/$t"; done
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+  printf 'variant: cuda\narchitectures: %s\ngpu: %s\nllama-cpp-python: %s\n' "${INFERD_CUDA_ARCH:-90}" "${gpu:-none found}" \
+    "$VERSION" > "$PEER_DIR/BUILD-cuda"
+  echo "peer: built llama.cpp with CUDA in $PEER_DIR/bin-cuda"
+  exit 0
+fi
 reason=""
 chosen=$VARIANT
 if [ "$VARIANT" = auto ]; then

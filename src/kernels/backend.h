@@ -3,8 +3,8 @@
 // RMSNorm, RoPE, SwiGLU's activation and the embedding lookup — implemented per target and
 // chosen once at start-up. Model code names no kernel, ISA or library: the ISA is given to the
 // backend when it is made. Targets: the packed CPU kernels (default), the f32 reference path,
-// oneDNN for BF16 weights, and CUDA (a stub saying it is not compiled in until the CUDA backend
-// lands under kernels/cuda/).
+// oneDNN for BF16 weights, and CUDA (kernels/cuda/ in a build with -DINFERD_CUDA=ON; a stub
+// saying it is not compiled in otherwise).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +36,9 @@ enum class BackendKind {
   // Faster prefill on BF16 weights, but a token's result depends on the batch it is in: not
   // batch-invariant. Needs a build with oneDNN.
   kOneDnn,
-  // NVIDIA GPUs: not compiled in yet (make_backend says so).
+  // NVIDIA GPUs (kernels/cuda/cuda_backend.cpp): weights on the GPU, cuBLAS GEMMs for F32 / F16 /
+  // BF16 (not batch-invariant), our W8A8 kernel for Q8_0, paged attention on the GPU. Needs a
+  // build with -DINFERD_CUDA=ON and a device (make_backend says which is missing).
   kCuda,
 };
 std::string_view backend_name(BackendKind kind);
@@ -108,5 +110,7 @@ Expected<std::unique_ptr<Backend>> make_backend(BackendKind kind, Isa isa, Threa
 
 // The CUDA backend (kernels/cuda/ when built with it; a stub that says so otherwise).
 Expected<std::unique_ptr<Backend>> make_cuda_backend(ThreadPool& pool);
+// Ok where make_cuda_backend can succeed: built with CUDA and a device found; else why not.
+Status cuda_backend_available();
 
 }  // namespace inferd

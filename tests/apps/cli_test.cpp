@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "engine/offline_batch.h"
+#include "kernels/backend.h"
 #include "kernels/onednn_matmul.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
@@ -62,6 +63,25 @@ TEST(CliTest, OneDnnMatmulRunsOrSaysItIsAbsent) {
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find("no oneDNN"), std::string::npos) << r.err;
   }
+}
+
+// --matmul cuda without a usable CUDA backend (a build without it, or no device) is a one-line
+// error with the reason, before any model is loaded; an unknown backend names the choices.
+TEST(CliTest, CudaMatmulRunsOrSaysWhyNot) {
+  const std::string model = test::fixture_path("tiny/llama_tied/model-f32.gguf");
+  Result r = run_inferd("run --model " + model + " --prompt-ids 1,2,3,4 -n 6 -t 2 --matmul cuda");
+  const Status available = cuda_backend_available();
+  if (available.is_ok()) {
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(parse_ids(r.out).size(), 6u) << r.out;
+  } else {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find(available.message()), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  }
+  r = run_inferd("run --model " + model + " --prompt-ids 1,2 -n 2 --matmul tpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("must be packed, f32, onednn or cuda, not 'tpu'"), std::string::npos) << r.err;
 }
 
 // Greedy tokens by recomputing the whole sequence every step (one prefill of prompt + output so
