@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <unordered_map>
 #include <vector>
 
 #include "common/check.h"
@@ -193,21 +192,26 @@ class CudaBackend final : public Backend {
     const bool scaled = kv_dtype_is_8bit(kv.dtype);
     const size_t block_bytes = static_cast<size_t>(kv.block_size * kv_dim) * kv_element_bytes(kv.dtype);
     const size_t scale_bytes = static_cast<size_t>(kv.block_size * shape.num_kv_heads) * sizeof(float);
-    // The blocks the tables name, each once, in the order first named: compact ids.
-    compact_.clear();
+    // The blocks the tables name, each once, in the order first named: compact ids (compact_ is
+    // indexed by block id, -1 where unnamed; it grows to the largest id and stays).
     table_.clear();
     table_start_.clear();
+    gathered_.clear();
     for (const AttentionSequence& s : sequences) {
       table_start_.push_back(static_cast<int64_t>(table_.size()));
       const int64_t used = (s.context_len + kv.block_size - 1) / kv.block_size;
       for (int64_t j = 0; j < used; ++j) {
         const int32_t b = s.block_table[static_cast<size_t>(j)];
-        auto [it, fresh] = compact_.try_emplace(b, static_cast<int32_t>(compact_.size()));
-        if (fresh) gathered_.push_back(b);
-        table_.push_back(it->second);
+        if (static_cast<size_t>(b) >= compact_.size()) compact_.resize(static_cast<size_t>(b) + 1, -1);
+        int32_t& id = compact_[static_cast<size_t>(b)];
+        if (id < 0) {
+          id = static_cast<int32_t>(gathered_.size());
+          gathered_.push_back(b);
+        }
+        table_.push_back(id);
       }
     }
-    const size_t nblocks = compact_.size();
+    const size_t nblocks = gathered_.size();
     key_stage_.resize(nblocks * block_bytes);
     value_stage_.resize(nblocks * block_bytes);
     if (scaled) {
@@ -227,7 +231,7 @@ class CudaBackend final : public Backend {
                     reinterpret_cast<const std::byte*>(kv.value_scale) + b * scale_bytes, scale_bytes);
       }
     }
-    gathered_.clear();
+    for (int32_t b : gathered_) compact_[static_cast<size_t>(b)] = -1;
     seq_.resize(static_cast<size_t>(tokens));
     pos_.resize(static_cast<size_t>(tokens));
     for (int64_t t = 0; t < tokens; ++t) {
@@ -420,8 +424,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer seq_dev_, pos_dev_, table_dev_, table_start_dev_, key_dev_, value_dev_, key_scale_dev_,
       value_scale_dev_;
   // Host staging for attention.
-  std::unordered_map<int32_t, int32_t> compact_;
-  std::vector<int32_t> gathered_, table_, seq_;
+  std::vector<int32_t> compact_, gathered_, table_, seq_;
   std::vector<int64_t> table_start_, pos_;
   std::vector<std::byte> key_stage_, value_stage_;
   std::vector<float> key_scale_stage_, value_scale_stage_;
