@@ -37,9 +37,9 @@ struct OneDnnLinear final : LinearWeights {
 
 // The CPU backends: kPacked, kF32 and kOneDnn differ only in how they prepare and multiply
 // linear weights; the other ops are the same kernels on the backend's ISA.
-class CpuBackend final : public Backend {
+class CpuBackend final : public CpuKernelOps {
  public:
-  CpuBackend(BackendKind kind, Isa isa, ThreadPool& pool) : kind_(kind), isa_(isa), pool_(pool) {}
+  CpuBackend(BackendKind kind, Isa isa, ThreadPool& pool) : CpuKernelOps(isa, pool), kind_(kind) {}
   BackendKind kind() const override { return kind_; }
 
   std::unique_ptr<LinearWeights> prepare_linear(std::span<const TensorView* const> parts,
@@ -144,20 +144,6 @@ class CpuBackend final : public Backend {
     inferd::silu_mul(gate, up, out, n);
   }
 
-  void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs) override {
-    ::inferd::lora_update(x, ldx, k, outputs, lora_scratch_, pool_, isa_);
-  }
-
-  void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
-    ::inferd::lora_silu_mul(gate, up, out, n, isa_);
-  }
-
-  void embed(const TensorView& table, std::span<const int32_t> ids, float* out) override {
-    const int64_t width = table.row_length();
-    for (size_t t = 0; t < ids.size(); ++t)
-      dequantize_tensor_row(table, ids[t], out + static_cast<int64_t>(t) * width);
-  }
-
  private:
   // Whether every part has a packed kernel worth taking on this ISA: the integer kernels always;
   // the float kernel where AVX-512 runs it (elsewhere the f32 path's AVX2 dot products are faster).
@@ -175,9 +161,6 @@ class CpuBackend final : public Backend {
   }
 
   BackendKind kind_;
-  Isa isa_;
-  ThreadPool& pool_;
-  LoraScratch lora_scratch_;
   QuantizedActivations quantized_;
   std::vector<QuantizedActivations> grouped_quantized_;  // one per group of grouped_linear
   std::vector<PackedMatmulGroup> packed_groups_;
@@ -185,6 +168,20 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+void CpuKernelOps::lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs) {
+  ::inferd::lora_update(x, ldx, k, outputs, lora_scratch_, pool_, isa_);
+}
+
+void CpuKernelOps::lora_silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  ::inferd::lora_silu_mul(gate, up, out, n, isa_);
+}
+
+void CpuKernelOps::embed(const TensorView& table, std::span<const int32_t> ids, float* out) {
+  const int64_t width = table.row_length();
+  for (size_t t = 0; t < ids.size(); ++t)
+    dequantize_tensor_row(table, ids[t], out + static_cast<int64_t>(t) * width);
+}
 
 Expected<std::unique_ptr<Backend>> make_backend(BackendKind kind, Isa isa, ThreadPool& pool) {
   if (static_cast<int>(isa) > static_cast<int>(detected_isa()))

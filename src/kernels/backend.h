@@ -103,6 +103,23 @@ class Backend {
   virtual void embed(const TensorView& table, std::span<const int32_t> ids, float* out) = 0;
 };
 
+// The ops every backend runs on the CPU kernels today (CUDA's too, for now): LoRA updates and the
+// embedding lookup (the table stays in host memory), on `pool` with the kernels of `isa`.
+class CpuKernelOps : public Backend {
+ public:
+  CpuKernelOps(Isa isa, ThreadPool& pool) : isa_(isa), pool_(pool) {}
+  void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs) override;
+  void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
+  void embed(const TensorView& table, std::span<const int32_t> ids, float* out) override;
+
+ protected:
+  Isa isa_;
+  ThreadPool& pool_;
+
+ private:
+  LoraScratch lora_scratch_;
+};
+
 // The backend of `kind` on `isa` (at most what this CPU runs; active_isa() in production,
 // each path in tests), running on `pool` (not owned, must outlive it). Errors: oneDNN or CUDA
 // not compiled into this build.

@@ -110,10 +110,10 @@ size_t kv_element_bytes(KvDType d) {
   return 4;
 }
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public CpuKernelOps {
  public:
   CudaBackend(ThreadPool& pool, cudaStream_t stream, cublasHandle_t cublas)
-      : pool_(pool), isa_(active_isa()), stream_(stream), cublas_(cublas) {}
+      : CpuKernelOps(active_isa(), pool), stream_(stream), cublas_(cublas) {}
   ~CudaBackend() override {
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -305,18 +305,7 @@ class CudaBackend final : public Backend {
     from_device(out, normed_.as<float>(), n);
   }
 
-  // LoRA updates and the embedding lookup stay on the CPU kernels in this version.
-  void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs) override {
-    ::inferd::lora_update(x, ldx, k, outputs, lora_scratch_, pool_, isa_);
-  }
-  void lora_silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
-    ::inferd::lora_silu_mul(gate, up, out, n, isa_);
-  }
-  void embed(const TensorView& table, std::span<const int32_t> ids, float* out) override {
-    const int64_t width = table.row_length();
-    for (size_t t = 0; t < ids.size(); ++t)
-      dequantize_tensor_row(table, ids[t], out + static_cast<int64_t>(t) * width);
-  }
+  // LoRA updates and the embedding lookup: CpuKernelOps' CPU kernels in this version.
 
  private:
   static DeviceMatrix upload(const TensorView& t) {
@@ -413,11 +402,8 @@ class CudaBackend final : public Backend {
                "output download");
   }
 
-  ThreadPool& pool_;
-  Isa isa_;
   cudaStream_t stream_;
   cublasHandle_t cublas_;
-  LoraScratch lora_scratch_;
   // Device scratch, grown to the largest step and kept.
   DeviceBuffer x_, k_, norm_, bias_, normed_, half_x_, xq_, xd_, attn_out_;
   std::vector<DeviceBuffer> y_;
