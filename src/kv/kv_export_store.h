@@ -19,12 +19,13 @@ namespace inferd {
 
 // Counters of KV transfers between instances (UcxKvServer, UcxKvClient), read from any thread.
 struct KvTransferStats {
-  std::atomic<int64_t> pulls{0};     // pulls finished with every block (either side)
-  std::atomic<int64_t> blocks{0};    // blocks moved
-  std::atomic<int64_t> bytes{0};     // record bytes moved
-  std::atomic<int64_t> failures{0};  // pulls that ended in an error (peer gone, unknown transfer)
-  std::atomic<int64_t> corrupt{0};   // records that failed their check (decode side)
-  std::atomic<int64_t> micros{0};    // decode side: pull start to blocks imported, summed
+  std::atomic<int64_t> pulls{0};       // pulls finished with every block (either side)
+  std::atomic<int64_t> blocks{0};      // blocks moved
+  std::atomic<int64_t> bytes{0};       // record bytes moved
+  std::atomic<int64_t> failures{0};    // pulls that ended in an error (peer gone, unknown transfer)
+  std::atomic<int64_t> corrupt{0};     // records that failed their check (decode side)
+  std::atomic<int64_t> micros{0};      // decode side: pull start to blocks imported, summed
+  std::atomic<int64_t> rendezvous{0};  // decode side: replies that came by rendezvous (large ones)
 };
 
 struct KvExportStats {

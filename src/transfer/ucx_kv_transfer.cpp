@@ -403,6 +403,9 @@ struct UcxKvClient::Impl {
     PullHeader header;
     std::chrono::steady_clock::time_point started;
     std::vector<std::byte> buffer;  // a rendezvous reply lands here
+    // receiving: its reply is on the way into `buffer`. cancelled: reported as given up while
+    // receiving (its KV blocks went back to the scheduler); the entry only keeps `buffer` alive
+    // until UCX is done with it, and what arrives is dropped.
     bool receiving = false, cancelled = false;
   };
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending;
@@ -439,7 +442,10 @@ struct UcxKvClient::Impl {
     auto it = pending.find(ticket);
     if (it == pending.end()) return;
     Pending& p = *it->second;
-    if (p.cancelled) return finish(ticket, 0, "");
+    if (p.cancelled) {
+      pending.erase(it);  // reported when it was cancelled; its blocks may hold other KV by now
+      return;
+    }
     if (rec_bytes != record_bytes || length != static_cast<size_t>(num_blocks) * rec_bytes ||
         num_blocks > p.keys.size())
       return finish(ticket, 0, "the prefill instance sent records of another size");
@@ -501,6 +507,7 @@ struct UcxKvClient::Impl {
     }
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
       it->second->receiving = true;
+      self->stats.rendezvous++;
       self->deferred.push_back({h.tag, data, length, h.num_blocks, h.record_bytes});
       return UCS_INPROGRESS;  // received at the next tick (ucp_am_recv_data_nbx takes the descriptor)
     }
@@ -519,6 +526,10 @@ struct UcxKvClient::Impl {
   void received(const Deferred& d, ucs_status_t status) {
     auto it = pending.find(d.tag);
     if (it == pending.end()) return;
+    if (it->second->cancelled) {
+      pending.erase(it);
+      return;
+    }
     if (status != UCS_OK) return finish(d.tag, 0, ucx_error("receiving the KV blocks", status));
     land(d.tag, it->second->buffer.data(), d.length, d.num_blocks, d.record_bytes);
   }
@@ -600,7 +611,12 @@ struct UcxKvClient::Impl {
       auto it = pending.find(t);
       if (it == pending.end()) continue;
       if (it->second->receiving) {
-        it->second->cancelled = true;  // reported when its receive ends (the buffer is UCX's until then)
+        // Reported now, so that the scheduler gets its blocks back even if the receive never ends
+        // (a peer that stopped mid-transfer); the buffer stays UCX's until the receive ends.
+        if (!it->second->cancelled) {
+          it->second->cancelled = true;
+          report(t, 0, "");
+        }
         continue;
       }
       const std::string peer = it->second->peer;
@@ -610,8 +626,9 @@ struct UcxKvClient::Impl {
     }
     for (const Deferred& d : std::exchange(deferred, {})) {
       auto it = pending.find(d.tag);
-      if (it == pending.end()) {
+      if (it == pending.end() || it->second->cancelled) {
         ucp_am_data_release(worker.get(), d.desc);
+        if (it != pending.end()) pending.erase(it);
         continue;
       }
       it->second->buffer.resize(d.length);

@@ -371,6 +371,7 @@ class Child {
     EXPECT_EQ(read(from_child_, &v, sizeof v), static_cast<ssize_t>(sizeof v)) << "the child died";
     return v;
   }
+  pid_t pid() const { return pid_; }
   // Closes the child's pipe (its signal to finish) and returns its exit status (-1: killed).
   int finish() {
     close(to_child_);
@@ -513,6 +514,78 @@ TEST_F(UcxKvTransferTest, RandomBlocksRepliesNeverCrashTheClient) {
   }
   EXPECT_EQ(child.finish(), 0) << "the raw peer failed";
   EXPECT_EQ(block_bytes(decode, 0), untouched);
+}
+
+// A peer that stops mid-transfer (SIGSTOP once its large reply is announced): the scheduler's
+// timeout cancels the pull while its receive is in flight. The cancel is reported at once, so the
+// KV blocks go back to the scheduler; when the peer runs again and the data arrives, it is dropped
+// (the blocks are untouched) and the pull is not reported a second time.
+TEST_F(UcxKvTransferTest, APullCancelledMidReceiveIsReportedAtOnceAndItsDataDropped) {
+  std::mt19937_64 rng(55);
+  KvCache decode(2, 8, 4, 8);
+  randomize(decode, rng);
+  const KvStoreIdentity id = identity_of(decode, 5);
+  const uint64_t rec = kv_record_bytes(decode.block_bytes());
+  const auto before = std::vector{block_bytes(decode, 3), block_bytes(decode, 4), block_bytes(decode, 5)};
+  Child child([&](int in, int out) {
+    RawPeer peer;
+    int answered = 0;
+    Child::send_to(out, peer.listen([&](const std::vector<uint8_t>& pull) {
+      uint64_t tag = 0;
+      std::memcpy(&tag, pull.data() + 8, 8);
+      std::vector<uint8_t> h(32, 0);  // a BLOCKS header: status ok, 3 records of the client's size
+      const uint32_t magic = 0x444b5649, n = 3;
+      const uint16_t version = 1;
+      std::memcpy(h.data(), &magic, 4);
+      std::memcpy(h.data() + 4, &version, 2);
+      std::memcpy(h.data() + 8, &tag, 8);
+      std::memcpy(h.data() + 16, &n, 4);
+      std::memcpy(h.data() + 24, &rec, 8);
+      ++answered;
+      return std::make_pair(h, std::vector<uint8_t>(size_t{128} << 20));  // takes tens of ms to move
+    }));
+    bool told = false;
+    while (!Child::parent_done(in)) {
+      peer.serve_for(10);  // returns once an answer is sent whole
+      if (answered == 1 && !told) Child::send_to(out, 1);
+      told = told || answered == 1;
+    }
+  });
+  const uint16_t port = child.receive();
+  {
+    auto client = UcxKvClient::create(decode, id);
+    ASSERT_TRUE(client.has_value());
+    const uint64_t t =
+        (*client)->start_load({"127.0.0.1", port, 1, 12}, 0, {{1, 1}, {2, 2}, {3, 3}}, {3, 4, 5});
+    const auto announced_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((*client)->stats().rendezvous.load() == 0 && std::chrono::steady_clock::now() < announced_by)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    ASSERT_EQ(kill(child.pid(), SIGSTOP), 0);
+    ASSERT_EQ((*client)->stats().rendezvous.load(), 1) << "the reply never came by rendezvous";
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::vector<KvBlockSource::Finished> got;
+    (*client)->poll(&got);
+    if (!got.empty()) {
+      kill(child.pid(), SIGCONT);
+      FAIL() << "the reply arrived before the peer stopped: " << got[0].error;
+    }
+    (*client)->cancel(t, true);
+    const auto cancelled_at = std::chrono::steady_clock::now();
+    const auto f = wait_for(**client, t);
+    EXPECT_LT(std::chrono::steady_clock::now() - cancelled_at, std::chrono::seconds(5));
+    EXPECT_EQ(f.loaded, 0);
+    EXPECT_EQ(f.error, "");
+    ASSERT_EQ(kill(child.pid(), SIGCONT), 0);  // the peer runs again: its 128 MB arrive
+    EXPECT_EQ(child.receive(), 1) << "the peer never finished its answer";
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    got.clear();
+    (*client)->poll(&got);
+    EXPECT_TRUE(got.empty()) << "a cancelled pull was reported twice";
+  }
+  EXPECT_EQ(child.finish(), 0) << "the raw peer failed";
+  EXPECT_EQ(block_bytes(decode, 3), before[0]);
+  EXPECT_EQ(block_bytes(decode, 4), before[1]);
+  EXPECT_EQ(block_bytes(decode, 5), before[2]);
 }
 
 TEST(KvExportStoreTest, HoldsAtMostItsBytesAndDropsEntriesAtTheEndOfTheLease) {
