@@ -169,29 +169,62 @@ INFERD_AVX512 inline void scores_avx512(const float* const* q, const float* k, i
   for (int r = 0; r < R; ++r) out[r] = _mm512_add_ps(s0[r], s1[r]);
 }
 
-// out[r] = out[r] * corr[r] + sum_{c < valid[r]} pw[r][c] * V[c], R rows sharing the V loads
-// over the positions all of them use; each row's sum runs over c in order either way.
+// out[r] = out[r] * corr[r] + sum_{c < valid[r]} pw[r][c] * V[c] for R rows, over NB blocks of 16
+// columns starting at column j0: R x NB independent fma chains (one per row and block, each over c
+// in order; a position past a row's valid ones leaves its chains as they are), so that the fma
+// latency is hidden and the V loads are shared by the rows.
+template <int R, int NB>
+INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/, const float* corr,
+                                                    const int64_t* valid, int64_t common, int64_t most,
+                                                    const float* v, int64_t hd, int64_t j0,
+                                                    float* const* out) {
+  __mmask16 mask[NB];
+  for (int b = 0; b < NB; ++b) {
+    const int64_t left = hd - j0 - 16 * b;
+    mask[b] = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+  }
+  __m512 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      acc[r][b] =
+          _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[b], out[r] + j0 + 16 * b), _mm512_set1_ps(corr[r]));
+  int64_t c = 0;
+  for (; c < common; ++c) {
+    __m512 vc[NB];
+    for (int b = 0; b < NB; ++b) vc[b] = _mm512_maskz_loadu_ps(mask[b], v + c * hd + j0 + 16 * b);
+    for (int r = 0; r < R; ++r) {
+      const __m512 p = _mm512_set1_ps(pw[r * 16 + c]);
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(p, vc[b], acc[r][b]);
+    }
+  }
+  for (; c < most; ++c) {  // positions some of the rows do not see (the causal diagonal)
+    __m512 vc[NB];
+    for (int b = 0; b < NB; ++b) vc[b] = _mm512_maskz_loadu_ps(mask[b], v + c * hd + j0 + 16 * b);
+    for (int r = 0; r < R; ++r) {
+      const __m512 p = _mm512_set1_ps(pw[r * 16 + c]);
+      const auto live = static_cast<__mmask16>(c < valid[r] ? 0xffff : 0);
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_mask3_fmadd_ps(p, vc[b], acc[r][b], live);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) _mm512_mask_storeu_ps(out[r] + j0 + 16 * b, mask[b], acc[r][b]);
+}
+
 template <int R>
 INFERD_AVX512 inline void accumulate_v_avx512(const float* pw /*[R][16]*/, const float* corr,
                                               const int64_t* valid, const float* v, int64_t hd,
                                               float* const* out) {
-  int64_t common = valid[0];
-  for (int r = 1; r < R; ++r) common = std::min(common, valid[r]);
-  for (int64_t j = 0; j < hd; j += 16) {
-    const __mmask16 mask =
-        hd - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (hd - j)) - 1u);
-    __m512 acc[R];
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, out[r] + j), _mm512_set1_ps(corr[r]));
-    for (int64_t c = 0; c < common; ++c) {
-      const __m512 vc = _mm512_maskz_loadu_ps(mask, v + c * hd + j);
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pw[r * 16 + c]), vc, acc[r]);
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int64_t c = common; c < valid[r]; ++c)
-        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pw[r * 16 + c]), _mm512_maskz_loadu_ps(mask, v + c * hd + j),
-                                 acc[r]);
-      _mm512_mask_storeu_ps(out[r] + j, mask, acc[r]);
+  int64_t common = valid[0], most = valid[0];
+  for (int r = 1; r < R; ++r) {
+    common = std::min(common, valid[r]);
+    most = std::max(most, valid[r]);
+  }
+  for (int64_t j0 = 0; j0 < hd; j0 += 64) {
+    switch ((std::min<int64_t>(64, hd - j0) + 15) / 16) {
+      case 4: accumulate_v_block_avx512<R, 4>(pw, corr, valid, common, most, v, hd, j0, out); break;
+      case 3: accumulate_v_block_avx512<R, 3>(pw, corr, valid, common, most, v, hd, j0, out); break;
+      case 2: accumulate_v_block_avx512<R, 2>(pw, corr, valid, common, most, v, hd, j0, out); break;
+      default: accumulate_v_block_avx512<R, 1>(pw, corr, valid, common, most, v, hd, j0, out); break;
     }
   }
 }
@@ -201,11 +234,15 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
                                      float* o) {
   static_assert(kChunk == 16);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
-  constexpr int kRows = 4;
+  constexpr int kRows = 8;  // 16 score chains in flight
   for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
     const int n = static_cast<int>(std::min<int64_t>(kRows, rows - r0));
     __m512 dots[kRows];
     switch (n) {
+      case 8: scores_avx512<8>(q + r0, k, hd, dots); break;
+      case 7: scores_avx512<7>(q + r0, k, hd, dots); break;
+      case 6: scores_avx512<6>(q + r0, k, hd, dots); break;
+      case 5: scores_avx512<5>(q + r0, k, hd, dots); break;
       case 4: scores_avx512<4>(q + r0, k, hd, dots); break;
       case 3: scores_avx512<3>(q + r0, k, hd, dots); break;
       case 2: scores_avx512<2>(q + r0, k, hd, dots); break;
@@ -240,11 +277,13 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
       _mm512_store_ps(pw + 16 * i, p);
       outs[i] = o + r * hd;
     }
-    for (int i = 0; i < n; i += 2) {
-      if (n - i >= 2) {
-        accumulate_v_avx512<2>(pw + 16 * i, corr + i, valids + i, v, hd, outs + i);
-      } else {
-        accumulate_v_avx512<1>(pw + 16 * i, corr + i, valids + i, v, hd, outs + i);
+    for (int i = 0; i < n; i += 4) {
+      const float* pwi = pw + 16 * i;
+      switch (std::min(4, n - i)) {
+        case 4: accumulate_v_avx512<4>(pwi, corr + i, valids + i, v, hd, outs + i); break;
+        case 3: accumulate_v_avx512<3>(pwi, corr + i, valids + i, v, hd, outs + i); break;
+        case 2: accumulate_v_avx512<2>(pwi, corr + i, valids + i, v, hd, outs + i); break;
+        default: accumulate_v_avx512<1>(pwi, corr + i, valids + i, v, hd, outs + i); break;
       }
     }
   }
