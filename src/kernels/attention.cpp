@@ -229,6 +229,32 @@ INFERD_AVX512 inline void accumulate_v_avx512(const float* pw /*[R][16]*/, const
   }
 }
 
+// Per vector a[0 .. 7], the max (kMax) or the sum of its 16 lanes, into lanes 0 .. 7 of the result
+// (lanes 8 .. 15 undefined). The sums are added in _mm512_reduce_add_ps's order: lanes (j, j+8),
+// then (j, j+4), (j, j+2), (0, 1); the eight rows' steps share their shuffles.
+template <bool kMax>
+INFERD_AVX512 inline __m512 reduce_op(__m512 x, __m512 y) {
+  return kMax ? _mm512_max_ps(x, y) : _mm512_add_ps(x, y);
+}
+
+template <bool kMax>
+INFERD_AVX512 inline __m512 reduce8_avx512(const __m512* a) {
+  constexpr auto op = reduce_op<kMax>;
+  __m512 b[4], c[2];
+  for (int i = 0; i < 4; ++i)  // rows 2i, 2i+1: their 8-lane halves added, one row per 256 bits
+    b[i] = op(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE),
+              _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44));
+  for (int i = 0; i < 2; ++i)  // four rows, one per 128 bits
+    c[i] = op(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD),
+              _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88));
+  // 128-bit lane k: rows k (of c[0]) and 4 + k (of c[1]), two values each, then one each.
+  const __m512 d = op(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 2, 3, 2)),
+                      _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(1, 0, 1, 0)));
+  const __m512 e =
+      op(_mm512_shuffle_ps(d, d, _MM_SHUFFLE(3, 1, 3, 1)), _mm512_shuffle_ps(d, d, _MM_SHUFFLE(2, 0, 2, 0)));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), e);
+}
+
 INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit, int64_t rows,
                                      const float* k, const float* v, int64_t hd, float scale, RowState* state,
                                      float* o) {
@@ -248,34 +274,52 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
       case 2: scores_avx512<2>(q + r0, k, hd, dots); break;
       default: scores_avx512<1>(q + r0, k, hd, dots); break;
     }
+    // The online softmax of the n rows, their maxima and sums reduced together.
     alignas(64) float pw[kRows * 16];
-    float corr[kRows];
+    alignas(64) float old_max[16], old_sum[16], m[16], corr[16], total[16];
     float* outs[kRows];
     int64_t valids[kRows];
-    for (int i = 0; i < n; ++i) {
+    __mmask16 live[kRows];
+    for (int i = 0; i < kRows; ++i) {
+      if (i >= n) {
+        dots[i] = neg_inf;
+        live[i] = 0;
+        continue;
+      }
       const int64_t r = r0 + i;
       const int64_t valid = std::max<int64_t>(limit[r], 0);
       valids[i] = valid;
-      const __mmask16 live =
-          valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
-      const __m512 s = _mm512_mask_blend_ps(live, neg_inf, _mm512_mul_ps(dots[i], _mm512_set1_ps(scale)));
-      const float m = std::max(state[r].max, _mm512_reduce_max_ps(s));
-      if (m == -INFINITY) {  // nothing seen yet and nothing here: the row stays empty
-        corr[i] = 1.0f;
-        _mm512_store_ps(pw + 16 * i, _mm512_setzero_ps());
-        outs[i] = o + r * hd;
+      live[i] = valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
+      dots[i] = _mm512_mask_blend_ps(live[i], neg_inf, _mm512_mul_ps(dots[i], _mm512_set1_ps(scale)));
+      old_max[i] = state[r].max;
+      old_sum[i] = state[r].sum;
+      outs[i] = o + r * hd;
+    }
+    for (int i = n; i < 16; ++i) old_max[i] = -INFINITY, old_sum[i] = 0.0f;
+    const __m512 omax = _mm512_load_ps(old_max), osum = _mm512_load_ps(old_sum);
+    const __m512 vm = _mm512_max_ps(omax, reduce8_avx512<true>(dots));
+    // A row with nothing seen yet and nothing here stays as it is (probabilities 0, factor 1).
+    const __mmask16 seen = _mm512_cmp_ps_mask(vm, neg_inf, _CMP_NEQ_OQ);
+    const __mmask16 moved = _mm512_cmp_ps_mask(vm, omax, _CMP_NEQ_OQ);
+    const __mmask16 had = _mm512_cmp_ps_mask(omax, neg_inf, _CMP_NEQ_OQ);
+    // exp(old max - new max) where the max moved; exactly 1 where it did not.
+    const __m512 vcorr =
+        _mm512_mask_blend_ps(moved, _mm512_set1_ps(1.0f),
+                             exp_nonpositive(_mm512_mask_blend_ps(had, neg_inf, _mm512_sub_ps(omax, vm))));
+    _mm512_store_ps(m, vm);
+    _mm512_store_ps(corr, vcorr);
+    for (int i = 0; i < kRows; ++i) {
+      if (i >= n) {
+        dots[i] = _mm512_setzero_ps();
         continue;
       }
-      // exp(0) is exactly 1 here too, so skipping the call when the max is unchanged (most
-      // chunks of a long context) gives the same bits.
-      corr[i] = m == state[r].max ? 1.0f
-                                  : _mm_cvtss_f32(_mm512_castps512_ps128(exp_nonpositive(_mm512_set1_ps(
-                                        state[r].max == -INFINITY ? -INFINITY : state[r].max - m))));
-      const __m512 p = _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(m))));
-      state[r].sum = state[r].sum * corr[i] + _mm512_reduce_add_ps(p);
-      state[r].max = m;
-      _mm512_store_ps(pw + 16 * i, p);
-      outs[i] = o + r * hd;
+      const auto keep = static_cast<__mmask16>(((seen >> i) & 1) != 0 ? live[i] : 0);
+      dots[i] = _mm512_maskz_mov_ps(keep, exp_nonpositive(_mm512_sub_ps(dots[i], _mm512_set1_ps(m[i]))));
+      _mm512_store_ps(pw + 16 * i, dots[i]);
+    }
+    _mm512_store_ps(total, _mm512_fmadd_ps(osum, vcorr, reduce8_avx512<false>(dots)));
+    for (int i = 0; i < n; ++i) {
+      if (((seen >> i) & 1) != 0) state[r0 + i] = {m[i], total[i]};
     }
     for (int i = 0; i < n; i += 4) {
       const float* pwi = pw + 16 * i;

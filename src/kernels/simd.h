@@ -5,10 +5,12 @@
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*() and trip its own
-// -Wmaybe-uninitialized (GCC bug 105593); the warning is about the header, not our code.
+// -Wmaybe-uninitialized and -Wuninitialized (GCC bug 105593); the warning is about the header, not
+// our code.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #else
