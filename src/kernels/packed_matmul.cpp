@@ -773,10 +773,30 @@ INFERD_AVX512_BF16 inline __m512bh x_pair(const uint16_t* x) {
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
 }
 
+// acc += w . (pair `i` of row x, broadcast; a pair is 4 bytes): the broadcast as the instruction's
+// memory operand ({1to16}), one instruction where the intrinsics give two (GCC 12 does not fold a
+// broadcast into vdpbf16ps). With both hyper-threads of a core in this loop, the separate
+// broadcasts made instruction dispatch, not the dot-product units, the limit. Row and index are
+// registers, not an "m" operand: __m512 may alias anything, so a memory operand made GCC store
+// every accumulator before each instruction. The rows were written before the kernel was called
+// (activations_as_bf16), so the read needs no ordering of its own.
+INFERD_AVX512_BF16 inline __m512 dp_broadcast(__m512 acc, __m512bh w, const uint16_t* x, int64_t i) {
+#if defined(__GNUC__)
+  asm("vdpbf16ps (%2,%3,4)%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "r"(x), "r"(i));
+  return acc;
+#else
+  return _mm512_dpbf16_ps(acc, w, x_pair(x + 2 * i));
+#endif
+}
+
 template <int NT>
 INFERD_AVX512_BF16 void bf16_tile_dp_avx512(const FloatTileArgs& a) {
   __m512 acc[NT][2];
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  const uint16_t* row[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    row[t] = a.xb + t * a.kb;
+  }
   const int64_t full = a.k / 2;
   int64_t p = 0;
   for (; p + 2 <= full; p += 2) {                         // two pairs per iteration: one per chain
@@ -790,15 +810,14 @@ INFERD_AVX512_BF16 void bf16_tile_dp_avx512(const FloatTileArgs& a) {
     const __m512bh w0 = load_pair(a.tile + static_cast<size_t>(p) * 64);
     const __m512bh w1 = load_pair(a.tile + static_cast<size_t>(p + 1) * 64);
     for (int t = 0; t < NT; ++t) {
-      const uint16_t* x = a.xb + t * a.kb + 2 * p;
-      acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, x_pair(x));
-      acc[t][1] = _mm512_dpbf16_ps(acc[t][1], w1, x_pair(x + 2));
+      acc[t][0] = dp_broadcast(acc[t][0], w0, row[t], p);
+      acc[t][1] = dp_broadcast(acc[t][1], w1, row[t], p + 1);
     }
   }
   if (2 * p < a.k) {  // a last pair (full, or an odd K's last input, its partner a stored zero)
     const __m512bh wp = load_pair(a.tile + static_cast<size_t>(p) * 64);
-    for (int t = 0; t < NT; ++t)
-      acc[t][p % 2] = _mm512_dpbf16_ps(acc[t][p % 2], wp, x_pair(a.xb + t * a.kb + 2 * p));
+    for (int t = 0; t < NT; ++t)  // p is even here: chain 0 (a constant index keeps acc in registers)
+      acc[t][0] = _mm512_dpbf16_ps(acc[t][0], wp, x_pair(a.xb + t * a.kb + 2 * p));
   }
   for (int t = 0; t < NT; ++t)
     _mm512_storeu_ps(a.out + t * kQuantTileRows, _mm512_add_ps(acc[t][0], acc[t][1]));
