@@ -229,14 +229,15 @@ INFERD_AVX512 inline void accumulate_v_avx512(const float* pw /*[R][16]*/, const
   }
 }
 
-// Per vector a[0 .. 7], the max (kMax) or the sum of its 16 lanes, into lanes 0 .. 7 of the result
-// (lanes 8 .. 15 undefined). The sums are added in _mm512_reduce_add_ps's order: lanes (j, j+8),
-// then (j, j+4), (j, j+2), (0, 1); the eight rows' steps share their shuffles.
+// reduce8_avx512's step: max or add.
 template <bool kMax>
 INFERD_AVX512 inline __m512 reduce_op(__m512 x, __m512 y) {
   return kMax ? _mm512_max_ps(x, y) : _mm512_add_ps(x, y);
 }
 
+// Per vector a[0 .. 7], the max (kMax) or the sum of its 16 lanes, into lanes 0 .. 7 of the result
+// (lanes 8 .. 15 copy lane 0). The sums are added in _mm512_reduce_add_ps's order: lanes (j, j+8),
+// then (j, j+4), (j, j+2), (0, 1); the eight rows' steps share their shuffles.
 template <bool kMax>
 INFERD_AVX512 inline __m512 reduce8_avx512(const __m512* a) {
   constexpr auto op = reduce_op<kMax>;
