@@ -1,5 +1,7 @@
 #include "kv/block_pool.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 
 namespace inferd {
@@ -7,6 +9,43 @@ namespace inferd {
 BlockPool::BlockPool(int32_t num_blocks) : blocks_(static_cast<size_t>(num_blocks)) {
   INFERD_CHECK(num_blocks > 0);
   for (int32_t b = 0; b < num_blocks; ++b) push_free(b);
+  size_t slots = 16;
+  while (slots < 2 * static_cast<size_t>(num_blocks)) slots *= 2;
+  slots_.assign(slots, -1);
+  slot_mask_ = slots - 1;
+}
+
+int64_t BlockPool::find_slot(const BlockHash& hash) const {
+  for (size_t i = home_slot(hash);; i = (i + 1) & slot_mask_) {
+    const int32_t b = slots_[i];
+    if (b < 0) return -1;
+    if (blocks_[static_cast<size_t>(b)].hash == hash) return static_cast<int64_t>(i);
+  }
+}
+
+void BlockPool::index_insert(int32_t block) {
+  size_t i = home_slot(blocks_[static_cast<size_t>(block)].hash);
+  while (slots_[i] >= 0) i = (i + 1) & slot_mask_;
+  slots_[i] = block;
+  ++num_cached_;
+}
+
+void BlockPool::index_erase(const BlockHash& hash) {
+  const int64_t found = find_slot(hash);
+  INFERD_CHECK(found >= 0);
+  // Backward-shift deletion: later entries of the probe run move up into the hole when their
+  // home slot does not lie (cyclically) after it, so that every lookup still finds its key
+  // before an empty slot.
+  auto hole = static_cast<size_t>(found);
+  for (size_t j = (hole + 1) & slot_mask_; slots_[j] >= 0; j = (j + 1) & slot_mask_) {
+    const size_t home = home_slot(blocks_[static_cast<size_t>(slots_[j])].hash);
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (stays) continue;
+    slots_[hole] = slots_[j];
+    hole = j;
+  }
+  slots_[hole] = -1;
+  --num_cached_;
 }
 
 void BlockPool::count_free(const Block& blk, int32_t delta) {
@@ -67,7 +106,7 @@ int32_t BlockPool::pop_free() {
   if (blk.cached && !blk.offloaded && evict_hook_) evict_hook_(b, blk.hash);
   unlink_free(b);
   if (blk.cached) {  // reused for new content: its old key goes
-    cached_.erase(blk.hash);
+    index_erase(blk.hash);
     blk.cached = false;
     blk.offloaded = false;
   }
@@ -77,15 +116,15 @@ int32_t BlockPool::pop_free() {
 void BlockPool::cache_block(int32_t block, const BlockHash& hash) {
   Block& blk = blocks_[static_cast<size_t>(block)];
   INFERD_CHECK(blk.ref_count > 0);
-  if (blk.cached || cached_.count(hash) != 0) return;
+  if (blk.cached || find_slot(hash) >= 0) return;
   blk.cached = true;
   blk.hash = hash;
-  cached_.emplace(hash, block);
+  index_insert(block);
 }
 
 int32_t BlockPool::find_cached(const BlockHash& hash) const {
-  auto it = cached_.find(hash);
-  return it == cached_.end() ? -1 : it->second;
+  const int64_t i = find_slot(hash);
+  return i < 0 ? -1 : slots_[static_cast<size_t>(i)];
 }
 
 void BlockPool::touch(int32_t block) {
@@ -99,16 +138,21 @@ void BlockPool::touch(int32_t block) {
 }
 
 std::optional<std::vector<int32_t>> BlockPool::allocate(int32_t n) {
-  if (n < 0 || n > num_free_) return std::nullopt;
   std::vector<int32_t> out;
-  out.reserve(static_cast<size_t>(n));
+  out.reserve(static_cast<size_t>(std::max(n, 0)));
+  if (!allocate(n, &out)) return std::nullopt;
+  return out;
+}
+
+bool BlockPool::allocate(int32_t n, std::vector<int32_t>* out) {
+  if (n < 0 || n > num_free_) return false;
   for (int32_t i = 0; i < n; ++i) {
     const int32_t b = pop_free();
     INFERD_CHECK(blocks_[static_cast<size_t>(b)].ref_count == 0);
     blocks_[static_cast<size_t>(b)].ref_count = 1;
-    out.push_back(b);
+    out->push_back(b);
   }
-  return out;
+  return true;
 }
 
 void BlockPool::add_ref(int32_t block) {

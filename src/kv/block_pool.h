@@ -8,7 +8,6 @@
 #include <functional>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 namespace inferd {
@@ -35,6 +34,9 @@ class BlockPool final {
   // Takes `n` free blocks (least recently freed first), each with ref_count 1; nullopt (and
   // nothing taken) when fewer than n are free.
   std::optional<std::vector<int32_t>> allocate(int32_t n);
+  // The same, appending the blocks to `out` (no allocation when it has the room); false (and
+  // nothing taken) when fewer than n are free.
+  [[nodiscard]] bool allocate(int32_t n, std::vector<int32_t>* out);
 
   // Adds a reference to a block in use (sharing, e.g. n > 1 samples of one prompt).
   void add_ref(int32_t block);
@@ -46,7 +48,7 @@ class BlockPool final {
   int32_t find_cached(const BlockHash& hash) const;
   // Takes a reference to a cached block; a free one leaves the free queue (it is revived).
   void touch(int32_t block);
-  int32_t num_cached_blocks() const { return static_cast<int32_t>(cached_.size()); }
+  int32_t num_cached_blocks() const { return num_cached_; }
   int64_t num_revived() const { return num_revived_; }
 
   // Drops one reference of each block; a block whose count reaches 0 goes to the free queue: a
@@ -87,11 +89,20 @@ class BlockPool final {
   void count_free(const Block& blk, int32_t delta);
   int32_t pop_free();
   void unlink_free(int32_t b);
+  // The index of cached blocks by key: open addressing with linear probing over a table fixed at
+  // construction (at least twice the blocks, a power of two), so that caching a block in the
+  // step loop never allocates. A slot holds a block (its key is blocks_[b].hash) or -1.
+  size_t home_slot(const BlockHash& hash) const { return static_cast<size_t>(hash.lo) & slot_mask_; }
+  int64_t find_slot(const BlockHash& hash) const;
+  void index_insert(int32_t block);
+  void index_erase(const BlockHash& hash);
 
   std::vector<Block> blocks_;
   int32_t free_head_ = -1, free_tail_ = -1;
   int32_t num_free_ = 0;
-  std::unordered_map<BlockHash, int32_t, BlockHashHasher> cached_;
+  std::vector<int32_t> slots_;
+  size_t slot_mask_ = 0;
+  int32_t num_cached_ = 0;
   int64_t num_revived_ = 0;
   int32_t num_free_cached_ = 0, num_free_unoffloaded_ = 0;  // free blocks that are cached / not offloaded too
   std::function<void(int32_t, const BlockHash&)> evict_hook_;

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -49,6 +51,59 @@ TEST(BlockPoolTest, SharedBlocksFreeOnLastRelease) {
   EXPECT_EQ(pool.num_free_blocks(), 1);
   pool.release(*a);
   EXPECT_EQ(pool.num_free_blocks(), 2);
+}
+
+// The index of cached blocks (open addressing, fixed size) against a plain map, on random
+// caching, freeing and reuse. Keys share a few home slots at the table's end, so probe runs
+// wrap around and deletions shift entries back across the wrap.
+TEST(PrefixCacheTest, CachedIndexMatchesAMapUnderCollisions) {
+  std::mt19937 rng(23);
+  for (const int32_t num_blocks : {1, 5, 8, 13}) {
+    BlockPool pool(num_blocks);
+    size_t slots = 16;
+    while (slots < 2 * static_cast<size_t>(num_blocks)) slots *= 2;
+    std::map<std::pair<uint64_t, uint64_t>, int32_t> expected;  // key -> block
+    std::vector<BlockHash> keys;                                // every key ever offered
+    std::vector<int32_t> held;
+    auto forget_block = [&](int32_t b) {
+      for (auto it = expected.begin(); it != expected.end(); ++it) {
+        if (it->second == b) {
+          expected.erase(it);
+          return;
+        }
+      }
+    };
+    for (int op = 0; op < 4000; ++op) {
+      const uint32_t what = rng() % 3;
+      if (what == 0 && pool.num_free_blocks() > 0) {
+        const int32_t n = 1 + static_cast<int32_t>(rng() % static_cast<uint32_t>(pool.num_free_blocks()));
+        std::vector<int32_t> got;
+        ASSERT_TRUE(pool.allocate(n, &got));
+        ASSERT_EQ(got.size(), static_cast<size_t>(n));
+        for (int32_t b : got) forget_block(b);  // reused: its old key is gone
+        held.insert(held.end(), got.begin(), got.end());
+      } else if (what == 1 && !held.empty()) {
+        const int32_t b = held[rng() % held.size()];
+        // Homes in the last three slots and the first: runs wrap around the table's end.
+        const BlockHash h{(slots - 3 + rng() % 4) + (uint64_t{rng() % 8} << 32), rng() % 6};
+        keys.push_back(h);
+        const bool keyed =
+            std::any_of(expected.begin(), expected.end(), [&](const auto& e) { return e.second == b; });
+        pool.cache_block(b, h);
+        if (!keyed && expected.count({h.lo, h.hi}) == 0) expected[{h.lo, h.hi}] = b;
+      } else if (!held.empty()) {
+        const size_t i = rng() % held.size();
+        pool.release(std::vector<int32_t>{held[i]});
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      ASSERT_EQ(pool.num_cached_blocks(), static_cast<int32_t>(expected.size()));
+      for (const BlockHash& h : keys) {
+        auto it = expected.find({h.lo, h.hi});
+        ASSERT_EQ(pool.find_cached(h), it == expected.end() ? -1 : it->second) << "op " << op;
+      }
+      if (keys.size() > 64) keys.erase(keys.begin(), keys.begin() + 32);
+    }
+  }
 }
 
 TEST(KVCacheManagerTest, TablesGrowAndSlotsMapThroughBlocks) {
