@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include "common/check.h"
 #include "common/log.h"
@@ -185,7 +186,23 @@ void Engine::abort(RequestId id, int32_t index) {
     scheduler_.abort(it->second[static_cast<size_t>(index)]);
 }
 
-void Engine::fork_samples(Request& parent, std::span<const float> logits, std::vector<StepOutput>* out) {
+StepOutput& StepOutputs::add() {
+  if (size_ == slots_.size()) slots_.emplace_back();
+  StepOutput& o = slots_[size_++];
+  o.id = 0;
+  o.index = 0;
+  o.new_tokens.clear();
+  o.logprobs.clear();
+  o.top_logprobs.clear();
+  o.first_scheduled.reset();
+  o.finished = false;
+  o.finish_reason.reset();
+  o.error.clear();
+  o.internal = false;
+  return o;
+}
+
+void Engine::fork_samples(Request& parent, std::span<const float> logits) {
   parent.forked = true;
   auto& ids = samples_.at(parent.group);
   const auto prompt_len = static_cast<int64_t>(parent.prompt.size());
@@ -222,7 +239,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
     r->num_computed_tokens = prompt_len;
     SampleResult res = sampler.sample(logits, r->prompt, r->output);
     samplers_.emplace(r->id, std::move(sampler));
-    StepOutput o;
+    StepOutput& o = outputs_.add();
     o.id = r->group;
     o.index = i;
     o.first_scheduled = r->first_scheduled;
@@ -231,7 +248,6 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits, std::v
       o.logprobs.push_back(res.logprob);
       o.top_logprobs.push_back(std::move(res.top_logprobs));
     }
-    out->push_back(std::move(o));
     scheduler_.add_forked(std::move(r), res.token);
   }
 }
@@ -242,11 +258,14 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 }
 }  // namespace
 
-std::vector<StepOutput> Engine::step() {
+std::span<const StepOutput> Engine::step() {
   using Clock = std::chrono::steady_clock;
-  std::vector<StepOutput> out = std::exchange(pending_outputs_, {});
+  outputs_.clear();
+  for (StepOutput& pending : pending_outputs_) outputs_.add() = std::move(pending);
+  pending_outputs_.clear();
   const auto t0 = Clock::now();
-  ScheduledBatch batch = scheduler_.schedule();
+  ScheduledBatch& batch = batch_;
+  scheduler_.schedule(&batch);
   if (drafter_) {
     const int64_t passes = drafter_->forward_passes();
     drafter_->propose(&batch);
@@ -284,7 +303,7 @@ std::vector<StepOutput> Engine::step() {
       Request& r = *batch.items[item].request;
       if (r.kv_export_id != 0 && r.output.empty()) export_prompt_kv(r);
       Sampler& sampler = samplers_.at(r.id);
-      StepOutput o;
+      StepOutput& o = outputs_.add();
       o.id = r.group;
       o.index = r.sample_index;
       o.first_scheduled = r.first_scheduled;
@@ -322,9 +341,8 @@ std::vector<StepOutput> Engine::step() {
         stats_.spec_draft_tokens += static_cast<int64_t>(r.draft.size());
         stats_.spec_accepted_tokens += static_cast<int64_t>(j);
       }
-      out.push_back(std::move(o));
       // Before update(): a sample that finishes at once must not free the prompt's blocks first.
-      if (r.num_samples > 1 && !r.forked && r.output.empty()) fork_samples(r, runner_.logits_row(k), &out);
+      if (r.num_samples > 1 && !r.forked && r.output.empty()) fork_samples(r, runner_.logits_row(k));
     }
     t3 = Clock::now();
     scheduler_.update(batch, sampled_, accepted_);
@@ -334,7 +352,7 @@ std::vector<StepOutput> Engine::step() {
     ++stats_.steps;
     stats_.tokens += batch.num_tokens;
   }
-  collect_finished(&out);
+  collect_finished();
   if (offloader_) offloader_->offload_cold(pool_, options_.offload.max_blocks_per_step);
   const auto t4 = Clock::now();
   stats_.schedule_seconds += seconds_between(t0, t1) + seconds_between(t3, t4);
@@ -352,9 +370,9 @@ std::vector<StepOutput> Engine::step() {
   if (!batch.empty())
     scheduler_.observe_step(batch, options_.step_cost ? options_.step_cost(batch) : seconds_between(t0, t4));
   // Nothing to run but KV loads in flight: give the source's thread a moment instead of spinning.
-  if (batch.empty() && out.empty() && !scheduler_.has_runnable() && scheduler_.num_kv_loads() > 0)
+  if (batch.empty() && outputs_.view().empty() && !scheduler_.has_runnable() && scheduler_.num_kv_loads() > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return out;
+  return std::as_const(outputs_).view();
 }
 
 void Engine::export_prompt_kv(const Request& r) {
@@ -379,19 +397,22 @@ void Engine::export_prompt_kv(const Request& r) {
   options_.kv_export->put(r.kv_export_id, std::move(records), static_cast<int64_t>(keys.size()), record);
 }
 
-void Engine::collect_finished(std::vector<StepOutput>* out) {
-  auto mark = [out](RequestId id, int32_t index, const Request& r) {
-    auto it = std::find_if(out->begin(), out->end(),
+void Engine::collect_finished() {
+  auto mark = [this](RequestId id, int32_t index, const Request& r) {
+    const auto outs = outputs_.view();
+    auto it = std::find_if(outs.begin(), outs.end(),
                            [&](const StepOutput& o) { return o.id == id && o.index == index; });
-    if (it == out->end()) {
-      StepOutput o;
-      o.id = id;
-      o.index = index;
-      it = out->insert(out->end(), std::move(o));
+    StepOutput* o = nullptr;
+    if (it == outs.end()) {
+      o = &outputs_.add();
+      o->id = id;
+      o->index = index;
+    } else {
+      o = &*it;
     }
-    it->finished = true;
-    it->finish_reason = r.finish_reason;
-    it->error = r.error;
+    o->finished = true;
+    o->finish_reason = r.finish_reason;
+    o->error = r.error;
   };
   for (auto& r : scheduler_.take_finished()) {
     samplers_.erase(r->id);

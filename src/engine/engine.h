@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -134,6 +135,22 @@ struct RequestSpec {
 
 inline constexpr int32_t kMaxSamples = 128;
 
+// A step's outputs in storage the engine reuses: each slot keeps its vectors' capacity from step
+// to step, so a step with no more outputs than an earlier one allocates nothing for them.
+class StepOutputs final {
+ public:
+  // Empties the list; the slots keep their storage.
+  void clear() { size_ = 0; }
+  // Appends an output with every field at its default (taking a used slot when there is one).
+  StepOutput& add();
+  std::span<const StepOutput> view() const { return {slots_.data(), size_}; }
+  std::span<StepOutput> view() { return {slots_.data(), size_}; }
+
+ private:
+  std::vector<StepOutput> slots_;
+  size_t size_ = 0;
+};
+
 // How many finished outputs a request gets: n, or 1 when n is out of range (the request fails).
 inline int32_t num_finished_outputs(const RequestSpec& spec) {
   return spec.n >= 1 && spec.n <= kMaxSamples ? spec.n : 1;
@@ -152,8 +169,10 @@ class Engine final {
   void abort(RequestId id);
   // Ends one sample of a request (e.g. a stop string matched in it).
   void abort(RequestId id, int32_t index);
-  // Runs one step (nothing when idle) and returns the outputs of the requests it touched.
-  std::vector<StepOutput> step();
+  // Runs one step (nothing when idle) and returns the outputs of the requests it touched, valid
+  // until the next step(). Once warm, a step of requests that only decode allocates nothing
+  // (tests/engine/hot_loop_alloc_test.cpp), apart from top log-probabilities when asked for.
+  std::span<const StepOutput> step();
 
   bool has_work() const { return scheduler_.has_work(); }
   const Scheduler& scheduler() const { return scheduler_; }
@@ -183,12 +202,12 @@ class Engine final {
   }
 
  private:
-  void collect_finished(std::vector<StepOutput>* out);
+  void collect_finished();
   // Seals the blocks of r's prompt into the export store under r.kv_export_id.
   void export_prompt_kv(const Request& r);
   // Forks samples 1..n-1 of `parent` after its prompt was computed, sampling each one's first
   // token from the same logits row; appends their outputs.
-  void fork_samples(Request& parent, std::span<const float> logits, std::vector<StepOutput>* out);
+  void fork_samples(Request& parent, std::span<const float> logits);
   // The internal ids of a request's samples (n > 1 only); index i at position i.
   std::unordered_map<RequestId, std::vector<RequestId>> samples_;
   RequestId next_sample_id_ = RequestId{1} << 63;
@@ -213,6 +232,8 @@ class Engine final {
   EngineStats stats_;
   KvStoreIdentity identity_;
   std::vector<StepOutput> pending_outputs_;  // first tokens of disaggregated requests, for the next step
+  StepOutputs outputs_;                      // what step() returns
+  ScheduledBatch batch_;                     // the step's plan (storage reused)
   Status remote_status_;
   std::unique_ptr<RemoteKvSource> remote_;          // refers to cache_
   std::unique_ptr<KvOffloader> offloader_;          // last: it refers to cache_ and pool_

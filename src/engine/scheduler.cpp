@@ -119,10 +119,19 @@ void Scheduler::fail(RequestId id, std::string message) {
 }
 
 ScheduledBatch Scheduler::schedule() {
+  ScheduledBatch batch;
+  schedule(&batch);
+  return batch;
+}
+
+void Scheduler::schedule(ScheduledBatch* out) {
   ++step_;
   if (kv_.num_sessions() > 0) kv_.expire_sessions(std::chrono::steady_clock::now());
   if (!loads_.empty()) poll_kv_loads();
-  ScheduledBatch batch;
+  ScheduledBatch& batch = *out;
+  batch.items.clear();
+  batch.preempted.clear();
+  batch.num_tokens = 0;
   int64_t budget = options_.slo.empty() ? options_.max_num_batched_tokens : slo_step_tokens();
   const bool prefill_first = options_.policy == SchedulePolicy::kPrefillFirst ||
                              (options_.policy == SchedulePolicy::kAdaptive && adaptive_prefers_prefill());
@@ -155,7 +164,6 @@ ScheduledBatch Scheduler::schedule() {
       schedule_running(&batch, &budget, level);
     }
   }
-  return batch;
 }
 
 int64_t Scheduler::slo_step_tokens() {
@@ -227,8 +235,8 @@ void Scheduler::propose_draft(Request* r, int64_t budget) {
 }
 
 void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget, std::optional<int32_t> level) {
-  const std::vector<Request*> order = running_;  // preemption edits running_
-  for (Request* r : order) {
+  order_.assign(running_.begin(), running_.end());  // preemption edits running_
+  for (Request* r : order_) {
     if (*budget <= 0) break;
     if (r->state != RequestState::kRunning || r->scheduled_in_step == step_) continue;
     if (level && r->priority != *level) continue;
@@ -303,12 +311,25 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     r->state = RequestState::kRunning;
     r->scheduled_in_step = step_;
     running_.push_back(r);
+    reserve_to_length(r);
     batch->items.push_back({r, n});
     batch->num_tokens += n;
     *budget -= n;
     prefill += n;
   }
   return waiting_.empty() || *budget > 0;
+}
+
+void Scheduler::reserve_to_length(Request* r) {
+  // The most tokens it can reach: then its decode steps append to its output and block table
+  // without allocating (a StreamingLLM request runs past max_model_len: its output may still grow).
+  const int64_t output = std::min(r->limits.max_tokens, options_.max_model_len);
+  r->output.reserve(static_cast<size_t>(std::max<int64_t>(output, 0)));
+  if (!r->streaming.enabled()) {
+    const int64_t total =
+        std::min(static_cast<int64_t>(r->prompt.size()) + r->limits.max_tokens, options_.max_model_len);
+    kv_.reserve_table(r->id, total);
+  }
 }
 
 void Scheduler::evict_outside_window(Request* r) {

@@ -116,6 +116,8 @@ class Scheduler final {
 
   // Plans the next step.
   ScheduledBatch schedule();
+  // The same into `batch` (its storage reused: no allocation once it has held a batch this large).
+  void schedule(ScheduledBatch* batch);
 
   // Records the step: computed tokens advance; each item whose request reached the end of its
   // known tokens gets the sampled token appended (sampled[i] belongs to items[i]; ignored for
@@ -198,6 +200,8 @@ class Scheduler final {
   // value is above `above_priority`; false when there is none.
   bool preempt_one(const Request* keep, int32_t above_priority, ScheduledBatch* batch, int64_t* budget);
   void preempt(Request* victim, ScheduledBatch* batch, int64_t* budget);
+  // Reserves r's output and block table for the most tokens it can reach (at admission).
+  void reserve_to_length(Request* r);
   void finish(Request* r, FinishReason reason);
   // Appends a sampled token to a running request and finishes it on a stop token or at its length.
   void accept_token(Request* r, int32_t token);
@@ -265,6 +269,7 @@ class Scheduler final {
   int64_t slo_step_tokens();
   std::vector<std::chrono::steady_clock::time_point> slo_last_seen_;  // per class
   std::vector<int32_t> levels_;  // scratch: the priorities present this step (SLO classes)
+  std::vector<Request*> order_;  // scratch: running_ as a step began scheduling it
 };
 
 }  // namespace inferd

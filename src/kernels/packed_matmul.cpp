@@ -1512,7 +1512,9 @@ void packed_matmul(const float* x, int64_t tokens, const PackedWeight& w, Quanti
 
 void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool& pool, Isa isa) {
   // first[g]: the first unit of group g in the combined range the threads split.
-  std::vector<int64_t> first(groups.size() + 1, 0);
+  thread_local std::vector<int64_t> first_list;  // the caller's; workers reach it through `first`
+  std::vector<int64_t>& first = first_list;
+  first.assign(groups.size() + 1, 0);
   for (size_t g = 0; g < groups.size(); ++g) {
     const PackedMatmulGroup& grp = groups[g];
     INFERD_CHECK(grp.w != nullptr && (grp.w->swiglu() || grp.w->num_parts() == 1));

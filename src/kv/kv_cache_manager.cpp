@@ -143,11 +143,18 @@ bool KVCacheManager::allocate_slots(RequestId id, int64_t num_tokens) {
   const int64_t need = blocks_for(num_tokens) - have;
   if (need <= 0) return true;
   if (need > pool_.num_free_blocks()) return false;
-  auto blocks = pool_.allocate(static_cast<int32_t>(need));
-  INFERD_CHECK(blocks.has_value());
-  auto& table = tables_[id].blocks;
-  table.insert(table.end(), blocks->begin(), blocks->end());
+  const bool taken = pool_.allocate(static_cast<int32_t>(need), &tables_[id].blocks);
+  INFERD_CHECK(taken);
   return true;
+}
+
+void KVCacheManager::reserve_table(RequestId id, int64_t max_tokens) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const auto blocks = static_cast<size_t>(blocks_for(max_tokens));
+  t.blocks.reserve(blocks);
+  if (prefix_caching_) t.hashes.reserve(blocks);
 }
 
 bool KVCacheManager::fork(RequestId parent, RequestId child, int64_t num_tokens,

@@ -126,6 +126,10 @@ class KVCacheManager final {
   // Makes the request's table cover `num_tokens` tokens, taking blocks as needed. Returns false
   // (and changes nothing) when the pool has too few free blocks.
   [[nodiscard]] bool allocate_slots(RequestId id, int64_t num_tokens);
+  // Makes room in the request's table (and its list of keys) for `max_tokens` tokens, so that
+  // allocate_slots() and cache_full_blocks() do not allocate while it grows to that length
+  // (no-op for a request that holds no blocks).
+  void reserve_table(RequestId id, int64_t max_tokens);
 
   // A sliding window (StreamingLLM): gives back the blocks of positions [sink_blocks x
   // block_size, end_block x block_size) that the request still holds; the first sink_blocks stay.
