@@ -202,6 +202,13 @@ StepOutput& StepOutputs::add() {
   return o;
 }
 
+void StepOutputs::reserve(size_t n, size_t tokens) {
+  while (slots_.size() < size_ + n) {
+    slots_.emplace_back();
+    slots_.back().new_tokens.reserve(tokens);
+  }
+}
+
 void Engine::fork_samples(Request& parent, std::span<const float> logits) {
   parent.forked = true;
   auto& ids = samples_.at(parent.group);
@@ -266,6 +273,11 @@ std::span<const StepOutput> Engine::step() {
   const auto t0 = Clock::now();
   ScheduledBatch& batch = batch_;
   scheduler_.schedule(&batch);
+  // A slot for every running request's output, made in the step that admitted it, not in the
+  // later one that samples its first token.
+  const SpeculativeOptions& spec = options_.scheduler.speculative;
+  outputs_.reserve(static_cast<size_t>(scheduler_.num_running()),
+                   1 + static_cast<size_t>(spec.enabled ? spec.ngram.num_speculative_tokens : 0));
   if (drafter_) {
     const int64_t passes = drafter_->forward_passes();
     drafter_->propose(&batch);

@@ -143,6 +143,9 @@ class StepOutputs final {
   void clear() { size_ = 0; }
   // Appends an output with every field at its default (taking a used slot when there is one).
   StepOutput& add();
+  // Makes sure there are slots for `n` outputs (beyond those added), each with room for `tokens`
+  // new tokens.
+  void reserve(size_t n, size_t tokens);
   std::span<const StepOutput> view() const { return {slots_.data(), size_}; }
   std::span<StepOutput> view() { return {slots_.data(), size_}; }
 

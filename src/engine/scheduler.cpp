@@ -311,6 +311,7 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     r->state = RequestState::kRunning;
     r->scheduled_in_step = step_;
     running_.push_back(r);
+    order_.reserve(running_.size());  // schedule_running's copy: grown here, not in a later step
     reserve_to_length(r);
     batch->items.push_back({r, n});
     batch->num_tokens += n;
@@ -594,6 +595,8 @@ void Scheduler::add_forked(std::unique_ptr<Request> request, int32_t first_token
   r->state = RequestState::kRunning;
   r->scheduled_in_step = step_;
   running_.push_back(r);
+  order_.reserve(running_.size());
+  reserve_to_length(r);
   accept_token(r, first_token);
 }
 

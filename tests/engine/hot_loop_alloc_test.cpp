@@ -257,6 +257,49 @@ void expect_steady_decode_allocates_nothing(Transformer& model, const std::strin
   }
 }
 
+// Three requests decode; then a long prompt arrives and is prefilled in chunks beside them (the
+// step budget leaves 16 of its tokens per step). Its admission may allocate (the request, its
+// sampler, its table, an output slot); every later step, chunk or decode, must not, the one that
+// samples its first token included.
+void expect_chunked_prefill_allocates_nothing(Transformer& model, const std::string& what, EngineOptions o) {
+  constexpr int64_t kChunk = 16, kLongPrompt = 150;
+  o.scheduler.max_num_batched_tokens = kChunk + 3;
+  Engine engine(model, o);
+  std::mt19937 rng(9);
+  const int64_t vocab = model.config().vocab_size;
+  auto spec = [&](size_t len, int64_t max_tokens) {
+    RequestSpec s;
+    for (size_t k = 0; k < len; ++k) s.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    s.limits.max_tokens = max_tokens;
+    s.limits.ignore_eos = true;
+    return s;
+  };
+  for (size_t i = 0; i < 3; ++i) engine.add(spec(4 + 3 * i, 64));
+  // Their prompts (4 + 7 + 10 tokens: two steps at this budget), then warm decode steps.
+  for (int step = 0; step < 5; ++step) {
+    for (const StepOutput& s : engine.step()) ASSERT_TRUE(s.error.empty()) << s.error;
+  }
+  const RequestId late = engine.add(spec(kLongPrompt, 16));
+  for (const StepOutput& s : engine.step()) ASSERT_TRUE(s.error.empty()) << s.error;  // admission
+  const int64_t chunk_steps = (kLongPrompt + kChunk - 1) / kChunk - 1;
+  for (int64_t step = 0; step < chunk_steps + 3; ++step) {
+    int64_t allocations = 0;
+    bool late_output = false;
+    {
+      AllocationCounter counter;
+      for (const StepOutput& s : engine.step()) {
+        ASSERT_TRUE(s.error.empty()) << s.error;
+        late_output = late_output || s.id == late;
+      }
+      allocations = counter.count();
+    }
+    // The long prompt's first token comes with its last chunk.
+    EXPECT_EQ(late_output, step >= chunk_steps - 1) << what << ", step " << step;
+    ASSERT_EQ(allocations, 0) << what << ", step " << step << " after the long prompt's admission allocated"
+                              << " (INFERD_ALLOC_TRACE=1 prints where)";
+  }
+}
+
 EngineOptions engine_options() {
   EngineOptions o;
   o.num_kv_blocks = 64;
@@ -275,6 +318,16 @@ TEST_F(HotLoopAllocTest, SteadyDecodeAllocatesNothingTinyModels) {
     ThreadPool pool(2);
     Transformer model(**weights, pool);
     expect_steady_decode_allocates_nothing(model, variant, engine_options());
+  }
+}
+
+TEST_F(HotLoopAllocTest, ChunkedPrefillBesideDecodeAllocatesNothingTinyModels) {
+  for (const char* variant : {"llama_untied", "qwen3", "qwen3_moe"}) {
+    auto weights = load_model(test::fixture_path(std::string("tiny/") + variant));
+    ASSERT_TRUE(weights.has_value()) << weights.status().message();
+    ThreadPool pool(2);
+    Transformer model(**weights, pool);
+    expect_chunked_prefill_allocates_nothing(model, variant, engine_options());
   }
 }
 
