@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <new>
 #include <random>
@@ -311,24 +312,29 @@ EngineOptions engine_options() {
   return o;
 }
 
-TEST_F(HotLoopAllocTest, SteadyDecodeAllocatesNothingTinyModels) {
-  for (const char* variant : {"llama_untied", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}) {
+// Runs `check` on each tiny fixture model named.
+template <typename Check>
+void for_each_tiny_model(std::initializer_list<const char*> variants, Check check) {
+  for (const char* variant : variants) {
     auto weights = load_model(test::fixture_path(std::string("tiny/") + variant));
     ASSERT_TRUE(weights.has_value()) << weights.status().message();
     ThreadPool pool(2);
     Transformer model(**weights, pool);
-    expect_steady_decode_allocates_nothing(model, variant, engine_options());
+    check(model, variant);
   }
 }
 
+TEST_F(HotLoopAllocTest, SteadyDecodeAllocatesNothingTinyModels) {
+  for_each_tiny_model({"llama_untied", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"},
+                      [](Transformer& model, const char* variant) {
+                        expect_steady_decode_allocates_nothing(model, variant, engine_options());
+                      });
+}
+
 TEST_F(HotLoopAllocTest, ChunkedPrefillBesideDecodeAllocatesNothingTinyModels) {
-  for (const char* variant : {"llama_untied", "qwen3", "qwen3_moe"}) {
-    auto weights = load_model(test::fixture_path(std::string("tiny/") + variant));
-    ASSERT_TRUE(weights.has_value()) << weights.status().message();
-    ThreadPool pool(2);
-    Transformer model(**weights, pool);
+  for_each_tiny_model({"llama_untied", "qwen3", "qwen3_moe"}, [](Transformer& model, const char* variant) {
     expect_chunked_prefill_allocates_nothing(model, variant, engine_options());
-  }
+  });
 }
 
 TEST_F(HotLoopAllocTest, SteadyDecodeAllocatesNothingDefaultModel) {
