@@ -308,11 +308,7 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     }
     waiting_.pop_front();
     if (!r->first_scheduled) r->first_scheduled = std::chrono::steady_clock::now();
-    r->state = RequestState::kRunning;
-    r->scheduled_in_step = step_;
-    running_.push_back(r);
-    order_.reserve(running_.size());  // schedule_running's copy: grown here, not in a later step
-    reserve_to_length(r);
+    start_running(r);
     batch->items.push_back({r, n});
     batch->num_tokens += n;
     *budget -= n;
@@ -321,16 +317,23 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
   return waiting_.empty() || *budget > 0;
 }
 
-void Scheduler::reserve_to_length(Request* r) {
-  // The most tokens it can reach: then its decode steps append to its output and block table
-  // without allocating (a StreamingLLM request runs past max_model_len: its output may still grow).
-  const int64_t output = std::min(r->limits.max_tokens, options_.max_model_len);
-  r->output.reserve(static_cast<size_t>(std::max<int64_t>(output, 0)));
-  if (!r->streaming.enabled()) {
-    const int64_t total =
-        std::min(static_cast<int64_t>(r->prompt.size()) + r->limits.max_tokens, options_.max_model_len);
-    kv_.reserve_table(r->id, total);
+void Scheduler::start_running(Request* r) {
+  r->state = RequestState::kRunning;
+  r->scheduled_in_step = step_;
+  running_.push_back(r);
+  order_.reserve(running_.size());  // schedule_running's copy: grown here, not in a later step
+  // The most tokens it can reach: then its steps append to its output and block table without
+  // allocating. A StreamingLLM request runs past max_model_len (its table stays within the
+  // window; its output may still grow).
+  const auto prompt = static_cast<int64_t>(r->prompt.size());
+  if (r->streaming.enabled()) {
+    r->output.reserve(
+        static_cast<size_t>(std::clamp<int64_t>(r->limits.max_tokens, 0, options_.max_model_len)));
+    return;
   }
+  const int64_t total = std::min(prompt + r->limits.max_tokens, options_.max_model_len);
+  r->output.reserve(static_cast<size_t>(std::max<int64_t>(total - prompt, 0)));
+  kv_.reserve_table(r->id, total);
 }
 
 void Scheduler::evict_outside_window(Request* r) {
@@ -592,11 +595,7 @@ void Scheduler::add_forked(std::unique_ptr<Request> request, int32_t first_token
   INFERD_CHECK(requests_.find(r->id) == requests_.end());
   INFERD_CHECK(r->output.empty() && r->num_computed_tokens == static_cast<int64_t>(r->prompt.size()));
   requests_.emplace(r->id, std::move(request));
-  r->state = RequestState::kRunning;
-  r->scheduled_in_step = step_;
-  running_.push_back(r);
-  order_.reserve(running_.size());
-  reserve_to_length(r);
+  start_running(r);
   accept_token(r, first_token);
 }
 

@@ -200,8 +200,9 @@ class Scheduler final {
   // value is above `above_priority`; false when there is none.
   bool preempt_one(const Request* keep, int32_t above_priority, ScheduledBatch* batch, int64_t* budget);
   void preempt(Request* victim, ScheduledBatch* batch, int64_t* budget);
-  // Reserves r's output and block table for the most tokens it can reach (at admission).
-  void reserve_to_length(Request* r);
+  // r joins running_ (admitted, or forked): its output and block table are reserved for the
+  // most tokens it can reach, so that the steps that run it do not allocate.
+  void start_running(Request* r);
   void finish(Request* r, FinishReason reason);
   // Appends a sampled token to a running request and finishes it on a stop token or at its length.
   void accept_token(Request* r, int32_t token);

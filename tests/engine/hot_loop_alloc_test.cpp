@@ -184,20 +184,14 @@ TEST_F(HotLoopAllocTest, CounterSeesAllocations) {
   delete outside;
 }
 
-struct Variant {
-  const char* name;
-  SamplingParams sampling;
-};
-
-std::vector<Variant> sampling_variants() {
-  std::vector<Variant> v;
-  v.push_back({"greedy", {}});
+// The four requests' sampling: greedy; top-k + top-p; min-p with penalties and logit bias;
+// greedy again.
+std::vector<SamplingParams> sampling_variants() {
   SamplingParams random;
   random.temperature = 0.8f;
   random.top_k = 40;
   random.top_p = 0.9f;
   random.seed = 7;
-  v.push_back({"top_k_top_p", random});
   SamplingParams penalized;
   penalized.temperature = 1.0f;
   penalized.min_p = 0.05f;
@@ -206,22 +200,19 @@ std::vector<Variant> sampling_variants() {
   penalized.frequency_penalty = 0.3f;
   penalized.logit_bias = {{3, 2.0f}, {5, -100.0f}};
   penalized.seed = 11;
-  v.push_back({"penalties_bias", penalized});
-  return v;
+  return {SamplingParams{}, random, penalized, SamplingParams{}};
 }
 
-// Four requests (one per sampling variant, one of them a second greedy) decode together. Once
-// every prompt is computed and two more steps ran, each of the next `steps` steps must allocate
-// nothing, and still give every request one token.
+// Four requests (one per sampling variant) decode together. Once every prompt is computed and
+// two more steps ran, each of the next kSteps steps must allocate nothing, and still give every
+// request one token.
 void expect_steady_decode_allocates_nothing(Transformer& model, const std::string& what,
                                             const EngineOptions& o) {
   Engine engine(model, o);
   std::mt19937 rng(5);
   const int64_t vocab = model.config().vocab_size;
   constexpr int kSteps = 24;
-  std::vector<SamplingParams> samplings;
-  for (const Variant& v : sampling_variants()) samplings.push_back(v.sampling);
-  samplings.push_back({});
+  const std::vector<SamplingParams> samplings = sampling_variants();
   std::map<RequestId, int64_t> generated;
   for (size_t i = 0; i < samplings.size(); ++i) {
     RequestSpec spec;
