@@ -1,5 +1,6 @@
 #include "grammar/gbnf_parser.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -19,7 +20,11 @@ bool is_word_char(char c) {
 
 class GbnfReader final {
  public:
-  explicit GbnfReader(std::string_view text) : text_(text) {}
+  explicit GbnfReader(std::string_view text) : text_(text) {
+    for (size_t i = 0; i < text_.size(); ++i) {
+      if (text_[i] == '\n') line_starts_.push_back(i + 1);
+    }
+  }
 
   std::vector<GbnfRule> read() {
     std::vector<GbnfRule> rules;
@@ -44,17 +49,14 @@ class GbnfReader final {
     return rules;
   }
 
+  // 1-based; a column counts bytes. A binary search of the line starts: a generated grammar has a
+  // reference on every line, and scanning from the start for each made reading it quadratic.
   void line_column(size_t offset, int* line, int* column) const {
-    *line = 1;
-    *column = 1;
-    for (size_t i = 0; i < offset && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++*line;
-        *column = 1;
-      } else {
-        ++*column;
-      }
-    }
+    offset = std::min(offset, text_.size());
+    const auto after = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
+    const size_t start = after == line_starts_.begin() ? 0 : *(after - 1);
+    *line = static_cast<int>(after - line_starts_.begin()) + 1;
+    *column = static_cast<int>(offset - start) + 1;
   }
 
  private:
@@ -199,11 +201,13 @@ class GbnfReader final {
         ref.name = read_name();
         seq.children.push_back(std::move(ref));
       } else if (c == '(') {
+        if (++depth_ > kMaxNesting) fail(pos_, "groups nested deeper than " + std::to_string(kMaxNesting));
         ++pos_;
         skip_space(true);
         GbnfExpr group = read_alternatives(true);
         if (peek() != ')') fail(pos_, "expected ')'");
         ++pos_;
+        --depth_;
         seq.children.push_back(std::move(group));
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (seq.children.empty()) fail(pos_, std::string("'") + c + "' with nothing before it to repeat");
@@ -253,6 +257,12 @@ class GbnfReader final {
   }
 
   void read_repetition(GbnfExpr* last) {
+    // A repetition of a repetition nests like a group ("a"**** ...).
+    int stacked = 1;
+    for (const GbnfExpr* e = last; e->kind == GbnfExpr::Kind::kRepeat; e = &e->children[0]) {
+      if (++stacked + depth_ > kMaxNesting)
+        fail(pos_, "groups and repetitions nested deeper than " + std::to_string(kMaxNesting));
+    }
     GbnfExpr rep;
     rep.kind = GbnfExpr::Kind::kRepeat;
     const char c = text_[pos_++];
@@ -287,8 +297,13 @@ class GbnfReader final {
   }
 
   static constexpr long kMaxRepeat = 100000;
+  // Groups (and stacked repetitions) nest at most this deep: reading, compiling and freeing a
+  // grammar recurse once per level, and a request must not overflow the server's stack.
+  static constexpr int kMaxNesting = 256;
   std::string_view text_;
+  std::vector<size_t> line_starts_;  // offsets just after each newline
   size_t pos_ = 0;
+  int depth_ = 0;  // groups open around pos_
 };
 
 }  // namespace

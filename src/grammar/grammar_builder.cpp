@@ -1,6 +1,6 @@
 #include "grammar/grammar_builder.h"
 
-#include <functional>
+#include <algorithm>
 #include <numeric>
 
 #include "common/check.h"
@@ -184,25 +184,37 @@ void GrammarBuilder::lower_repeat(const GbnfExpr& rep, Alternative* out) {
 // The matcher expands rules depth first, so a rule that can reach itself without consuming a byte
 // would never stop: refuse it (llama.cpp does too).
 Status GrammarBuilder::check_left_recursion() const {
+  // Linear in the grammar's size, without recursion: a request's grammar may have hundreds of
+  // thousands of rules chained in any order (a fixpoint over all rules took a pass per link, and a
+  // recursive search overflowed the stack on a chain of 200,000).
   const size_t n = names_.size();
+  // Nullable rules by a worklist: each alternative counts its elements not yet known nullable.
   std::vector<bool> nullable(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < n; ++r) {
-      if (nullable[r]) continue;
-      for (const Alternative& alt : alternatives_[r]) {
-        bool all = true;
-        for (const GrammarElement& e : alt) {
-          if (e.kind != GrammarElementKind::kRule || !nullable[e.value]) {
-            all = false;
-            break;
-          }
-        }
-        if (all) {
-          nullable[r] = true;
-          changed = true;
-          break;
-        }
+  std::vector<uint32_t> owner, remaining;       // per alternative without a terminal
+  std::vector<std::vector<uint32_t>> users(n);  // rule -> those alternatives, per occurrence
+  std::vector<uint32_t> work;
+  for (size_t r = 0; r < n; ++r) {
+    for (const Alternative& alt : alternatives_[r]) {
+      if (std::any_of(alt.begin(), alt.end(),
+                      [](const GrammarElement& e) { return e.kind != GrammarElementKind::kRule; }))
+        continue;
+      const auto a = static_cast<uint32_t>(owner.size());
+      owner.push_back(static_cast<uint32_t>(r));
+      remaining.push_back(static_cast<uint32_t>(alt.size()));
+      for (const GrammarElement& e : alt) users[e.value].push_back(a);
+      if (alt.empty() && !nullable[r]) {
+        nullable[r] = true;
+        work.push_back(static_cast<uint32_t>(r));
+      }
+    }
+  }
+  while (!work.empty()) {
+    const uint32_t s = work.back();
+    work.pop_back();
+    for (uint32_t a : users[s]) {
+      if (--remaining[a] == 0 && !nullable[owner[a]]) {
+        nullable[owner[a]] = true;
+        work.push_back(owner[a]);
       }
     }
   }
@@ -217,24 +229,30 @@ Status GrammarBuilder::check_left_recursion() const {
       }
     }
   }
+  // A cycle among them, by a depth-first search with its own stack of (rule, next edge).
   std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done
-  std::string cycle_at;
-  std::function<bool(uint32_t)> visit = [&](uint32_t r) {
-    color[r] = 1;
-    for (uint32_t s : starts[r]) {
-      if (color[s] == 1 || (color[s] == 0 && visit(s))) {
-        if (cycle_at.empty()) cycle_at = names_[s];
-        return true;
+  std::vector<std::pair<uint32_t, size_t>> path;
+  for (uint32_t root = 0; root < n; ++root) {
+    if (color[root] != 0) continue;
+    color[root] = 1;
+    path.assign(1, {root, 0});
+    while (!path.empty()) {
+      auto& [r, next] = path.back();
+      if (next == starts[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
       }
-    }
-    color[r] = 2;
-    return false;
-  };
-  for (uint32_t r = 0; r < n; ++r) {
-    if (color[r] == 0 && visit(r)) {
-      return invalid_argument("gbnf: left recursion through rule '" + cycle_at +
-                              "' (a rule that can reach itself without consuming a character, e.g. a "
-                              "repetition of something that can be empty)");
+      const uint32_t s = starts[r][next++];
+      if (color[s] == 1) {
+        return invalid_argument("gbnf: left recursion through rule '" + names_[s] +
+                                "' (a rule that can reach itself without consuming a character, e.g. a "
+                                "repetition of something that can be empty)");
+      }
+      if (color[s] == 0) {
+        color[s] = 1;
+        path.emplace_back(s, 0);
+      }
     }
   }
   return Status::ok();

@@ -78,7 +78,14 @@ std::string JsonSchemaCompiler::unique_name(const std::string& hint) {
   }
   if (base.empty()) base = "r";
   std::string name = base;
-  for (int i = 1; names_.contains(name); ++i) name = base + "-" + std::to_string(i);
+  if (names_.contains(name)) {
+    // The next free suffix after the last one given: names are never freed, so the ones below it
+    // are taken (counting up from 1 each time made many rules of one name quadratic).
+    int& last = last_suffix_[base];
+    do {
+      name = base + "-" + std::to_string(++last);
+    } while (names_.contains(name));
+  }
   names_.insert(name);
   return name;
 }
@@ -107,6 +114,19 @@ std::string JsonSchemaCompiler::any_object_gbnf() {
 
 Expected<std::string> JsonSchemaCompiler::visit(const Json& schema, const std::string& path,
                                                 const std::string& name) {
+  // Compiling recurses once per level of subschemas (and of $ref chains): bounded, so that a
+  // request cannot overflow the server's stack.
+  struct Level {
+    int* depth;
+    explicit Level(int* d) : depth(d) { ++*depth; }
+    ~Level() { --*depth; }
+    Level(const Level&) = delete;
+    Level& operator=(const Level&) = delete;
+  } level(&depth_);
+  if (depth_ > kMaxDepth) {
+    return unsupported("json_schema: the schema at " + schema_path(path) + " is nested deeper than " +
+                       std::to_string(kMaxDepth) + " levels");
+  }
   if (schema.is_boolean()) {
     if (schema.get<bool>()) return primitive("json-value");
     return unsupported("json_schema: schema 'false' at " + schema_path(path) + " admits no value");

@@ -46,9 +46,13 @@ class JsonSchemaCompiler final {
   std::string unique_name(const std::string& hint);
   Status keyword_error(const std::string& keyword, const std::string& path, const std::string& what) const;
 
+  static constexpr int kMaxDepth = 64;  // subschemas nested in one another, $ref chains included
+
   const Json& root_;
   std::vector<std::pair<std::string, std::string>> rules_;  // in order of definition
   std::set<std::string> names_;
+  std::map<std::string, int> last_suffix_;        // unique_name(): base -> the last suffix it gave
+  int depth_ = 0;                                 // visit() calls in progress
   std::map<std::string, std::string> ref_rules_;  // $ref -> rule name
 };
 

@@ -136,9 +136,11 @@ class RegexTranslator final {
           fail(start, "group flags '(?...' are not supported");
         }
       }
+      if (++depth_ > kMaxNesting) fail(start, "groups nested deeper than " + std::to_string(kMaxNesting));
       std::string inner = alternatives();
       if (peek() != ')') fail(start, "unbalanced '('");
       ++pos_;
+      --depth_;
       return "(" + inner + ")";
     }
     if (c == '[') return klass();
@@ -320,9 +322,13 @@ class RegexTranslator final {
     return gbnf_literal(utf8_encode(c));
   }
 
+  // Groups nest at most this deep (the translation recurses once per level, and so do the GBNF
+  // reader and compiler after it, whose own limit is 256 with the JSON schema's groups around).
+  static constexpr int kMaxNesting = 128;
   std::string_view re_;
   bool json_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -102,28 +102,41 @@ uint32_t StackStore::make_stack(std::span<const uint32_t> positions_top_first) {
 }
 
 void StackStore::expand(uint32_t stack, std::vector<uint32_t>* out) {
-  if (stack == kEmptyStack) {
-    out->push_back(stack);
-    return;
+  // Iterative, and each stack expanded once per call: stacks are interned, so a stack reached
+  // again adds nothing new. Without this, nullable rules nested in a repetition reach the same
+  // stacks along exponentially many paths (the fuzzed regex `(|||a){0,88}` ran for minutes), and a
+  // long chain of rules nests as deep as it is long.
+  if (++expand_epoch_ == 0) {
+    std::fill(expanded_.begin(), expanded_.end(), 0);
+    expand_epoch_ = 1;
   }
-  const Frame f = frames_[stack];
-  const GrammarElement& e = grammar_.element(f.position);
-  switch (e.kind) {
-    case GrammarElementKind::kBytes: out->push_back(stack); return;
-    case GrammarElementKind::kEnd: expand(f.parent, out); return;
-    case GrammarElementKind::kRule: {
-      // Tail call: a reference that ends its alternative leaves no frame to return to.
-      const uint32_t base = grammar_.element(f.position + 1).kind == GrammarElementKind::kEnd
-                                ? f.parent
-                                : push(f.position + 1, f.parent);
-      for (uint32_t alt : grammar_.rules()[e.value].alternatives) {
-        if (grammar_.element(alt).kind == GrammarElementKind::kEnd) {
-          expand(base, out);
-        } else {
-          expand(push(alt, base), out);
+  expand_work_.assign(1, stack);
+  while (!expand_work_.empty()) {
+    const uint32_t s = expand_work_.back();
+    expand_work_.pop_back();
+    if (s >= expanded_.size()) expanded_.resize(frames_.size(), 0);
+    if (expanded_[s] == expand_epoch_) continue;
+    expanded_[s] = expand_epoch_;
+    if (s == kEmptyStack) {
+      out->push_back(s);
+      continue;
+    }
+    const Frame f = frames_[s];
+    const GrammarElement& e = grammar_.element(f.position);
+    switch (e.kind) {
+      case GrammarElementKind::kBytes: out->push_back(s); break;
+      case GrammarElementKind::kEnd: expand_work_.push_back(f.parent); break;
+      case GrammarElementKind::kRule: {
+        // Tail call: a reference that ends its alternative leaves no frame to return to.
+        const uint32_t base = grammar_.element(f.position + 1).kind == GrammarElementKind::kEnd
+                                  ? f.parent
+                                  : push(f.position + 1, f.parent);
+        for (uint32_t alt : grammar_.rules()[e.value].alternatives) {
+          expand_work_.push_back(grammar_.element(alt).kind == GrammarElementKind::kEnd ? base
+                                                                                        : push(alt, base));
         }
+        break;
       }
-      return;
     }
   }
 }

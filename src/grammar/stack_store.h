@@ -113,6 +113,9 @@ class StackStore final {
   std::vector<std::vector<uint32_t>> afters_;
   std::vector<uint32_t> scratch_;
   std::vector<uint32_t> step_scratch_;
+  std::vector<uint32_t> expand_work_;  // expand(): stacks still to expand
+  std::vector<uint32_t> expanded_;     // stack -> the expand() call that reached it last
+  uint32_t expand_epoch_ = 0;
 };
 
 }  // namespace inferd
