@@ -27,7 +27,7 @@ struct ToolCallDelta {
 };
 
 struct ToolCall {
-  std::string id, name, arguments;  // arguments: JSON text (an object)
+  std::string id, name, arguments;  // arguments: JSON text, the value the model wrote (normally an object)
 };
 
 class ToolCallParser final {
