@@ -99,8 +99,8 @@ struct Channel {
   net::steady_timer wake;  // I/O thread only: cancelled to wake the handler
 };
 
-// The result of work done on the LoRA loader thread for one handler: the loader sets `result`
-// and cancels `wake` on the I/O thread.
+// The result of work done on another thread (the LoRA loader, an input worker) for one handler:
+// the work's result is set and `wake` cancelled on the I/O thread.
 template <class T>
 struct LoaderWait {
   explicit LoaderWait(net::any_io_executor ex) : wake(ex) { wake.expires_at(Clock::time_point::max()); }
@@ -118,13 +118,17 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor;
   net::signal_set signals;
   net::thread_pool lora_loader{1};  // loads LoRA adapters that are not resident
+  // Run the input side of generation requests (chat template, tokenizer, grammar compilation):
+  // a large prompt or grammar takes up to seconds, during which the I/O thread goes on streaming.
+  net::thread_pool input_workers{2};
   // I/O thread only from here on.
   bool ready = false;
   bool draining = false;
   int exit_code = 0;
   ServingContext ctx;
   std::unique_ptr<ServerMetrics> metrics;
-  std::optional<InputProcessor> inputs;  // the front end's input side, once the model is loaded
+  // The front end's input side, once the model is loaded; shared with the input workers.
+  std::shared_ptr<const InputProcessor> inputs;
   std::unordered_set<RequestId> active;  // engine requests in flight
   int64_t in_flight_http = 0;
 
@@ -485,13 +489,14 @@ struct HttpServer::Impl {
     return std::nullopt;
   }
 
-  // Starts `work` on the LoRA loader thread (adapter files are read and checked while the I/O
-  // thread and the engine go on); its result lands in the returned wait, on the I/O thread.
+  // Starts `work` on `pool` (the LoRA loader: adapter files are read and checked; an input
+  // worker: a request's input side) while the I/O thread and the engine go on; its result lands
+  // in the returned wait, on the I/O thread.
   template <class F>
-  std::shared_ptr<LoaderWait<std::invoke_result_t<F>>> start_on_lora_loader(F work) {
+  std::shared_ptr<LoaderWait<std::invoke_result_t<F>>> start_on(net::thread_pool& pool, F work) {
     using T = std::invoke_result_t<F>;
     auto wait = std::make_shared<LoaderWait<T>>(io.get_executor());
-    net::post(lora_loader, [wait, work = std::move(work)]() mutable {
+    net::post(pool, [wait, work = std::move(work)]() mutable {
       T result = work();
       net::post(wait->wake.get_executor(), [wait, result = std::move(result)]() mutable {
         wait->result.emplace(std::move(result));
@@ -517,8 +522,8 @@ struct HttpServer::Impl {
     if (!error) {
       // The files are read and checked on the loader thread: neither the I/O thread nor the
       // engine waits for them.
-      auto wait = start_on_lora_loader(
-          [registry = ctx.lora, load, replace, name, path, base = options.served_model_name] {
+      auto wait = start_on(
+          lora_loader, [registry = ctx.lora, load, replace, name, path, base = options.served_model_name] {
             return load ? registry->add(name, path, base, replace) : registry->remove(name);
           });
       co_await until_done(*wait);
@@ -722,11 +727,13 @@ struct HttpServer::Impl {
                 {"lease_seconds", ctx.kv_export->lease_seconds()}};
   }
 
-  // Parses the body, runs the input side of the front end (validation, template, tokenizer,
-  // context window) and checks the queue limit. A plain function: no temporaries cross a
-  // co_await (see generate()).
-  std::optional<ApiError> prepare_generate(ApiEndpoint endpoint, const http::request<http::string_body>& req,
-                                           Prepared* out) {
+  // Preparing a generation request, in three steps (plain functions: no temporaries cross a
+  // co_await, see generate()): parse_generate() on the I/O thread reads the body and picks the
+  // model; the input side (validation, template, tokenizer, context window, grammar) runs on an
+  // input worker; finish_generate() on the I/O thread applies the KV transfer, the queue limit
+  // and the SLO class.
+  std::optional<ApiError> parse_generate(ApiEndpoint endpoint, const http::request<http::string_body>& req,
+                                         Prepared* out, GenerationRequest* generation) {
     ParsedRequest parsed = parse_generate_request(endpoint, req.body());
     if (!parsed.request) return parsed.error;
     out->api = std::move(*parsed.request);
@@ -740,13 +747,18 @@ struct HttpServer::Impl {
                         "invalid_request_error", "model", "model_not_found"};
       out->lora_name = api.model;
     }
-    GenerationRequest g = api.generation;
-    if (g.session_id.empty()) {  // the session context pool: the body's session_id, or the header
-      if (auto h = req.find("X-Session-Id"); h != req.end()) g.session_id = std::string(h->value());
+    *generation = api.generation;
+    if (generation->session_id.empty()) {  // the session context pool: the body's session_id, or the header
+      if (auto h = req.find("X-Session-Id"); h != req.end()) generation->session_id = std::string(h->value());
     }
-    InputProcessed processed = inputs->process(std::move(g));
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> finish_generate(ApiEndpoint endpoint, const http::request<http::string_body>& req,
+                                          InputProcessed& processed, Prepared* out) {
     if (!processed.input) return api_error(processed.error, endpoint);
     out->input = std::move(*processed.input);
+    const GenerateRequest& api = out->api;
     if (api.kv_transfer) {
       if (std::optional<ApiError> e = apply_kv_transfer(out)) return e;
     }
@@ -814,7 +826,17 @@ struct HttpServer::Impl {
                            ApiEndpoint endpoint, const TritonAnswer* triton = nullptr) {
     const auto arrival = Clock::now();
     Prepared prepared;
-    if (std::optional<ApiError> error = prepare_generate(endpoint, req, &prepared)) {
+    GenerationRequest generation;
+    std::optional<ApiError> error = parse_generate(endpoint, req, &prepared, &generation);
+    if (!error) {
+      auto processed =
+          start_on(input_workers, [inputs = inputs, generation = std::move(generation)]() mutable {
+            return inputs->process(std::move(generation));
+          });
+      co_await until_done(*processed);
+      error = finish_generate(endpoint, req, *processed->result, &prepared);
+    }
+    if (error) {
       Response res =
           triton != nullptr ? triton_error(req, error->status, error->message) : error_response(req, *error);
       if (error->status == 429)
@@ -824,8 +846,8 @@ struct HttpServer::Impl {
     if (!prepared.lora_name.empty()) {
       // The adapter, loaded on another thread when it is not resident (a cold adapter's
       // requests wait for it; the I/O thread and the engine go on).
-      auto wait = start_on_lora_loader(
-          [registry = ctx.lora, name = prepared.lora_name] { return registry->acquire(name); });
+      auto wait = start_on(
+          lora_loader, [registry = ctx.lora, name = prepared.lora_name] { return registry->acquire(name); });
       co_await until_done(*wait);
       const Expected<std::shared_ptr<const LoraAdapter>>& adapter = *wait->result;
       if (!adapter.has_value()) {
@@ -1152,7 +1174,7 @@ void HttpServer::set_ready(const ServingContext& context) {
     InputLimits limits{context.max_model_len, context.vocab_size, impl->options.max_prompts};
     limits.tool_call_parser = impl->options.tool_call_parser;
     limits.enable_auto_tool_choice = impl->options.enable_auto_tool_choice;
-    impl->inputs.emplace(context.tokenizer, context.chat_template, limits);
+    impl->inputs = std::make_shared<const InputProcessor>(context.tokenizer, context.chat_template, limits);
     impl->metrics = std::make_unique<ServerMetrics>(impl->options.metrics_prefix,
                                                     impl->options.served_model_name, context.max_model_len);
     if (context.engine != nullptr) impl->metrics->set_slo_classes(context.engine->slo_classes());

@@ -85,6 +85,53 @@ def test_vllm_constraint_fields(server):
     assert e.value.body["param"] == "guided_grammar"
 
 
+def nested_schema(levels):
+    schema = {"type": "integer"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+def test_hostile_grammars_are_400_and_others_are_served(server):
+    """Grammars that used to overflow the stack or run for minutes (tests/grammar/grammar_limits_test.cpp),
+    sent while another request streams: each is a 400 naming its field, a huge valid grammar is
+    compiled off the I/O thread and served, and the stream completes."""
+    import concurrent.futures
+    cl = client(server)
+    chain = "root ::= r0\n" + "".join(f'r{i} ::= r{i + 1} "x"\n' for i in range(200000)) + 'r200000 ::= "y"\n'
+
+    def stream():
+        r = cl.completions.create(model="", prompt="Once upon a time", max_tokens=64, temperature=0,
+                                  stream=True, extra_body={"ignore_eos": True})
+        return [c.choices[0].finish_reason for c in r if c.choices and c.choices[0].finish_reason]
+
+    def refused(**kw):
+        with pytest.raises(openai.BadRequestError) as e:
+            cl.completions.create(model="", prompt="x", max_tokens=5, **kw)
+        return e.value.body
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        streamed = pool.submit(stream)
+        parens = "root ::= " + "(" * 100000 + '"a"' + ")" * 100000
+        deep_gbnf = pool.submit(refused, extra_body={"guided_grammar": parens})
+        stars = pool.submit(refused, extra_body={"guided_grammar": 'root ::= "a"' + "*" * 100000})
+        deep_regex = pool.submit(refused, extra_body={"guided_regex": "(" * 100000 + "a" + ")" * 100000})
+        deep_schema = pool.submit(refused, extra_body={"guided_json": nested_schema(300)})
+        big = pool.submit(lambda: cl.completions.create(model="", prompt="x", max_tokens=6, temperature=1, seed=1,
+                                                        extra_body={"guided_grammar": chain}))
+        for f, param, words in ((deep_gbnf, "guided_grammar", "groups nested deeper than 256"),
+                                (stars, "guided_grammar", "repetitions nested deeper than 256"),
+                                (deep_regex, "guided_regex", "groups nested deeper than 128"),
+                                (deep_schema, "guided_json", "nested deeper than 64 levels")):
+            body = f.result()
+            assert body["param"] == param and words in body["message"], body
+        answer = big.result().choices[0]
+        assert answer.finish_reason == "length" and re.fullmatch("yx*", answer.text), answer
+        assert streamed.result() == ["length"]
+    r = cl.completions.create(model="", prompt="Hello", max_tokens=4, temperature=0, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 4
+
+
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
