@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/text.h"
 #include "tokenizer/chat_encoder.h"
 
 namespace inferd {
@@ -83,6 +84,9 @@ Expected<nlohmann::ordered_json> template_messages(const nlohmann::ordered_json&
         return invalid_argument(where + "[" + std::to_string(k) + "] needs a function with a name");
       auto args = f->find("arguments");
       if (args == f->end() || !args->is_string()) continue;
+      if (json_nests_deeper_than(args->get_ref<const std::string&>()))
+        return invalid_argument(where + "[" + std::to_string(k) + "].function.arguments nests deeper than " +
+                                std::to_string(kMaxJsonDepth) + " levels");
       auto parsed = nlohmann::ordered_json::parse(args->get<std::string>(), nullptr, false);
       if (parsed.is_discarded() || !parsed.is_object())
         return invalid_argument(where + "[" + std::to_string(k) +

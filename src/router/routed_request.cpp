@@ -1,5 +1,7 @@
 #include "router/routed_request.h"
 
+#include "common/text.h"
+
 namespace inferd {
 
 namespace {
@@ -94,6 +96,9 @@ Expected<RoutedRequest> parse_routed_request(RouteEndpoint endpoint, std::string
                                              std::string_view session_header) {
   RoutedRequest r;
   r.endpoint = endpoint;
+  if (json_nests_deeper_than(body))
+    return invalid_argument("the request body nests arrays and objects deeper than " +
+                            std::to_string(kMaxJsonDepth) + " levels");
   r.body = json::parse(body, nullptr, false);
   if (r.body.is_discarded()) return invalid_argument("the request body is not valid JSON");
   if (!r.body.is_object()) return invalid_argument("the request body must be a JSON object");

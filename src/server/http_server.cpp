@@ -28,6 +28,7 @@
 #include <boost/beast/http.hpp>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "server/triton_api.h"
@@ -466,6 +467,10 @@ struct HttpServer::Impl {
     };
     if (ctx.lora == nullptr)
       return bad("LoRA adapters are not enabled (start the server with --enable-lora)", "");
+    if (json_nests_deeper_than(body))
+      return bad("the request body nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) +
+                     " levels",
+                 "");
     json j = json::parse(body, nullptr, false);
     if (!j.is_object()) return bad("the body must be a JSON object", "");
     for (const auto& [key, value] : j.items()) {

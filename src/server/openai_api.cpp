@@ -3,6 +3,7 @@
 #include <limits>
 #include <tuple>
 
+#include "common/text.h"
 #include "engine/engine.h"
 
 namespace inferd {
@@ -115,6 +116,13 @@ bool read_ids(const json& v, std::vector<int32_t>* out) {
 
 // Parses a request body that must be a JSON object; false with `error` set otherwise.
 bool parse_object(std::string_view body, json* out, ApiError* error) {
+  if (json_nests_deeper_than(body)) {
+    *error = ApiError{
+        400,
+        "the request body nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+        "invalid_request_error", "", ""};
+    return false;
+  }
   *out = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded()) {
     *error = ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
@@ -321,7 +329,7 @@ void parse_tools(Reader& r, GenerationRequest* g) {
 // A JSON schema given as an object or as its JSON text (vLLM takes both).
 std::optional<json> schema_value(const json& v) {
   if (v.is_object() || v.is_boolean()) return v;
-  if (!v.is_string()) return std::nullopt;
+  if (!v.is_string() || json_nests_deeper_than(v.get_ref<const std::string&>())) return std::nullopt;
   auto parsed = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean())) return std::nullopt;
   return parsed;

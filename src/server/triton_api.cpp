@@ -3,6 +3,8 @@
 #include <array>
 #include <vector>
 
+#include "common/text.h"
+
 namespace inferd {
 
 namespace {
@@ -118,6 +120,9 @@ std::optional<TritonRoute> parse_triton_target(std::string_view target) {
 
 Expected<json> triton_to_completion(std::string_view body, const std::string& model, bool stream,
                                     std::string* id) {
+  if (json_nests_deeper_than(body))
+    return invalid_argument("the request body nests arrays and objects deeper than " +
+                            std::to_string(kMaxJsonDepth) + " levels");
   json in = json::parse(body, nullptr, false);
   if (in.is_discarded() || !in.is_object()) return invalid_argument("the request body is not a JSON object");
   json out = {{"model", model}, {"stream", stream}};

@@ -95,7 +95,8 @@ def nested_schema(levels):
 def test_hostile_grammars_are_400_and_others_are_served(server):
     """Grammars that used to overflow the stack or run for minutes (tests/grammar/grammar_limits_test.cpp),
     sent while another request streams: each is a 400 naming its field, a huge valid grammar is
-    compiled off the I/O thread and served, and the stream completes."""
+    compiled off the I/O thread and served, and the stream completes. Then bodies nested a million
+    deep: 400, and the server serves on."""
     import concurrent.futures
     cl = client(server)
     chain = "root ::= r0\n" + "".join(f'r{i} ::= r{i + 1} "x"\n' for i in range(200000)) + 'r200000 ::= "y"\n'
@@ -128,6 +129,20 @@ def test_hostile_grammars_are_400_and_others_are_served(server):
         answer = big.result().choices[0]
         assert answer.finish_reason == "length" and re.fullmatch("yx*", answer.text), answer
         assert streamed.result() == ["length"]
+    # A body of a million nested brackets (2 MB): it overflowed the server's stack, and UCX's crash
+    # handler then hung the process in malloc instead of letting it die.
+    import urllib.error
+    import urllib.request
+    n = 1000000
+    for body in ('{"model": "", "prompt": ' + "[" * n + "]" * n + "}",
+                 '{"model": "", "messages": [{"role": "user", "content": ' + "[" * n + "]" * n + "}]}"):
+        req = urllib.request.Request(server.base + "/v1/completions", data=body.encode(),
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {server.api_key}"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=120)
+        assert e.value.code == 400
+        assert "nests arrays and objects deeper than 512 levels" in json.loads(e.value.read())["error"]["message"]
     r = cl.completions.create(model="", prompt="Hello", max_tokens=4, temperature=0, extra_body={"ignore_eos": True})
     assert r.usage.completion_tokens == 4
 
