@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,6 +64,7 @@ const char* kDocuments[] = {
 struct StepStats {
   std::vector<double> micros;
   std::vector<int> allowed;
+  uint64_t max_work = 0;  // GrammarMatcher::token_work() of the costliest mask or step
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -86,15 +88,18 @@ bool run_document(const std::shared_ptr<const inferd::Grammar>& g,
     const auto t0 = Clock::now();
     m.fill_next_token_bitmask(mask);
     stats->micros.push_back(micros_since(t0));
+    stats->max_work = std::max(stats->max_work, m.token_work());
     int allowed = 0;
     for (uint32_t w : mask) allowed += __builtin_popcount(w);
     stats->allowed.push_back(allowed);
     if (i == tokens.size()) break;
     const int32_t id = tokens[i];
     if (!((mask[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1) || !m.accept_token(id)) {
-      std::printf("  token %zu (id %d, '%s') refused\n", i, id, vocab->token_bytes(id).c_str());
+      std::printf("  token %zu (id %d, '%s') refused%s%s\n", i, id, vocab->token_bytes(id).c_str(),
+                  m.failed() ? ": " : "", m.error().c_str());
       return false;
     }
+    stats->max_work = std::max(stats->max_work, m.token_work());
   }
   if (!m.can_end()) {
     std::printf("  document incomplete for the grammar\n");
@@ -107,11 +112,11 @@ void print_stats(const char* label, const StepStats& s) {
   std::vector<double> allowed(s.allowed.begin(), s.allowed.end());
   std::printf(
       "  %-34s steps %4zu  mask us: mean %8.1f  p50 %7.1f  p90 %8.1f  max %9.1f  | allowed: min %d mean %.0f "
-      "max %d\n",
+      "max %d | work max %llu\n",
       label, s.micros.size(), mean(s.micros), percentile(s.micros, 0.5), percentile(s.micros, 0.9),
       *std::max_element(s.micros.begin(), s.micros.end()),
       *std::min_element(s.allowed.begin(), s.allowed.end()), mean(allowed),
-      *std::max_element(s.allowed.begin(), s.allowed.end()));
+      *std::max_element(s.allowed.begin(), s.allowed.end()), static_cast<unsigned long long>(s.max_work));
 }
 
 int g_cold_reps = 1;  // --cold-reps N: document 1 on N freshly compiled grammars
@@ -166,6 +171,25 @@ void bench_vocab(const char* name, const inferd::Tokenizer& tok) {
     char label[64];
     std::snprintf(label, sizeof label, "document 1, %d new grammars (cold)", g_cold_reps);
     print_stats(label, all);
+  }
+  // Ambiguous regexes a user may reasonably send (hundreds to thousands of live parses), on text
+  // they match: what they cost per token, against StackStore's bounds.
+  const std::string prose =
+      "the analytical engine weaves algebraic patterns just as the jacquard loom weaves flowers and "
+      "leaves and we may say most aptly that it holds a place wholly its own";
+  const std::string csv = "ada,lovelace,1815,london,mathematician,analytical engine notes,grace,hopper,1906,";
+  for (const auto& [regex, text] : std::vector<std::pair<std::string, std::string>>{
+           {"[a-z ]{0,2000}[a-z ]{0,2000}", prose}, {"(.*,){0,50}", csv}, {"([a-z]+ ?){1,200}", prose}}) {
+    auto re = inferd::grammar_from_regex(regex);
+    StepStats cold, warm;
+    const std::vector<int32_t> tokens = tok.encode(text, false);
+    if (re && run_document(*re, *vocab, tokens, num_logits, &cold) &&
+        run_document(*re, *vocab, tokens, num_logits, &warm)) {
+      print_stats(("regex " + regex + ", cold").c_str(), cold);
+      print_stats(("regex " + regex + ", warm").c_str(), warm);
+    } else if (!re) {
+      std::printf("  regex %s: %s\n", regex.c_str(), re.status().message().c_str());
+    }
   }
   // any JSON object (json_object mode) on document 1.
   StepStats any_cold, any_warm;

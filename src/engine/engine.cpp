@@ -329,7 +329,7 @@ std::span<const StepOutput> Engine::step() {
       if (r.draft.empty()) {
         SampleResult res = sampler.sample(runner_.logits_row(k), r.prompt, r.output);
         sampled_[item] = res.token;
-        if (res.grammar_dead_end) dead_ends_.push_back(r.id);
+        if (res.grammar_dead_end) dead_ends_.emplace_back(r.id, sampler.grammar_error());
         emit(res);
       } else {
         // Verify the drafts: sample each position as decoding one token at a time would (the
@@ -358,8 +358,10 @@ std::span<const StepOutput> Engine::step() {
     }
     t3 = Clock::now();
     scheduler_.update(batch, sampled_, accepted_);
-    for (RequestId id : dead_ends_)
-      scheduler_.fail(id, "the output grammar allows no token of the model's vocabulary here");
+    for (auto& [id, error] : dead_ends_) {
+      scheduler_.fail(id, error.empty() ? "the output grammar allows no token of the model's vocabulary here"
+                                        : std::move(error));
+    }
     dead_ends_.clear();
     ++stats_.steps;
     stats_.tokens += batch.num_tokens;

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -215,7 +216,8 @@ class Engine final {
   std::unordered_map<RequestId, std::vector<RequestId>> samples_;
   RequestId next_sample_id_ = RequestId{1} << 63;
 
-  std::vector<RequestId> dead_ends_;  // this step's sequences whose grammar allowed no token
+  // This step's sequences whose grammar allowed no token, with Sampler::grammar_error().
+  std::vector<std::pair<RequestId, std::string>> dead_ends_;
   EngineOptions options_;
   Transformer& model_;
   KvCache cache_;

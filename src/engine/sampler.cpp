@@ -76,6 +76,10 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   return r;
 }
 
+std::string Sampler::grammar_error() const {
+  return matcher_ && matcher_->failed() ? matcher_->error() : std::string();
+}
+
 void Sampler::prepare_grammar_mask(size_t num_logits) {
   if (!matcher_) return;
   bitmask_.resize(GrammarMatcher::bitmask_words(num_logits));

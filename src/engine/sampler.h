@@ -82,6 +82,9 @@ class Sampler final {
   // sampler must not be used concurrently). No-op without a grammar.
   void prepare_grammar_mask(size_t num_logits);
   bool has_grammar() const { return matcher_.has_value(); }
+  // Why the last grammar_dead_end happened: the grammar's matcher failed (too ambiguous to follow,
+  // GrammarMatcher::failed()) or, when empty, the grammar allows no token of the vocabulary.
+  std::string grammar_error() const;
 
  private:
   int32_t draw(std::span<const float> logits);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -47,6 +48,17 @@ class GrammarMatcher final {
   [[nodiscard]] Status rollback(size_t num_tokens);
   // Back to the start of the grammar.
   void reset();
+
+  // The grammar proved too ambiguous to follow within StackStore's bounds (more parses alive at
+  // once than kMaxStacksPerSet, or too much parser state): the matcher allows no token and accepts
+  // none from then on (rollback() and reset() do not clear it), and the request must fail with
+  // error() rather than read the empty mask as the grammar's own dead end.
+  bool failed() const { return failed_; }
+  std::string error() const;
+  // The parser work (StackStore::work()) of the last mask computed or token accepted: the
+  // matcher's own store's, and the walks it asked of the shared cache. Failure comes past
+  // StackStore::kMaxWorkPerToken.
+  uint64_t token_work() const { return store_->work() - work_start_ + cache_work_; }
   size_t num_accepted_tokens() const { return history_.size() - 1; }
 
  private:
@@ -55,6 +67,9 @@ class GrammarMatcher final {
     bool ended;  // an end token was accepted
   };
   void compute_mask(std::vector<uint32_t>* mask);
+  // Records an overflow of the matcher's store (or the shared cache's, `cache_failed`), or this
+  // token's work past StackStore::kMaxWorkPerToken, as failure.
+  bool check_overflow(bool cache_failed = false);
   void add_uncertain(uint32_t stack, const ContextMask& cm, std::vector<uint32_t>* mask);
 
   static constexpr size_t kMaxCachedStates = 64;
@@ -65,6 +80,15 @@ class GrammarMatcher final {
   std::vector<State> history_;                                       // history_.back(): the current state
   std::unordered_map<uint32_t, std::vector<uint32_t>> state_masks_;  // set id -> whole mask
   std::vector<uint32_t> walk_states_;                                // scratch of add_uncertain
+  bool failed_ = false;
+  // This token's parser work: its mask or step in the matcher's store, and the walks it asked
+  // of the shared cache.
+  void start_token_work() {
+    work_start_ = store_->work();
+    cache_work_ = 0;
+  }
+  uint64_t work_start_ = 0;
+  uint64_t cache_work_ = 0;
 };
 
 }  // namespace inferd

@@ -69,7 +69,15 @@ uint32_t StackStore::make_set(std::vector<uint32_t> stacks) {
   return intern_set(&stacks);
 }
 
+std::string StackStore::overflow_message() {
+  return "the output grammar is too ambiguous: more than " + std::to_string(kMaxStacksPerSet) +
+         " parses of the output alive at once, more than " + std::to_string(kMaxStoredIds >> 18) +
+         " MiB of parser states, or more than " + std::to_string(kMaxWorkPerToken) +
+         " parser steps for one token";
+}
+
 uint32_t StackStore::intern_set(std::vector<uint32_t>* stacks) {
+  work_ += stacks->size();
   std::sort(stacks->begin(), stacks->end());
   stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
   const uint64_t h = hash_stacks(*stacks);
@@ -77,6 +85,11 @@ uint32_t StackStore::intern_set(std::vector<uint32_t>* stacks) {
   for (const auto& [hash, id] : bucket) {
     if (hash == h && sets_[id] == *stacks) return id;
   }
+  if (stacks->size() > kMaxStacksPerSet || stored_ids_ + frames_.size() + stacks->size() > kMaxStoredIds) {
+    ++overflows_;
+    return kDeadSet;
+  }
+  stored_ids_ += stacks->size();
   const auto id = static_cast<uint32_t>(sets_.size());
   ByteSet first;
   for (uint32_t s : *stacks) {
@@ -114,6 +127,7 @@ void StackStore::expand(uint32_t stack, std::vector<uint32_t>* out) {
   while (!expand_work_.empty()) {
     const uint32_t s = expand_work_.back();
     expand_work_.pop_back();
+    ++work_;
     if (s >= expanded_.size()) expanded_.resize(frames_.size(), 0);
     if (expanded_[s] == expand_epoch_) continue;
     expanded_[s] = expand_epoch_;
@@ -157,6 +171,7 @@ std::span<const uint32_t> StackStore::after_terminal(uint32_t stack) {
       expand(push(f.position + 1, f.parent), &out);
     }
     after_[stack] = static_cast<int32_t>(afters_.size());  // after push(): after_ may have grown
+    stored_ids_ += out.size();
     afters_.push_back(std::move(out));
   }
   return afters_[static_cast<size_t>(after_[stack])];
@@ -176,6 +191,7 @@ uint32_t StackStore::step_slow(uint32_t set, uint8_t byte) {
   if (!first_bytes_[set].test(byte)) return remember(kDeadSet);
   if (const uint32_t* next = steps_.find(key)) return remember(*next);
   step_scratch_.clear();
+  work_ += sets_[set].size();
   // sets_[set] stays put below: after_terminal() grows frames_ and afters_, not sets_.
   for (uint32_t s : sets_[set]) {
     if (s == kEmptyStack) continue;
@@ -183,8 +199,11 @@ uint32_t StackStore::step_slow(uint32_t set, uint8_t byte) {
     if (!grammar_.byte_set(e.value).test(byte)) continue;
     const auto after = after_terminal(s);
     step_scratch_.insert(step_scratch_.end(), after.begin(), after.end());
+    work_ += after.size();
   }
+  const uint64_t overflows = overflows_;
   const uint32_t next = step_scratch_.empty() ? kDeadSet : intern_set(&step_scratch_);
+  if (overflows_ != overflows) return kDeadSet;  // not a rejection: nothing memoized
   steps_.insert(key, next);
   return remember(next);
 }

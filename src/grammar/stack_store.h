@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -48,6 +49,15 @@ class StackStore final {
  public:
   static constexpr uint32_t kEmptyStack = 0;
   static constexpr uint32_t kDeadSet = 0;
+  // Bounds on what an ambiguous grammar may cost (docs/grammar.md). A state holding more stacks
+  // than kMaxStacksPerSet, or a store holding more than kMaxStoredIds stack ids in its frames and
+  // sets, is not made: the operation answers kDeadSet and overflowed() turns true. Unambiguous
+  // grammars (JSON schemas, choices) hold a handful of stacks; `[a-z]{0,2000}[a-z]{0,2000}` 2,002.
+  static constexpr size_t kMaxStacksPerSet = 1 << 14;
+  static constexpr size_t kMaxStoredIds = size_t{1} << 25;  // 128 MiB of ids
+  // And a bound on time: the work() of one token's mask and step in a matcher, or of one walk of
+  // TokenMaskCache, past which the grammar is refused the same way (docs/grammar.md).
+  static constexpr uint64_t kMaxWorkPerToken = uint64_t{1} << 22;
 
   explicit StackStore(const Grammar& grammar);  // grammar: not owned, outlives the store
 
@@ -81,6 +91,17 @@ class StackStore final {
 
   size_t num_stacks() const { return frames_.size(); }
   size_t num_sets() const { return sets_.size(); }
+
+  // Some operation hit a bound above since the store was made (or since clear_overflow()); the
+  // kDeadSet it answered then was not a rejection of the input, and no step result was memoized.
+  bool overflowed() const { return overflows_ != 0; }
+  // Stacks handled so far (expanded, scanned by a step, sorted into a set): the store's work, in
+  // units that take roughly alike time. Callers budget it per token (GrammarMatcher) or per walk
+  // (TokenMaskCache).
+  uint64_t work() const { return work_; }
+  void clear_overflow() { overflows_ = 0; }
+  // The message for a request whose grammar overflowed.
+  static std::string overflow_message();
 
  private:
   struct Frame {
@@ -116,6 +137,9 @@ class StackStore final {
   std::vector<uint32_t> expand_work_;  // expand(): stacks still to expand
   std::vector<uint32_t> expanded_;     // stack -> the expand() call that reached it last
   uint32_t expand_epoch_ = 0;
+  size_t stored_ids_ = 0;  // stack ids held by sets_ and afters_, plus frames
+  uint64_t overflows_ = 0;
+  uint64_t work_ = 0;
 };
 
 }  // namespace inferd

@@ -41,8 +41,11 @@ class TokenMaskCache final {
   TokenMaskCache(const Grammar& grammar, std::shared_ptr<const GrammarVocab> vocab);
 
   // The mask of `stack` of `store` (a matcher's) without the frames below its key. Computed on
-  // first use of the key (a trie walk), then shared. Thread-safe.
-  std::shared_ptr<const ContextMask> get(const StackStore& store, uint32_t stack);
+  // first use of the key (a trie walk), then shared. Thread-safe. nullptr when the walk overflowed
+  // the cache's StackStore (a grammar too ambiguous to follow; nothing is cached then).
+  // `work_left`: the caller's budget of StackStore::work() for a walk; a walk that would exceed it
+  // stops and answers nullptr too. What a walk used is taken off it.
+  std::shared_ptr<const ContextMask> get(const StackStore& store, uint32_t stack, uint64_t* work_left);
 
   size_t num_entries() const;
 
@@ -54,16 +57,18 @@ class TokenMaskCache final {
   // `base` (the short-token key's mask) with the long tokens walked from the key's frames.
   std::shared_ptr<const ContextMask> with_long_tokens(const ContextMask& base, const Key& key);
   uint32_t initial_set(const Key& key);
+  bool overflowed();  // the walk just made hit the store's bounds (and clears that)
   void sort_uncertain(ContextMask* mask) const;
 
   static constexpr size_t kMaxEntries = 1 << 14;
   const Grammar& grammar_;
   std::shared_ptr<const GrammarVocab> vocab_;
   mutable std::mutex mutex_;  // guards everything below
-  StackStore store_;
+  std::unique_ptr<StackStore> store_;
   std::map<Key, std::shared_ptr<const ContextMask>> entries_;
   std::vector<uint32_t> walk_states_;  // scratch of the walks
   std::vector<uint8_t> walk_done_;
+  uint64_t walk_end_ = 0;  // the store's work() past which the current walk stops
 };
 
 }  // namespace inferd

@@ -106,9 +106,9 @@ def test_hostile_grammars_are_400_and_others_are_served(server):
                                   stream=True, extra_body={"ignore_eos": True})
         return [c.choices[0].finish_reason for c in r if c.choices and c.choices[0].finish_reason]
 
-    def refused(**kw):
+    def refused(max_tokens=5, **kw):
         with pytest.raises(openai.BadRequestError) as e:
-            cl.completions.create(model="", prompt="x", max_tokens=5, **kw)
+            cl.completions.create(model="", prompt="x", max_tokens=max_tokens, **kw)
         return e.value.body
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -120,12 +120,24 @@ def test_hostile_grammars_are_400_and_others_are_served(server):
         deep_schema = pool.submit(refused, extra_body={"guided_json": nested_schema(300)})
         big = pool.submit(lambda: cl.completions.create(model="", prompt="x", max_tokens=6, temperature=1, seed=1,
                                                         extra_body={"guided_grammar": chain}))
+        # Each "a" doubles the parses alive: past 16384 the request fails with the reason, alone.
+        doubling = pool.submit(refused, max_tokens=40, extra_body={"guided_grammar": 'root ::= "a" root "c" | "a" root "d"'})
+        # 20,000 alternatives alive from the first byte: refused when compiled.
+        wide = pool.submit(refused, extra_body={"guided_grammar": "root ::= " + " | ".join(
+            f'"x{i}"' for i in range(20000))})
+        # 50,000 choices share their prefixes (one parse alive), and are served.
+        options = ["".join(chr(97 + (i * 7919 + k * 104729) % 26) for k in range(8)) + str(i) for i in range(50000)]
+        choice = pool.submit(lambda: cl.completions.create(model="", prompt="Pick one:", max_tokens=20, temperature=1,
+                                                           seed=3, extra_body={"guided_choice": options}))
         for f, param, words in ((deep_gbnf, "guided_grammar", "groups nested deeper than 256"),
                                 (stars, "guided_grammar", "repetitions nested deeper than 256"),
                                 (deep_regex, "guided_regex", "groups nested deeper than 128"),
                                 (deep_schema, "guided_json", "nested deeper than 64 levels")):
             body = f.result()
             assert body["param"] == param and words in body["message"], body
+        assert "the output grammar is too ambiguous" in doubling.result()["message"], doubling.result()
+        assert "too ambiguous" in wide.result()["message"] and wide.result()["param"] == "guided_grammar", wide.result()
+        assert choice.result().choices[0].text in set(options), choice.result()
         answer = big.result().choices[0]
         assert answer.finish_reason == "length" and re.fullmatch("yx*", answer.text), answer
         assert streamed.result() == ["length"]

@@ -163,5 +163,56 @@ TEST(StructuredOutputTest, RequiredToolCallsAreValidCalls) {
   }
 }
 
+// A grammar that doubles its live parses with every byte (each "a" may close with "c" or "d")
+// fails its own request with the matcher's error once past StackStore's bound; a request beside
+// it in the same batches completes.
+TEST(StructuredOutputTest, AGrammarTooAmbiguousFailsOnlyItsRequest) {
+  auto m = load_default();
+  INFERD_REQUIRE_OR_SKIP(m.has_value(), "default model not installed");
+  ThreadPool pool(2);
+  Transformer model(*m->weights, pool);
+  const InputProcessor inputs(m->tokenizer.get(), m->chat_template.get(),
+                              InputLimits{2048, static_cast<int32_t>(m->weights->config.vocab_size), 4});
+  std::vector<RequestSpec> specs;
+  for (bool constrained : {true, false}) {
+    GenerationRequest g;
+    g.messages = Json::array({{{"role", "user"}, {"content", "Write the letter a many times."}}});
+    g.sampling.temperature = 0.0f;
+    g.max_tokens = 40;
+    if (constrained) {
+      g.structured_output = StructuredOutput{StructuredOutput::Kind::kGrammar,
+                                             nullptr,
+                                             "root ::= \"a\" root \"c\" | \"a\" root \"d\"\n",
+                                             {},
+                                             "guided_grammar"};
+    }
+    InputProcessed p = inputs.process(g);
+    ASSERT_TRUE(p.input.has_value()) << p.error.message;
+    specs.push_back(std::move(p.input->requests[0]));
+  }
+  EngineOptions o;
+  o.num_kv_blocks = 256;
+  Engine engine(model, o);
+  const RequestId ambiguous = engine.add(std::move(specs[0]));
+  const RequestId plain = engine.add(std::move(specs[1]));
+  std::map<RequestId, std::string> errors;
+  std::map<RequestId, FinishReason> finish;
+  std::map<RequestId, size_t> tokens;
+  while (engine.has_work()) {
+    for (const StepOutput& s : engine.step()) {
+      tokens[s.id] += s.new_tokens.size();
+      if (!s.error.empty()) errors[s.id] = s.error;
+      if (s.finished) finish[s.id] = *s.finish_reason;
+    }
+  }
+  ASSERT_EQ(finish.at(ambiguous), FinishReason::kError);
+  EXPECT_NE(errors[ambiguous].find("the output grammar is too ambiguous"), std::string::npos)
+      << errors[ambiguous];
+  EXPECT_LT(tokens[ambiguous], 17u);  // "a" bytes: 2^14 parses and more are past the bound
+  EXPECT_EQ(finish.at(plain), FinishReason::kLength);
+  EXPECT_EQ(tokens[plain], 40u);
+  EXPECT_TRUE(errors[plain].empty()) << errors[plain];
+}
+
 }  // namespace
 }  // namespace inferd

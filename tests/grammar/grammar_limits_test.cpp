@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "grammar_test_util.h"
 
@@ -126,12 +127,21 @@ TEST(GrammarLimitsTest, LongRuleChainsCompileAndMatch) {
     EXPECT_TRUE(accepts(g, left ? cat({"y", xs}) : cat({xs, "y"}))) << left;
     EXPECT_FALSE(accepts(g, left ? cat({"y", fewer}) : cat({fewer, "y"}))) << left;
   }
-  // Nullable links defined last-first: found nullable in one pass, not one pass per link.
-  std::string text = "root ::= n0 \"z\"\n";
-  for (int i = kLinks; i-- > 0;)
-    text.append(cat({"n", std::to_string(i), " ::= n", std::to_string(i + 1), " | \"x\"\n"}));
-  text.append(cat({"n", std::to_string(kLinks), " ::= \"\"\n"}));
-  auto g = gbnf(text);
+  // Nullable links defined last-first: found nullable in one pass, not one pass per link. Each
+  // link's "x" is a parse alive at the start, 200,000 of them: past the matcher's bound, so the
+  // grammar is refused once those passes are done; 10,000 links compile and match.
+  auto chain = [](int links) {
+    std::string text = "root ::= n0 \"z\"\n";
+    for (int i = links; i-- > 0;)
+      text.append(cat({"n", std::to_string(i), " ::= n", std::to_string(i + 1), " | \"x\"\n"}));
+    text.append(cat({"n", std::to_string(links), " ::= \"\"\n"}));
+    return text;
+  };
+  auto refused = parse_gbnf(chain(kLinks));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.status().message().find("too ambiguous"), std::string::npos)
+      << refused.status().message();
+  auto g = gbnf(chain(10000));
   ASSERT_NE(g, nullptr);
   EXPECT_TRUE(accepts(g, "z"));
   EXPECT_TRUE(accepts(g, "xz"));
@@ -157,6 +167,93 @@ TEST(GrammarLimitsTest, NullableAlternativesUnderARepetitionExpandOnce) {
   EXPECT_TRUE(test::mask_has(mask, 'c'));
   EXPECT_FALSE(test::mask_has(mask, 'd'));
   EXPECT_TRUE(test::mask_has(mask, 256));  // "ab"
+}
+
+// Each "a" doubles the parses alive: after k of them a parse's stack remembers which of "c" and
+// "d" each level closes with, 2^k distinct stacks. Followed without a bound, 30 bytes would hold a
+// billion; the matcher stops at StackStore::kMaxStacksPerSet and says why.
+TEST(GrammarLimitsTest, ExponentiallyAmbiguousGrammarFailsWithAnError) {
+  auto g = gbnf("root ::= \"a\" root \"c\" | \"a\" root \"d\" | \"e\"\n");
+  ASSERT_NE(g, nullptr);
+  const auto vocab = test::byte_vocab();
+  GrammarMatcher m(g, vocab);
+  std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(static_cast<size_t>(vocab->size())));
+  int accepted = 0;
+  for (; accepted < 30; ++accepted) {
+    m.fill_next_token_bitmask(mask);
+    if (m.failed()) break;
+    // Before the bound, the masks are the grammar's: "a" or "e" next.
+    EXPECT_EQ(test::allowed_ids(mask, vocab->size()), (std::vector<int32_t>{'a', 'e'}));
+    if (!m.accept_token('a')) break;
+  }
+  ASSERT_TRUE(m.failed());
+  EXPECT_GE(accepted, 12);  // 2^13 < kMaxStacksPerSet
+  EXPECT_LE(accepted, 16);
+  EXPECT_NE(m.error().find("the output grammar is too ambiguous: more than 16384 parses"), std::string::npos)
+      << m.error();
+  // Failed for good: no token allowed, none accepted, not complete.
+  m.fill_next_token_bitmask(mask);
+  EXPECT_TRUE(test::allowed_ids(mask, vocab->size()).empty());
+  EXPECT_FALSE(m.accept_token('a'));
+  EXPECT_FALSE(m.accept_token('e'));
+  EXPECT_FALSE(m.can_end());
+  // Another matcher of the same grammar (sharing its token mask cache) starts clean and, on an
+  // input that stays small, completes.
+  GrammarMatcher other(g, vocab);
+  ASSERT_TRUE(other.accept_bytes("aae"));
+  other.fill_next_token_bitmask(mask);
+  EXPECT_FALSE(other.failed());
+  EXPECT_EQ(test::allowed_ids(mask, vocab->size()), (std::vector<int32_t>{'c', 'd'}));
+  EXPECT_TRUE(test::accepts(g, "aaedc"));
+}
+
+// A grammar that starts with more parses alive than the bound is refused when compiled (on the
+// server's input worker: a 400), not on the request's first token.
+TEST(GrammarLimitsTest, TooManyParsesAtTheStartIsACompileError) {
+  std::string text = "root ::= ";
+  for (int i = 0; i < 20000; ++i) {
+    if (i > 0) text += " | ";
+    text += cat({"\"x", std::to_string(i), "\""});
+  }
+  auto g = parse_gbnf(text + "\n");
+  ASSERT_FALSE(g.has_value());
+  EXPECT_NE(g.status().message().find("too ambiguous"), std::string::npos) << g.status().message();
+  EXPECT_NE(g.status().message().find("at its start"), std::string::npos) << g.status().message();
+}
+
+// Within the bound on live parses, the time of one token is bounded too: N alternatives of
+// `w "<i>"` with `w ::= [a-z]{0,500}` keep N parses alive (each waits for its own suffix), each
+// byte of a token making a new state, so a token of 400 letters costs about N x 400 x a few units
+// of StackStore::work(). 1,000 alternatives stay under kMaxWorkPerToken; 7,000 (14,000 live parses
+// at the start, under kMaxStacksPerSet) pass it, and fail with the error.
+TEST(GrammarLimitsTest, OneTokensParserWorkIsBounded) {
+  const auto vocab = test::byte_vocab({std::string(400, 'a')});
+  const int32_t long_token = 256;
+  for (int alternatives : {1000, 7000}) {
+    std::string text = "w ::= [a-z]{0,500}\nroot ::= ";
+    for (int i = 0; i < alternatives; ++i) {
+      if (i > 0) text += " | ";
+      text += cat({"w \"<", std::to_string(i), ">\""});
+    }
+    auto g = gbnf(text + "\n");
+    ASSERT_NE(g, nullptr);
+    GrammarMatcher m(g, vocab);
+    std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(static_cast<size_t>(vocab->size())));
+    m.fill_next_token_bitmask(mask);
+    const bool accepted = !m.failed() && m.accept_token(long_token);
+    if (alternatives == 1000) {
+      EXPECT_TRUE(accepted);
+      EXPECT_FALSE(m.failed());
+      EXPECT_GT(m.token_work(), 400u * 1000u);
+      EXPECT_LT(m.token_work(), StackStore::kMaxWorkPerToken);
+      EXPECT_TRUE(m.accept_bytes("<7>"));
+      EXPECT_TRUE(m.can_end());
+    } else {
+      EXPECT_FALSE(accepted);
+      ASSERT_TRUE(m.failed());
+      EXPECT_NE(m.error().find("parser steps for one token"), std::string::npos) << m.error();
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 
 #include <random>
 #include <regex>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "grammar_test_util.h"
 
@@ -91,6 +94,67 @@ TEST(GrammarChoiceTest, ExactlyOneChoice) {
   EXPECT_FALSE(test::accepts(*g, "ye"));
   EXPECT_FALSE(test::accepts(*g, "yesno"));
   EXPECT_FALSE(grammar_from_choices({}).has_value());
+}
+
+// Choices become a radix tree cut at character boundaries: a random set over an alphabet with
+// multi-byte characters (shared lead bytes: é è ê) and choices that are prefixes of others,
+// checked against set membership for every choice, every prefix of one, and random strings.
+TEST(GrammarChoiceTest, SharedPrefixesMatchExactlyTheChoices) {
+  const std::vector<std::string> alphabet = {"a", "b", "é", "è", "ê", "日", "\"", "\\", "\n"};
+  std::mt19937 rng(11);
+  auto word = [&](size_t max_len) {
+    std::string w;
+    const size_t n = rng() % (max_len + 1);
+    for (size_t i = 0; i < n; ++i) w += alphabet[rng() % alphabet.size()];
+    return w;
+  };
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::string> choices;
+    const int n = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) choices.push_back(word(6));
+    if (round % 3 == 0) choices.push_back(choices[0] + choices[0]);  // one extends another
+    if (round % 4 == 0) choices.push_back(choices[0]);               // a duplicate
+    auto g = grammar_from_choices(choices);
+    ASSERT_TRUE(g.has_value()) << g.status().message();
+    std::set<std::string> members(choices.begin(), choices.end());
+    std::vector<std::string> probes;
+    for (const std::string& c : choices) {
+      for (size_t i = 0; i <= c.size(); ++i) probes.push_back(c.substr(0, i));  // bytes, so mid-character too
+      probes.push_back(c + "a");
+    }
+    for (int i = 0; i < 200; ++i) probes.push_back(word(8));
+    for (const std::string& p : probes) {
+      EXPECT_EQ(test::accepts(*g, p), members.count(p) == 1) << "round " << round << " probe '" << p << "'";
+    }
+  }
+}
+
+TEST(GrammarChoiceTest, ManyChoicesKeepOneParseAlive) {
+  std::vector<std::string> choices;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 50000; ++i) {
+    std::string w;
+    for (int j = 0; j < 10; ++j) w += static_cast<char>('a' + rng() % 26);
+    choices.push_back(w);
+  }
+  auto g = grammar_from_choices(choices);
+  ASSERT_TRUE(g.has_value()) << g.status().message();
+  const auto vocab = test::byte_vocab();
+  GrammarMatcher m(*g, vocab);
+  std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(static_cast<size_t>(vocab->size())));
+  for (char c : choices[123]) {
+    m.fill_next_token_bitmask(mask);
+    EXPECT_TRUE(test::mask_has(mask, static_cast<uint8_t>(c)));
+    ASSERT_TRUE(m.accept_bytes(std::string(1, c)));
+  }
+  EXPECT_TRUE(m.can_end());
+  EXPECT_FALSE(m.failed());
+}
+
+TEST(GrammarChoiceTest, InvalidUtf8IsRefused) {
+  auto g = grammar_from_choices({"ok", "bad \xC3("});
+  ASSERT_FALSE(g.has_value());
+  EXPECT_EQ(g.status().message(), "guided_choice: choice 1 is not valid UTF-8");
 }
 
 }  // namespace
