@@ -35,6 +35,7 @@
 #include "tokenizer/tokenizer_loader.h"
 #include "tools/model_pruner.h"
 #include "tools/model_quantizer.h"
+#include "transfer/ucx_kv_transfer.h"
 #include "version.h"
 
 namespace {
@@ -638,6 +639,9 @@ int run_parallel_worker(const CommonFlags& flags, BackendKind matmul, Parallel& 
 }
 
 int main(int argc, char** argv) {
+  // A crash must kill the process (and let its supervisor restart it), not hang it in UCX's
+  // backtrace handler (src/transfer/ucx_kv_transfer.h).
+  inferd::restore_crash_signals_from_ucx();
   CLI::App app{"inferd: LLM inference engine"};
   app.set_version_flag("--version", "inferd " + build_version(),
                        "print the version and the commit built, and exit");

@@ -4,14 +4,17 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include <dlfcn.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
@@ -21,6 +24,26 @@
 #include "common/log.h"
 
 namespace inferd {
+
+int restore_crash_signals_from_ucx() {
+  int restored = 0;
+  for (int signum : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) {
+    struct sigaction current {};
+    if (sigaction(signum, nullptr, &current) != 0) continue;
+    const auto handler = (current.sa_flags & SA_SIGINFO) != 0
+                             ? reinterpret_cast<uintptr_t>(current.sa_sigaction)
+                             : reinterpret_cast<uintptr_t>(current.sa_handler);
+    if (handler == 0 || handler == reinterpret_cast<uintptr_t>(SIG_IGN)) continue;  // SIG_DFL is 0
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<const void*>(handler), &info) == 0 || info.dli_fname == nullptr) continue;
+    if (std::strstr(info.dli_fname, "libucs") == nullptr) continue;
+    struct sigaction fallback {};
+    fallback.sa_handler = SIG_DFL;
+    sigemptyset(&fallback.sa_mask);
+    if (sigaction(signum, &fallback, nullptr) == 0) ++restored;
+  }
+  return restored;
+}
 
 namespace {
 

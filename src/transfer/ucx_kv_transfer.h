@@ -17,6 +17,14 @@
 
 namespace inferd {
 
+// libucs, loaded with the binary, installs its own handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE
+// when it loads, before main() can set UCX_HANDLE_ERRORS. They print a backtrace with malloc and
+// stdio, so a crash inside malloc deadlocked the process: it hung instead of dying and being
+// restarted. Puts back the default action for each of those signals whose handler lives in
+// libucs (other handlers, e.g. a sanitizer's, are left alone); the number restored. Call first
+// thing in main(): UCX needs no signal handler for the transfers (its progress runs on threads).
+int restore_crash_signals_from_ucx();
+
 class UcxKvServer final {
  public:
   // Listens on host:port (0: any free port) and serves pulls of `store`'s entries, checking that

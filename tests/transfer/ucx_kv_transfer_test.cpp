@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <thread>
 
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -77,6 +79,43 @@ std::vector<std::byte> block_bytes(const KvCache& c, int64_t b) {
   std::vector<std::byte> out(c.block_bytes());
   c.export_block(b, out.data());
   return out;
+}
+
+// The crash-signal handlers that live in libucs.
+int ucx_crash_handlers() {
+  int n = 0;
+  for (int signum : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) {
+    struct sigaction sa {};
+    sigaction(signum, nullptr, &sa);
+    const auto h = (sa.sa_flags & SA_SIGINFO) != 0 ? reinterpret_cast<uintptr_t>(sa.sa_sigaction)
+                                                   : reinterpret_cast<uintptr_t>(sa.sa_handler);
+    Dl_info info{};
+    if (h != 0 && h != reinterpret_cast<uintptr_t>(SIG_IGN) &&
+        dladdr(reinterpret_cast<const void*>(h), &info) != 0 && info.dli_fname != nullptr &&
+        std::strstr(info.dli_fname, "libucs") != nullptr)
+      ++n;
+  }
+  return n;
+}
+
+// libucs installs its backtrace handlers when it loads (this binary links it); after
+// restore_crash_signals_from_ucx() none is left, and a segfault kills the process by its signal
+// (with UCX's handler, a crash inside malloc hung it). In a child, so this process keeps its own.
+TEST(UcxCrashSignalsTest, ACrashKillsTheProcessAfterUcxsHandlersAreRemoved) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int before = ucx_crash_handlers();
+    if (std::getenv("UCX_HANDLE_ERRORS") == nullptr && before < 1) _exit(2);  // UCX's default installs them
+    if (restore_crash_signals_from_ucx() != before) _exit(3);
+    if (ucx_crash_handlers() != 0) _exit(4);
+    raise(SIGSEGV);
+    _exit(5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGSEGV);
 }
 
 class UcxKvTransferTest : public ::testing::Test {
