@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "common/check.h"
@@ -132,13 +133,87 @@ bool is_continuation_byte(char c) {
 
 }  // namespace
 
-// Choices sharing a prefix share its bytes in the grammar: the sorted choices form a radix tree
-// with one rule per branching node, its edges cut at character boundaries (a literal holds whole
-// UTF-8 characters). As alternatives of one rule, N choices were N parses alive from the first
-// byte on: 50,000 choices took 0.37 s for the first token mask, and past StackStore's bound on
-// live parses they could not be followed at all. The tree is built without recursion (a chain of
-// choices each extending the last nests as deep as it is long) and its rules only refer to rules
-// made after them, so the grammar has no recursion either.
+// Strings sharing a prefix share its bytes in the grammar: the sorted strings form a radix tree
+// with one rule per branching node below the first, its edges cut at character boundaries (a
+// literal holds whole UTF-8 characters). As one alternative per string, N strings were N parses
+// alive from their first byte: 50,000 choices took 0.37 s for the first token mask, and past
+// StackStore's bound on live parses they could not be followed at all. Built without recursion
+// (a chain of strings each extending the last nests as deep as it is long); the rules only refer
+// to rules made before them, so the grammar has no recursion either.
+Expected<std::string> gbnf_alternatives_tree(std::vector<std::string> strings,
+                                             const std::function<std::string(const std::string&)>& add_rule) {
+  if (strings.empty()) return invalid_argument("no strings to choose from");
+  for (size_t c = 0; c < strings.size(); ++c) {
+    for (size_t i = 0; i < strings[c].size();) {
+      const size_t n = utf8_char_length(strings[c], i);
+      if (n == 0) return invalid_argument("string " + std::to_string(c) + " is not valid UTF-8");
+      i += n;
+    }
+  }
+  std::sort(strings.begin(), strings.end());
+  strings.erase(std::unique(strings.begin(), strings.end()), strings.end());
+  struct Alternative {
+    std::string literal;  // a GBNF literal, or empty: the child node's rule
+    size_t child = 0;
+  };
+  struct Node {
+    size_t lo, hi;       // strings[lo, hi): the strings below this node
+    size_t depth;        // bytes they share above it (a character boundary)
+    std::string prefix;  // a GBNF literal of the bytes all of them share next, or empty
+    std::vector<Alternative> alternatives;
+  };
+  std::vector<Node> nodes{{0, strings.size(), 0, "", {}}};
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const size_t lo = nodes[k].lo, hi = nodes[k].hi, depth = nodes[k].depth;
+    const std::string& first = strings[lo];
+    if (hi - lo == 1) {
+      nodes[k].alternatives.push_back({gbnf_literal(std::string_view(first).substr(depth)), 0});
+      continue;
+    }
+    // Sorted, so what the first and last share, all share; cut back to a character's start.
+    const std::string& last = strings[hi - 1];
+    size_t p = depth;
+    while (p < first.size() && p < last.size() && first[p] == last[p]) ++p;
+    while (p > depth && p < last.size() && is_continuation_byte(last[p])) --p;
+    if (p > depth) nodes[k].prefix = gbnf_literal(std::string_view(first).substr(depth, p - depth));
+    // The children: one string may end here (it sorts first), then groups by the character at p.
+    // Valid UTF-8 and the cut above make at least two, so every child is a smaller range.
+    size_t i = lo;
+    if (strings[i].size() == p) {
+      nodes[k].alternatives.push_back({"\"\"", 0});
+      ++i;
+    }
+    while (i < hi) {
+      const std::string_view ch = std::string_view(strings[i]).substr(p, utf8_char_length(strings[i], p));
+      size_t j = i + 1;
+      while (j < hi && std::string_view(strings[j]).substr(p, ch.size()) == ch) ++j;
+      if (j - i == 1) {
+        nodes[k].alternatives.push_back({gbnf_literal(std::string_view(strings[i]).substr(p)), 0});
+      } else {
+        nodes[k].alternatives.push_back({"", nodes.size()});
+        nodes.push_back({i, j, p, "", {}});
+      }
+      i = j;
+    }
+  }
+  // Children first, so that each rule's body can name its children's rules.
+  std::vector<std::string> names(nodes.size());
+  std::string body;
+  for (size_t k = nodes.size(); k-- > 0;) {
+    body = nodes[k].prefix;
+    if (!body.empty()) body += " ";
+    body += "(";
+    for (size_t a = 0; a < nodes[k].alternatives.size(); ++a) {
+      const Alternative& alt = nodes[k].alternatives[a];
+      body += a > 0 ? " | " : " ";
+      body += alt.literal.empty() ? names[alt.child] : alt.literal;
+    }
+    body += " )";
+    if (k > 0) names[k] = add_rule(body);
+  }
+  return "(" + body + ")";
+}
+
 Expected<std::shared_ptr<const Grammar>> grammar_from_choices(const std::vector<std::string>& choices) {
   if (choices.empty()) return invalid_argument("guided_choice: no choices");
   for (size_t c = 0; c < choices.size(); ++c) {
@@ -149,59 +224,14 @@ Expected<std::shared_ptr<const Grammar>> grammar_from_choices(const std::vector<
       i += n;
     }
   }
-  std::vector<std::string> sorted = choices;
-  std::sort(sorted.begin(), sorted.end());
-  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  struct Node {
-    size_t lo, hi;  // sorted[lo, hi): the choices below this node
-    size_t depth;   // bytes they share above it (a character boundary)
-  };
-  std::vector<Node> nodes{{0, sorted.size(), 0}};  // node k is rule k; rule 0 is root
-  std::string text;
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    const Node node = nodes[k];
-    text += k == 0 ? "root ::= " : "choice-" + std::to_string(k) + " ::= ";
-    const std::string& first = sorted[node.lo];
-    if (node.hi - node.lo == 1) {
-      text += gbnf_literal(std::string_view(first).substr(node.depth)) + "\n";
-      continue;
-    }
-    // Sorted, so what the first and last share, all share; cut back to a character's start.
-    const std::string& last = sorted[node.hi - 1];
-    size_t p = node.depth;
-    while (p < first.size() && p < last.size() && first[p] == last[p]) ++p;
-    while (p > node.depth && p < last.size() && is_continuation_byte(last[p])) --p;
-    if (p > node.depth)
-      text += gbnf_literal(std::string_view(first).substr(node.depth, p - node.depth)) + " ";
-    text += "(";
-    // The children: one choice may end here (it sorts first), then groups by the character at p.
-    // Valid UTF-8 and the cut above make at least two, so every child is a smaller range.
-    size_t i = node.lo;
-    bool first_alternative = true;
-    auto alternative = [&](const std::string& a) {
-      text += first_alternative ? " " : " | ";
-      text += a;
-      first_alternative = false;
-    };
-    if (sorted[i].size() == p) {
-      alternative("\"\"");
-      ++i;
-    }
-    while (i < node.hi) {
-      const std::string_view ch = std::string_view(sorted[i]).substr(p, utf8_char_length(sorted[i], p));
-      size_t j = i + 1;
-      while (j < node.hi && std::string_view(sorted[j]).substr(p, ch.size()) == ch) ++j;
-      if (j - i == 1) {
-        alternative(gbnf_literal(std::string_view(sorted[i]).substr(p)));
-      } else {
-        alternative("choice-" + std::to_string(nodes.size()));
-        nodes.push_back({i, j, p});
-      }
-      i = j;
-    }
-    text += " )\n";
-  }
-  auto g = parse_gbnf(text);
+  std::string rules;
+  size_t num_rules = 0;
+  INFERD_ASSIGN_OR_RETURN(std::string expr, gbnf_alternatives_tree(choices, [&](const std::string& body) {
+                            const std::string name = "choice-" + std::to_string(++num_rules);
+                            rules += name + " ::= " + body + "\n";
+                            return name;
+                          }));
+  auto g = parse_gbnf("root ::= " + expr + "\n" + rules);
   if (!g) return g.status().with_context("guided_choice");
   return g;
 }

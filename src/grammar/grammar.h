@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -129,5 +130,12 @@ Expected<std::shared_ptr<const Grammar>> grammar_from_choices(const std::vector<
 
 // `text` as a GBNF string literal ("..." with escapes), e.g. for generated grammars.
 std::string gbnf_literal(std::string_view utf8);
+
+// A GBNF expression matching exactly one of `strings` (valid UTF-8, else an error naming the
+// index; duplicates allowed), with one parse alive however many there are: shared prefixes are
+// written once, as a radix tree whose inner nodes become rules made by `add_rule(body)` (which
+// returns the rule's name). guided_choice and JSON schema enums use it.
+Expected<std::string> gbnf_alternatives_tree(std::vector<std::string> strings,
+                                             const std::function<std::string(const std::string&)>& add_rule);
 
 }  // namespace inferd

@@ -170,9 +170,14 @@ Expected<std::string> JsonSchemaCompiler::visit_object_schema(const Json& schema
   if (schema.contains("enum")) {
     const Json& values = schema["enum"];
     if (!values.is_array() || values.empty()) return keyword_error("enum", path, "must be a non-empty array");
-    std::string out = "(";
-    for (size_t i = 0; i < values.size(); ++i) out += (i > 0 ? " | " : "") + gbnf_literal(values[i].dump());
-    return out + nullable_suffix + ")";
+    // As a radix tree: a large enum would otherwise be as many parses alive at once (docs/grammar.md).
+    std::vector<std::string> texts;
+    texts.reserve(values.size());
+    for (const Json& v : values) texts.push_back(v.dump());
+    auto tree = gbnf_alternatives_tree(
+        std::move(texts), [&](const std::string& body) { return add_rule(name + "-enum", body); });
+    if (!tree) return keyword_error("enum", path, tree.status().message());
+    return "(" + *tree + nullable_suffix + ")";
   }
   for (const char* combinator : {"anyOf", "oneOf", "allOf"}) {
     if (!schema.contains(combinator)) continue;

@@ -142,5 +142,26 @@ TEST(GrammarJsonSchemaTest, GbnfTextIsReadable) {
   EXPECT_TRUE(parse_gbnf(*text).has_value());
 }
 
+// Enums share their values' prefixes (gbnf_alternatives_tree): mixed values with shared prefixes
+// and multi-byte characters match exactly their members, and an enum of 50,000 strings (50,000
+// parses alive at the start, past the matcher's bound, when written one alternative per value)
+// compiles and matches.
+TEST(GrammarJsonSchemaTest, EnumsMatchExactlyTheirMembers) {
+  const Json values = Json::parse(R"(["red", "reddish", "rouge", "rôle", "rôti", 1, 10, 1.5, null, true,
+                                      {"a": [1, 2]}, [], "", "日本", "日本語"])");
+  auto g = compile(Json{{"enum", values}}.dump());
+  ASSERT_NE(g, nullptr);
+  for (const Json& v : values) EXPECT_TRUE(test::accepts(g, v.dump())) << v.dump();
+  for (const char* not_member : {"\"re\"", "\"redd\"", "\"rô\"", "100", "1.", "\"日\"", "false", "{}", "[1]"})
+    EXPECT_FALSE(test::accepts(g, not_member)) << not_member;
+  Json many = Json::array();
+  for (int i = 0; i < 50000; ++i) many.push_back("value-" + std::to_string(i * 7919));
+  auto big = compile(Json{{"enum", many}}.dump());
+  ASSERT_NE(big, nullptr);
+  EXPECT_TRUE(test::accepts(big, "\"value-7919\""));
+  EXPECT_TRUE(test::accepts(big, many[49999].dump()));
+  EXPECT_FALSE(test::accepts(big, "\"value-7\""));
+}
+
 }  // namespace
 }  // namespace inferd
