@@ -733,15 +733,35 @@ struct HttpServer::Impl {
   }
 
   // Preparing a generation request, in three steps (plain functions: no temporaries cross a
-  // co_await, see generate()): parse_generate() on the I/O thread reads the body and picks the
-  // model; the input side (validation, template, tokenizer, context window, grammar) runs on an
-  // input worker; finish_generate() on the I/O thread applies the KV transfer, the queue limit
-  // and the SLO class.
-  std::optional<ApiError> parse_generate(ApiEndpoint endpoint, const http::request<http::string_body>& req,
-                                         Prepared* out, GenerationRequest* generation) {
-    ParsedRequest parsed = parse_generate_request(endpoint, req.body());
-    if (!parsed.request) return parsed.error;
-    out->api = std::move(*parsed.request);
+  // co_await, see generate()): on an input worker, read_generate() parses the body and runs the
+  // input side (validation, template, tokenizer, context window, grammar); then, on the I/O
+  // thread, check_model() picks the model (a 404 before any error of the input side, as if it ran
+  // first) and finish_generate() applies the KV transfer, the queue limit and the SLO class. The I/O
+  // thread never parses a body: megabytes of JSON (a large guided_choice or schema) took it
+  // hundreds of milliseconds, and every stream stood still meanwhile.
+  struct ReadGeneration {
+    std::optional<ApiError> error;  // the body did not parse
+    GenerateRequest api;
+    InputProcessed processed;
+  };
+  static ReadGeneration read_generate(const InputProcessor& inputs, ApiEndpoint endpoint,
+                                      const std::string& body, const std::string& session_header) {
+    ReadGeneration out;
+    ParsedRequest parsed = parse_generate_request(endpoint, body);
+    if (!parsed.request) {
+      out.error = parsed.error;
+      return out;
+    }
+    out.api = std::move(*parsed.request);
+    GenerationRequest generation = out.api.generation;
+    // The session context pool: the body's session_id, or the header.
+    if (generation.session_id.empty()) generation.session_id = session_header;
+    out.processed = inputs.process(std::move(generation));
+    return out;
+  }
+
+  std::optional<ApiError> check_model(ReadGeneration& read, Prepared* out) {
+    out->api = std::move(read.api);
     const GenerateRequest& api = out->api;
     if (!api.model.empty() && api.model != options.served_model_name) {
       if (ctx.lora == nullptr || !ctx.lora->contains(api.model))
@@ -751,10 +771,6 @@ struct HttpServer::Impl {
                             (ctx.lora != nullptr ? " and its LoRA adapters" : "") + ")",
                         "invalid_request_error", "model", "model_not_found"};
       out->lora_name = api.model;
-    }
-    *generation = api.generation;
-    if (generation->session_id.empty()) {  // the session context pool: the body's session_id, or the header
-      if (auto h = req.find("X-Session-Id"); h != req.end()) generation->session_id = std::string(h->value());
     }
     return std::nullopt;
   }
@@ -831,16 +847,17 @@ struct HttpServer::Impl {
                            ApiEndpoint endpoint, const TritonAnswer* triton = nullptr) {
     const auto arrival = Clock::now();
     Prepared prepared;
-    GenerationRequest generation;
-    std::optional<ApiError> error = parse_generate(endpoint, req, &prepared, &generation);
-    if (!error) {
-      auto processed =
-          start_on(input_workers, [inputs = inputs, generation = std::move(generation)]() mutable {
-            return inputs->process(std::move(generation));
-          });
-      co_await until_done(*processed);
-      error = finish_generate(endpoint, req, *processed->result, &prepared);
-    }
+    std::string session_header;
+    if (auto h = req.find("X-Session-Id"); h != req.end()) session_header = std::string(h->value());
+    // The body is copied for the worker (milliseconds for megabytes): this coroutine's frame may
+    // be gone, at shutdown, before the worker is done with it.
+    auto read = start_on(input_workers, [inputs = inputs, endpoint, body = req.body(), session_header] {
+      return read_generate(*inputs, endpoint, body, session_header);
+    });
+    co_await until_done(*read);
+    std::optional<ApiError> error = read->result->error;
+    if (!error) error = check_model(*read->result, &prepared);
+    if (!error) error = finish_generate(endpoint, req, read->result->processed, &prepared);
     if (error) {
       Response res =
           triton != nullptr ? triton_error(req, error->status, error->message) : error_response(req, *error);

@@ -254,6 +254,10 @@ def test_bad_json_unknown_model_and_endpoint(server):
     assert error_of(*raw(server, "POST", "/v1/completions", "{not json")[::2])[0] == 400
     status, err = error_of(*raw(server, "POST", "/v1/completions", {"model": "gpt-9", "prompt": "x"})[::2])
     assert status == 404 and err["code"] == "model_not_found"
+    # The model is checked before the input side's errors, though both run off the I/O thread now.
+    status, err = error_of(*raw(server, "POST", "/v1/completions",
+                                {"model": "gpt-9", "prompt": "x", "max_tokens": 5000})[::2])
+    assert status == 404 and err["code"] == "model_not_found"
     assert raw(server, "GET", "/v2/nothing")[0] == 404
 
 
