@@ -401,19 +401,11 @@ struct HttpServer::Impl {
     } else if (!ready) {
       res = triton_error(req, 503, not_ready_error(exit_code != 0).message);
     } else {
-      TritonAnswer answer{route.model, ""};
-      const bool stream = route.kind == K::kGenerateStream;
-      Expected<json> body = triton_to_completion(req.body(), route.model, stream, &answer.id);
-      if (!body) {
-        res = triton_error(req, 400, body.status().message());
-      } else {
-        http::request<http::string_body> completion = req;
-        completion.body() = body->dump();
-        completion.prepare_payload();
-        const TritonAnswer* triton = &answer;
-        const ApiEndpoint endpoint = ApiEndpoint::kCompletion;
-        co_return co_await generate(conn, completion, endpoint, triton);
-      }
+      // Its body becomes a completions body on the input worker (generate()).
+      TritonAnswer answer{route.model, "", route.kind == K::kGenerateStream};
+      TritonAnswer* triton = &answer;
+      const ApiEndpoint endpoint = ApiEndpoint::kCompletion;
+      co_return co_await generate(conn, req, endpoint, triton);
     }
     co_return co_await send(*conn, res);
   }
@@ -622,8 +614,9 @@ struct HttpServer::Impl {
   // A request parsed and processed by the front end, ready to submit.
   // A Triton / KServe generate request (triton_request): answered in Triton's shapes.
   struct TritonAnswer {
-    std::string model;  // as the URL names it
-    std::string id;     // the request's "id", returned with the answer
+    std::string model;    // as the URL names it
+    std::string id;       // the request's "id", returned with the answer (set by generate())
+    bool stream = false;  // generate_stream
   };
 
   struct Prepared {
@@ -743,11 +736,23 @@ struct HttpServer::Impl {
     std::optional<ApiError> error;  // the body did not parse
     GenerateRequest api;
     InputProcessed processed;
+    std::string triton_id;  // a Triton body's "id"
   };
+  // `triton`: the body is a Triton generate body for that model (triton_to_completion()).
   static ReadGeneration read_generate(const InputProcessor& inputs, ApiEndpoint endpoint,
-                                      const std::string& body, const std::string& session_header) {
+                                      const std::string& body, const std::string& session_header,
+                                      const std::optional<TritonAnswer>& triton) {
     ReadGeneration out;
-    ParsedRequest parsed = parse_generate_request(endpoint, body);
+    std::string completion;
+    if (triton) {
+      Expected<json> converted = triton_to_completion(body, triton->model, triton->stream, &out.triton_id);
+      if (!converted) {
+        out.error = ApiError{400, converted.status().message(), "invalid_request_error", "", ""};
+        return out;
+      }
+      completion = converted->dump();
+    }
+    ParsedRequest parsed = parse_generate_request(endpoint, triton ? completion : body);
     if (!parsed.request) {
       out.error = parsed.error;
       return out;
@@ -844,17 +849,21 @@ struct HttpServer::Impl {
   // OutputProcessor (output side) and stream the events or send the body. Over ~80 lines because
   // it is one coroutine whose locals live across every co_await; its steps are the helpers above.
   awaitable<bool> generate(std::shared_ptr<Connection> conn, const http::request<http::string_body>& req,
-                           ApiEndpoint endpoint, const TritonAnswer* triton = nullptr) {
+                           ApiEndpoint endpoint, TritonAnswer* triton = nullptr) {
     const auto arrival = Clock::now();
     Prepared prepared;
     std::string session_header;
     if (auto h = req.find("X-Session-Id"); h != req.end()) session_header = std::string(h->value());
     // The body is copied for the worker (milliseconds for megabytes): this coroutine's frame may
     // be gone, at shutdown, before the worker is done with it.
-    auto read = start_on(input_workers, [inputs = inputs, endpoint, body = req.body(), session_header] {
-      return read_generate(*inputs, endpoint, body, session_header);
-    });
+    std::optional<TritonAnswer> triton_body;
+    if (triton != nullptr) triton_body = *triton;
+    auto read =
+        start_on(input_workers, [inputs = inputs, endpoint, body = req.body(), session_header, triton_body] {
+          return read_generate(*inputs, endpoint, body, session_header, triton_body);
+        });
     co_await until_done(*read);
+    if (triton != nullptr) triton->id = read->result->triton_id;
     std::optional<ApiError> error = read->result->error;
     if (!error) error = check_model(*read->result, &prepared);
     if (!error) error = finish_generate(endpoint, req, read->result->processed, &prepared);
