@@ -7,6 +7,7 @@ JSON each, compiled in about a second or two). Printed: the stream's largest gap
 binary given (e.g. the build before and after input processing left the I/O thread), in rounds.
 
     python3 scripts/bench/input_stall.py --binaries /tmp/inferd_old build/inferd --rounds 2
+    python3 scripts/bench/input_stall.py --via-router --binaries /tmp/inferd_old build/inferd  # the router's I/O
 """
 import argparse
 import json
@@ -43,9 +44,24 @@ def heavy_bodies():
     return [dict(base, guided_json=enum), dict(base, guided_choice=choices), dict(base, guided_grammar=rules)]
 
 
-def one_round(binary):
-    serve_util.INFERD = binary
+def start_router(binary, instance_port):
+    """`binary router` in front of the instance; (process, port) once it answers /health."""
+    import subprocess
+    port = serve_util.free_port()
+    proc = subprocess.Popen([binary, "router", "--port", str(port), "--instance",
+                             f"http://127.0.0.1:{instance_port}"], stderr=subprocess.DEVNULL)
+    serve_util.wait_healthy(proc, port, what="the router")
+    return proc, port
+
+
+def one_round(binary, router=None):
+    """router: a binary whose `router` stands between the client and the instance (the instance
+    then runs build/inferd, the same for every round)."""
+    serve_util.INFERD = binary if router is None else os.path.join(serve_util.ROOT, "build", "inferd")
     proc, port = serve_util.start_server("-m", MODEL, "--max-model-len", "4096")
+    router_proc = None
+    if router is not None:
+        router_proc, port = start_router(router, port)
     try:
         bodies = heavy_bodies()
         stamps = []
@@ -66,20 +82,25 @@ def one_round(binary):
         gaps = [b - a for a, b in zip(stamps, stamps[1:])]
         return max(gaps), statistics.median(gaps), len(stamps)
     finally:
-        proc.terminate()
-        proc.wait()
+        for p in (router_proc, proc):
+            if p is not None:
+                p.terminate()
+                p.wait()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binaries", nargs="+", default=[serve_util.INFERD])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--via-router", action="store_true",
+                    help="the binaries run `router` in front of build/inferd's instance; the stream and the "
+                         "heavy requests go through it")
     args = ap.parse_args()
     print("| round | binary | chunks | largest gap (ms) | median gap (ms) |")
     print("|---|---|---|---|---|")
     for r in range(args.rounds):
         for b in args.binaries:
-            worst, median, n = one_round(b)
+            worst, median, n = one_round(b, b if args.via_router else None)
             print(f"| {r + 1} | {b} | {n} | {worst * 1000:.0f} | {median * 1000:.1f} |", flush=True)
 
 

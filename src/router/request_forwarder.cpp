@@ -107,7 +107,32 @@ awaitable<bool> RequestForwarder::handle(std::shared_ptr<ClientConnection> conn,
   leg.mark = Clock::now();
   std::string session_header;
   if (auto it = req.find("X-Session-Id"); it != req.end()) session_header = std::string(it->value());
-  Expected<RoutedRequest> parsed = parse_routed_request(endpoint, req.body(), session_header);
+  std::optional<Expected<RoutedRequest>> parsing;
+  if (parse_executor_) {
+    // Posted, not co_spawn'ed: GCC 12 destroys a coroutine lambda's captures twice (bug 99576).
+    // The body is copied: at shutdown this frame may go before the parse is done.
+    struct ParseWait {
+      explicit ParseWait(net::any_io_executor ex) : wake(ex) { wake.expires_at(Clock::time_point::max()); }
+      std::optional<Expected<RoutedRequest>> result;  // I/O thread only
+      net::steady_timer wake;
+    };
+    auto wait = std::make_shared<ParseWait>(co_await net::this_coro::executor);
+    net::post(*parse_executor_, [wait, endpoint, body = req.body(), session_header] {
+      Expected<RoutedRequest> r = parse_routed_request(endpoint, body, session_header);
+      net::post(wait->wake.get_executor(), [wait, r = std::move(r)]() mutable {
+        wait->result.emplace(std::move(r));
+        wait->wake.cancel();
+      });
+    });
+    while (!wait->result) {
+      boost::system::error_code ec;
+      co_await wait->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
+    }
+    parsing = std::move(wait->result);
+  } else {
+    parsing = parse_routed_request(endpoint, req.body(), session_header);
+  }
+  Expected<RoutedRequest>& parsed = *parsing;
   if (!parsed) {
     st.metrics.error("bad_request");
     ClientResponse res = make_error(req, 400, parsed.status().message(), "invalid_request_error");

@@ -3,15 +3,18 @@
 // leg; a failed prefill ejects the instance and the decode instance recomputes), then the
 // answering leg, retried once on another instance of its kind when it fails before the client
 // got a byte; streams passed through event by event as they arrive, and a stream that breaks
-// after that ended with an error event and [DONE]. I/O thread only.
+// after that ended with an error event and [DONE]. I/O thread only (bodies are parsed on the
+// parse executor, if set).
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>  // before Asio's awaitable.hpp, which uses std::exchange
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 
 #include "router/client_connection.h"
@@ -25,6 +28,11 @@ class RequestForwarder final {
  public:
   // state: not owned, outlives the forwarder.
   explicit RequestForwarder(RouterState* state) : state_(state) {}
+
+  // Where request bodies are parsed (megabytes of JSON took the I/O thread 0.1-0.2 s, every other
+  // request waiting meanwhile); without one, on the I/O thread. Not owned; it must stop before
+  // the I/O context goes.
+  void set_parse_executor(boost::asio::thread_pool::executor_type executor) { parse_executor_ = executor; }
 
   // Answers one request on `conn`; returns whether the connection may be kept.
   boost::asio::awaitable<bool> handle(std::shared_ptr<ClientConnection> conn, const ClientRequest& req,
@@ -67,6 +75,7 @@ class RequestForwarder final {
   UpstreamRequest upstream_request(const ClientRequest& req, std::string body, bool stream) const;
 
   RouterState* state_;
+  std::optional<boost::asio::thread_pool::executor_type> parse_executor_;
 };
 
 }  // namespace inferd

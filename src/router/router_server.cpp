@@ -49,7 +49,9 @@ struct RouterServer::Impl {
         monitor(&state),
         io(1),
         acceptor(io),
-        signals(io, SIGTERM, SIGINT) {}
+        signals(io, SIGTERM, SIGINT) {
+    forwarder.set_parse_executor(parse_workers.get_executor());
+  }
 
   RouterState state;
   RequestForwarder forwarder;
@@ -57,6 +59,9 @@ struct RouterServer::Impl {
   net::io_context io;
   tcp::acceptor acceptor;
   net::signal_set signals;
+  // Parses request bodies (RequestForwarder::set_parse_executor); after `io`, so that it stops
+  // and joins before `io` goes.
+  net::thread_pool parse_workers{1};
   // I/O thread only from here on.
   bool draining = false;
   int64_t in_flight = 0;
