@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -189,6 +190,49 @@ void bench_vocab(const char* name, const inferd::Tokenizer& tok) {
       print_stats(("regex " + regex + ", warm").c_str(), warm);
     } else if (!re) {
       std::printf("  regex %s: %s\n", regex.c_str(), re.status().message().c_str());
+    }
+  }
+  // Long outputs: how far a matcher's own store grows (it lives as long as the request, bounded by
+  // StackStore::kMaxStoredIds).
+  {
+    std::string long_json = "[";
+    for (int i = 0; i < 1500; ++i) {
+      long_json += (i > 0 ? ", " : "") + std::string("{\"id\": ") + std::to_string(i) +
+                   ", \"name\": \"item " + std::to_string(i * 37) +
+                   "\", \"tags\": [\"red\", \"blue\"], \"price\": " + std::to_string(i) +
+                   ".5, \"ok\": " + (i % 3 == 0 ? "true" : "null") + "}";
+    }
+    long_json += "]";
+    std::string long_prose;
+    while (long_prose.size() < 3900) long_prose += prose + " ";
+    long_prose.resize(3900);
+    for (const auto& [label, grammar_text, text] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"any JSON", "", long_json},
+             {"regex [a-z ]{0,2000}[a-z ]{0,2000}", "[a-z ]{0,2000}[a-z ]{0,2000}", long_prose}}) {
+      auto g = grammar_text.empty() ? inferd::parse_gbnf(*inferd::json_schema_to_gbnf(Json::parse("{}")))
+                                    : inferd::grammar_from_regex(grammar_text);
+      if (!g) continue;
+      const std::vector<int32_t> tokens = tok.encode(text, false);
+      GrammarMatcher m(*g, *vocab);
+      std::vector<uint32_t> mask(GrammarMatcher::bitmask_words(num_logits));
+      uint64_t max_work = 0;
+      const auto t0 = Clock::now();
+      bool ok = true;
+      for (int32_t id : tokens) {
+        m.fill_next_token_bitmask(mask);
+        max_work = std::max(max_work, m.token_work());
+        if (!m.accept_token(id)) {
+          ok = false;
+          break;
+        }
+        max_work = std::max(max_work, m.token_work());
+      }
+      std::printf(
+          "  long %-38s %6zu tokens %s in %.2f s: matcher store %zu stack ids (%.1f MiB), work max %llu\n",
+          label.c_str(), tokens.size(), ok ? "accepted" : (m.failed() ? "FAILED" : "REFUSED"),
+          micros_since(t0) / 1e6, m.stored_ids(), static_cast<double>(m.stored_ids()) * 4 / (1 << 20),
+          static_cast<unsigned long long>(max_work));
     }
   }
   // any JSON object (json_object mode) on document 1.

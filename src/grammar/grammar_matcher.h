@@ -59,6 +59,8 @@ class GrammarMatcher final {
   // matcher's own store's, and the walks it asked of the shared cache. Failure comes past
   // StackStore::kMaxWorkPerToken.
   uint64_t token_work() const { return store_->work() - work_start_ + cache_work_; }
+  // Stack ids the matcher's own store holds (StackStore::stored_ids(), bounded by kMaxStoredIds).
+  size_t stored_ids() const { return store_->stored_ids(); }
   size_t num_accepted_tokens() const { return history_.size() - 1; }
 
  private:

@@ -91,6 +91,8 @@ class StackStore final {
 
   size_t num_stacks() const { return frames_.size(); }
   size_t num_sets() const { return sets_.size(); }
+  // Stack ids held (frames, sets, memoized expansions): what kMaxStoredIds bounds.
+  size_t stored_ids() const { return stored_ids_ + frames_.size(); }
 
   // Some operation hit a bound above since the store was made (or since clear_overflow()); the
   // kDeadSet it answered then was not a rejection of the input, and no step result was memoized.
