@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 
 #include "engine/engine.h"
 #include "engine/input_processor.h"
@@ -43,6 +44,21 @@ std::optional<DefaultModel> load_default() {
   return m;
 }
 
+// The default model, a Transformer on two threads and an InputProcessor over them (m empty when
+// the model is not installed).
+struct Rig {
+  std::optional<DefaultModel> m = load_default();
+  ThreadPool pool{2};
+  std::optional<Transformer> model;
+  std::optional<InputProcessor> inputs;
+  Rig() {
+    if (!m) return;
+    model.emplace(*m->weights, pool);
+    inputs.emplace(m->tokenizer.get(), m->chat_template.get(),
+                   InputLimits{2048, static_cast<int32_t>(m->weights->config.vocab_size), 4});
+  }
+};
+
 struct Answer {
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::kError;
@@ -69,12 +85,10 @@ std::vector<Answer> run_all(Transformer& model, std::vector<RequestSpec> specs) 
 }
 
 TEST(StructuredOutputTest, EveryAnswerUnderEverySchemaValidates) {
-  auto m = load_default();
-  INFERD_REQUIRE_OR_SKIP(m.has_value(), "default model not installed");
-  ThreadPool pool(2);
-  Transformer model(*m->weights, pool);
-  const InputProcessor inputs(m->tokenizer.get(), m->chat_template.get(),
-                              InputLimits{2048, static_cast<int32_t>(m->weights->config.vocab_size), 4});
+  Rig rig;
+  INFERD_REQUIRE_OR_SKIP(rig.m.has_value(), "default model not installed");
+  Transformer& model = *rig.model;
+  const InputProcessor& inputs = *rig.inputs;
   const auto& corpus = test::schema_corpus();
   ASSERT_GE(corpus.size(), 30u);
   // Under the sanitizers a quarter of the corpus (every 4th schema, both temperatures); the Release
@@ -101,7 +115,7 @@ TEST(StructuredOutputTest, EveryAnswerUnderEverySchemaValidates) {
   int64_t stopped = 0;
   for (size_t k = 0; k < answers.size(); ++k) {
     const std::string& schema = corpus[schema_of[k]];
-    const std::string text = m->tokenizer->decode(answers[k].tokens, /*skip_special=*/true);
+    const std::string text = rig.m->tokenizer->decode(answers[k].tokens, /*skip_special=*/true);
     if (answers[k].finish == FinishReason::kLength) continue;  // cut off at max_tokens: not a whole answer
     ASSERT_EQ(answers[k].finish, FinishReason::kStop) << schema;
     ++stopped;
@@ -167,12 +181,10 @@ TEST(StructuredOutputTest, RequiredToolCallsAreValidCalls) {
 // fails its own request with the matcher's error once past StackStore's bound; a request beside
 // it in the same batches completes.
 TEST(StructuredOutputTest, AGrammarTooAmbiguousFailsOnlyItsRequest) {
-  auto m = load_default();
-  INFERD_REQUIRE_OR_SKIP(m.has_value(), "default model not installed");
-  ThreadPool pool(2);
-  Transformer model(*m->weights, pool);
-  const InputProcessor inputs(m->tokenizer.get(), m->chat_template.get(),
-                              InputLimits{2048, static_cast<int32_t>(m->weights->config.vocab_size), 4});
+  Rig rig;
+  INFERD_REQUIRE_OR_SKIP(rig.m.has_value(), "default model not installed");
+  Transformer& model = *rig.model;
+  const InputProcessor& inputs = *rig.inputs;
   std::vector<RequestSpec> specs;
   for (bool constrained : {true, false}) {
     GenerationRequest g;
