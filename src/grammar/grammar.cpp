@@ -146,7 +146,7 @@ Expected<std::string> gbnf_alternatives_tree(std::vector<std::string> strings,
   for (size_t c = 0; c < strings.size(); ++c) {
     for (size_t i = 0; i < strings[c].size();) {
       const size_t n = utf8_char_length(strings[c], i);
-      if (n == 0) return invalid_argument("string " + std::to_string(c) + " is not valid UTF-8");
+      if (n == 0) return invalid_argument("value " + std::to_string(c) + " is not valid UTF-8");
       i += n;
     }
   }
@@ -216,22 +216,15 @@ Expected<std::string> gbnf_alternatives_tree(std::vector<std::string> strings,
 
 Expected<std::shared_ptr<const Grammar>> grammar_from_choices(const std::vector<std::string>& choices) {
   if (choices.empty()) return invalid_argument("guided_choice: no choices");
-  for (size_t c = 0; c < choices.size(); ++c) {
-    for (size_t i = 0; i < choices[c].size();) {
-      const size_t n = utf8_char_length(choices[c], i);
-      if (n == 0)
-        return invalid_argument("guided_choice: choice " + std::to_string(c) + " is not valid UTF-8");
-      i += n;
-    }
-  }
   std::string rules;
   size_t num_rules = 0;
-  INFERD_ASSIGN_OR_RETURN(std::string expr, gbnf_alternatives_tree(choices, [&](const std::string& body) {
-                            const std::string name = "choice-" + std::to_string(++num_rules);
-                            rules += name + " ::= " + body + "\n";
-                            return name;
-                          }));
-  auto g = parse_gbnf("root ::= " + expr + "\n" + rules);
+  auto expr = gbnf_alternatives_tree(choices, [&](const std::string& body) {
+    const std::string name = "choice-" + std::to_string(++num_rules);
+    rules += name + " ::= " + body + "\n";
+    return name;
+  });
+  if (!expr) return expr.status().with_context("guided_choice");
+  auto g = parse_gbnf("root ::= " + *expr + "\n" + rules);
   if (!g) return g.status().with_context("guided_choice");
   return g;
 }

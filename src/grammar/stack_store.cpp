@@ -85,7 +85,7 @@ uint32_t StackStore::intern_set(std::vector<uint32_t>* stacks) {
   for (const auto& [hash, id] : bucket) {
     if (hash == h && sets_[id] == *stacks) return id;
   }
-  if (stacks->size() > kMaxStacksPerSet || stored_ids_ + frames_.size() + stacks->size() > kMaxStoredIds) {
+  if (stacks->size() > kMaxStacksPerSet || stored_ids() + stacks->size() > kMaxStoredIds) {
     ++overflows_;
     return kDeadSet;
   }

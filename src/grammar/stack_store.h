@@ -139,7 +139,7 @@ class StackStore final {
   std::vector<uint32_t> expand_work_;  // expand(): stacks still to expand
   std::vector<uint32_t> expanded_;     // stack -> the expand() call that reached it last
   uint32_t expand_epoch_ = 0;
-  size_t stored_ids_ = 0;  // stack ids held by sets_ and afters_, plus frames
+  size_t stored_ids_ = 0;  // stack ids held by sets_ and afters_ (stored_ids() adds the frames)
   uint64_t overflows_ = 0;
   uint64_t work_ = 0;
 };

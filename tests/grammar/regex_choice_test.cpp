@@ -154,7 +154,7 @@ TEST(GrammarChoiceTest, ManyChoicesKeepOneParseAlive) {
 TEST(GrammarChoiceTest, InvalidUtf8IsRefused) {
   auto g = grammar_from_choices({"ok", "bad \xC3("});
   ASSERT_FALSE(g.has_value());
-  EXPECT_EQ(g.status().message(), "guided_choice: choice 1 is not valid UTF-8");
+  EXPECT_EQ(g.status().message(), "guided_choice: value 1 is not valid UTF-8");
 }
 
 }  // namespace
