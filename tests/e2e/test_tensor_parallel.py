@@ -276,7 +276,11 @@ def test_a_rank_that_stops_answering_ends_the_job_and_the_open_stream_gets_the_r
         assert "a rank stopped answering" in whole["body"]["error"]["message"]
         rc, out = finish(proc, 60)
         assert rc != 0
-        assert "rank 0: all-reduce did not complete within 3 s (a rank stopped answering)" in out, out[-3000:]
+        # Which collective rank 0 was in when rank 1 stopped depends on timing (an all-reduce of a
+        # layer, or the gather of the logits at the step's end; a fresh machine under load saw the
+        # latter): any of them, timed out after 3 s.
+        assert re.search(r"rank 0: (all-reduce|gather of the logits|broadcast) did not complete within 3 s "
+                         r"\(a rank stopped answering\)", out), out[-3000:]
         assert time.time() - start < 60
     finally:
         if proc.poll() is None:
