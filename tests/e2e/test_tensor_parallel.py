@@ -360,10 +360,16 @@ class Hosts:
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
             self.namespaces[self.subnet + str(index)] = (ns, veth)
         self.agent = tmp_path / "netns-rsh"
+        # Each host gets its own session directory tree, as separate machines would have: both
+        # daemons report the same host name, and in one shared /tmp they would create, share and
+        # clean up one tree (/tmp/ompi.HOST.UID/jf.N), which now and then fails a daemon's start
+        # ("orte_session_dir failed ... File exists", with a PMIx dstore error in the other).
         cases = "".join(f"  {addr}) ns={ns} ;;\n" for addr, (ns, _) in self.namespaces.items())
         self.agent.write_text("#!/bin/sh\n# mpirun's rsh agent: HOST COMMAND... runs COMMAND in HOST's namespace.\n"
                               f'host="$1"; shift\ncase "$host" in\n{cases}'
                               '  *) echo "netns-rsh: unknown host $host" >&2; exit 1 ;;\nesac\n'
+                              f'tmp="{tmp_path}/$ns-tmp"; mkdir -p "$tmp" || exit 1\n'
+                              'OMPI_MCA_orte_tmpdir_base="$tmp" TMPDIR="$tmp"; export OMPI_MCA_orte_tmpdir_base TMPDIR\n'
                               'exec ip netns exec "$ns" /bin/sh -c "$*"\n')
         self.agent.chmod(0o755)
 
