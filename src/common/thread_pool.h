@@ -65,16 +65,14 @@ class ThreadPool final {
 
   int num_threads_;
   std::vector<std::thread> workers_;
-  // Each on its own cache line: the workers spin reading generation_ while the threads that
-  // run a job update active_ and next_.
-  alignas(64) std::atomic<uint64_t> generation_{0};  // bumped (release) to publish a job
+  std::atomic<uint64_t> generation_{0};  // bumped (release) to publish a job
   // Workers that joined the current job and have not finished it, plus kClosed (the top bit)
   // once the caller has closed it.
-  alignas(64) std::atomic<uint32_t> active_{1u << 31};
-  alignas(64) std::atomic<int64_t> next_{0};  // the first range of the current job nobody has taken
+  std::atomic<uint32_t> active_{1u << 31};
+  std::atomic<int64_t> next_{0};  // the first range of the current job nobody has taken
   std::atomic<bool> stopping_{false};
   // The job of the current generation (written before active_ opens it).
-  alignas(64) Trampoline job_fn_ = nullptr;
+  Trampoline job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 0;  // 0: n split into job_ranges_ near-equal ranges; else ranges of grain

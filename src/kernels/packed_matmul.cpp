@@ -1347,19 +1347,6 @@ int64_t num_units(const PackedWeight& w) {
   return w.swiglu() ? w.tiles() / 2 : w.tiles();
 }
 
-// Units per range of a matmul split over `threads`: a whole number of ranges per thread (so
-// that threads running at one speed finish together), up to 8 each, but none under
-// kMinRangeWork (weight bytes x tokens), below which each range's start (a new stream for the
-// prefetchers, the epilogue set-up) costs more than the balance gains.
-constexpr int64_t kMinRangeWork = int64_t{256} * 1024;
-
-int64_t range_units(int64_t units, int64_t work_per_unit, int threads) {
-  const int64_t per_thread =
-      std::clamp<int64_t>(units * work_per_unit / std::max<int64_t>(1, threads * kMinRangeWork), 1, 8);
-  const int64_t ranges = per_thread * threads;
-  return std::max<int64_t>(1, (units + ranges - 1) / ranges);
-}
-
 // Runs run_unit over every unit of w, split over the pool.
 template <typename RunTile>
 void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, int64_t tokens,
@@ -1374,8 +1361,7 @@ void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, in
   // faster one spinning for 3-8 % of a decode step. Each unit's rows come from one thread's
   // arithmetic, whichever it is, so the result does not depend on the split.
   const int64_t units = num_units(w);
-  const int64_t grain = range_units(
-      units, static_cast<int64_t>(w.num_bytes() / static_cast<size_t>(units)) * tokens, pool.num_threads());
+  const int64_t grain = std::max<int64_t>(1, units / (8 * static_cast<int64_t>(pool.num_threads())));
   pool.parallel_for_dynamic(units, grain, [&](int64_t begin, int64_t end) {
     alignas(64) float out[kAmxTokens * kQuantTileRows];
     alignas(64) float out_up[kAmxTokens * kQuantTileRows];
@@ -1535,7 +1521,6 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
   thread_local std::vector<int64_t> first_list;  // the caller's; workers reach it through `first`
   std::vector<int64_t>& first = first_list;
   first.assign(groups.size() + 1, 0);
-  int64_t work = 0;  // weight bytes x tokens, over the groups
   for (size_t g = 0; g < groups.size(); ++g) {
     const PackedMatmulGroup& grp = groups[g];
     INFERD_CHECK(grp.w != nullptr && (grp.w->swiglu() || grp.w->num_parts() == 1));
@@ -1543,7 +1528,6 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
                                                        : grp.x != nullptr && grp.x->k() == grp.w->cols() &&
                                                              grp.x->tokens() >= grp.tokens));
     first[g + 1] = first[g] + (grp.tokens > 0 ? num_units(*grp.w) : 0);
-    if (grp.tokens > 0) work += static_cast<int64_t>(grp.w->num_bytes()) * grp.tokens;
   }
   if (first.back() == 0) return;
   // BF16 float groups: their activations rounded once, before the threads split the tiles.
@@ -1567,7 +1551,7 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
     if (!grp.w->is_float() && uses_amx(isa, *grp.w, grp.tokens)) tile_amx_activations(*grp.x, amx[g]);
   }
   const Epilogues e = epilogues(isa);
-  const int64_t grain = range_units(first.back(), work / first.back(), pool.num_threads());
+  const int64_t grain = std::max<int64_t>(1, first.back() / (8 * static_cast<int64_t>(pool.num_threads())));
   pool.parallel_for_dynamic(first.back(), grain, [&](int64_t begin, int64_t end) {
     alignas(64) float out[kAmxTokens * kQuantTileRows];
     alignas(64) float out_up[kAmxTokens * kQuantTileRows];
