@@ -1356,13 +1356,7 @@ void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, in
   if (tokens == 0) return;
   const Epilogues e = epilogues(isa);
   const TokenGroups groups = token_groups(isa, w);
-  // Units are taken in ranges of about an eighth of a thread's share: the two threads of a core
-  // (or a thread the host pauses) do not run at the same speed, and a static halving left the
-  // faster one spinning for 3-8 % of a decode step. Each unit's rows come from one thread's
-  // arithmetic, whichever it is, so the result does not depend on the split.
-  const int64_t units = num_units(w);
-  const int64_t grain = std::max<int64_t>(1, units / (8 * static_cast<int64_t>(pool.num_threads())));
-  pool.parallel_for_dynamic(units, grain, [&](int64_t begin, int64_t end) {
+  pool.parallel_for(num_units(w), [&](int64_t begin, int64_t end) {
     alignas(64) float out[kAmxTokens * kQuantTileRows];
     alignas(64) float out_up[kAmxTokens * kQuantTileRows];
     prepare_thread(isa, w, tokens);
@@ -1551,8 +1545,7 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
     if (!grp.w->is_float() && uses_amx(isa, *grp.w, grp.tokens)) tile_amx_activations(*grp.x, amx[g]);
   }
   const Epilogues e = epilogues(isa);
-  const int64_t grain = std::max<int64_t>(1, first.back() / (8 * static_cast<int64_t>(pool.num_threads())));
-  pool.parallel_for_dynamic(first.back(), grain, [&](int64_t begin, int64_t end) {
+  pool.parallel_for(first.back(), [&](int64_t begin, int64_t end) {
     alignas(64) float out[kAmxTokens * kQuantTileRows];
     alignas(64) float out_up[kAmxTokens * kQuantTileRows];
     auto g = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) - first.begin() - 1);

@@ -3,8 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
-#include <thread>
 #include <vector>
 
 namespace inferd {
@@ -21,87 +19,6 @@ TEST(ThreadPoolTest, CoversEveryIndexOnce) {
       for (auto& h : hits) EXPECT_EQ(h.load(), 1) << "threads=" << threads << " n=" << n;
     }
   }
-}
-
-TEST(ThreadPoolTest, DynamicRangesCoverEveryIndexOnceWithinTheGrain) {
-  for (int threads : {1, 2, 3, 8}) {
-    ThreadPool pool(threads);
-    for (int64_t n : {0, 1, 2, 5, 7, 100, 1001}) {
-      for (int64_t grain : {1, 3, 64, 5000}) {
-        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-        std::atomic<int64_t> ranges{0};
-        std::atomic<bool> too_long{false};
-        pool.parallel_for_dynamic(n, grain, [&](int64_t b, int64_t e) {
-          if (e - b > grain || b >= e) too_long = true;
-          ++ranges;
-          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
-        });
-        for (auto& h : hits)
-          EXPECT_EQ(h.load(), 1) << "threads=" << threads << " n=" << n << " grain=" << grain;
-        EXPECT_FALSE(too_long.load()) << "threads=" << threads << " n=" << n << " grain=" << grain;
-        EXPECT_EQ(ranges.load(), (n + grain - 1) / grain) << "threads=" << threads << " n=" << n;
-      }
-    }
-  }
-}
-
-TEST(ThreadPoolTest, DynamicRangesGoToTheThreadThatIsFree) {
-  // One range holds its thread until every other range is done: the other ranges must all be
-  // taken by the remaining threads, not split up front between the two.
-  ThreadPool pool(2);
-  constexpr int64_t kN = 64;
-  std::atomic<int64_t> done{0};
-  std::atomic<bool> timed_out{false};
-  pool.parallel_for_dynamic(kN, 1, [&](int64_t b, int64_t) {
-    if (b == 0) {
-      auto start = std::chrono::steady_clock::now();
-      while (done.load() < kN - 1) {
-        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
-          timed_out = true;
-          break;
-        }
-        std::this_thread::yield();
-      }
-    }
-    ++done;
-  });
-  EXPECT_FALSE(timed_out.load());
-  EXPECT_EQ(done.load(), kN);
-}
-
-TEST(ThreadPoolTest, MoreThreadsThanCoresLoseNoRangeAndRunNoneTwice) {
-  // Sixteen threads on this machine's few cores: workers wake late, to a job already closed or
-  // to a later job than the one they were woken for. Every job must still run each of its
-  // ranges exactly once, and nothing may run after the call returns.
-  ThreadPool pool(16);
-  std::vector<std::atomic<int>> hits(97);
-  std::atomic<bool> inside{false}, late{false};
-  std::atomic<int64_t> by_workers{0};
-  const auto caller = std::this_thread::get_id();
-  for (int job = 0; job < 3000; ++job) {
-    const int64_t n = 1 + job % 97;
-    for (int64_t i = 0; i < n; ++i) hits[static_cast<size_t>(i)] = 0;
-    inside = true;
-    auto fn = [&](int64_t b, int64_t e) {
-      if (!inside.load()) late = true;
-      if (std::this_thread::get_id() != caller) ++by_workers;
-      for (int64_t i = b; i < e; ++i) {
-        hits[static_cast<size_t>(i)]++;
-        volatile int sink = 0;
-        for (int k = 0; k < 300; ++k) sink = sink + k;
-      }
-    };
-    if (job % 2 == 0) {
-      pool.parallel_for(n, fn);
-    } else {
-      pool.parallel_for_dynamic(n, 1 + job % 5, fn);
-    }
-    inside = false;
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "job " << job << " i " << i;
-  }
-  EXPECT_FALSE(late.load());
-  EXPECT_GT(by_workers.load(), 0) << "no worker ever joined: the test did not test joining";
 }
 
 TEST(ThreadPoolTest, RepeatedRunsAreStable) {
