@@ -88,6 +88,10 @@ class Sampler final {
 
  private:
   int32_t draw(std::span<const float> logits);
+  // Sorts the candidates kept by top_p / min_p (no top_k) to the front, as weights; returns how
+  // many (before min_p's own cut, which draw applies).
+  template <typename Less>
+  size_t sort_kept_prefix(Less by_logit);
   void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);  // on adjusted_
   bool apply_grammar_mask();  // on adjusted_; false when the grammar allows no token
 

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -53,6 +55,95 @@ TEST(SamplerTest, TopKAndTopPRestrictSupport) {
   EXPECT_TRUE(seen.count(0) && seen.count(1));
   Sampler p(SamplingParams{1.0f, 0, 0.01f, 1});  // only the top token carries 1% mass
   for (int i = 0; i < 100; ++i) EXPECT_EQ(p.sample(logits), 0);
+}
+
+// The sampling rule written the plain way: every candidate sorted (logit descending, id
+// ascending on ties), softmax over top_k (all when 0), the nucleus whose running share reaches
+// top_p, then min_p, then one uniform draw over the kept weights. top_p's share divides by the
+// sum of all kept weights in vocabulary order when there is no top_k, in sorted order with one.
+int32_t reference_draw(std::vector<float> logits, const SamplingParams& p, std::mt19937_64& rng) {
+  std::vector<std::pair<float, int32_t>> c;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] != -std::numeric_limits<float>::infinity())
+      c.emplace_back(logits[i] / p.temperature, static_cast<int32_t>(i));
+  std::vector<std::pair<float, int32_t>> by_id = c;
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  size_t keep = p.top_k > 0 ? std::min(c.size(), static_cast<size_t>(p.top_k)) : c.size();
+  const float max_logit = c[0].first;
+  double total = 0;
+  if (keep < c.size()) {
+    for (size_t i = 0; i < keep; ++i) total += std::exp(c[i].first - max_logit);
+  } else {
+    for (const auto& x : by_id) total += std::exp(x.first - max_logit);
+  }
+  for (auto& x : c) x.first = std::exp(x.first - max_logit);
+  if (p.top_p < 1.0f) {
+    double cumulative = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      cumulative += c[i].first / total;
+      if (cumulative >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    size_t k = 1;
+    while (k < keep && c[k].first >= p.min_p) ++k;
+    keep = k;
+  }
+  total = 0;
+  for (size_t i = 0; i < keep; ++i) total += c[i].first;
+  const double r = std::uniform_real_distribution<double>(0.0, total)(rng);
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += c[i].first;
+    if (r < acc) return c[i].second;
+  }
+  return c[keep - 1].second;
+}
+
+TEST(SamplerTest, TopPTopKAndMinPDrawWhatTheFullSortDraws) {
+  // Random vocabularies of odd sizes (one past the prefix sizes the sampler sorts in), spread
+  // or peaked logits, ties (logits on a coarse grid), masked tokens (-inf), every combination of
+  // the three filters: the same token as the plain rule, draw after draw, for the same seed.
+  std::mt19937 gen(2026);
+  int cases = 0;
+  for (size_t n : {1, 2, 7, 255, 256, 257, 2049, 2050, 16385, 49153}) {
+    for (int shape = 0; shape < 4; ++shape) {
+      std::vector<float> logits(n);
+      std::normal_distribution<float> normal(0.0f, shape == 1 ? 8.0f : 2.0f);
+      for (auto& l : logits) {
+        l = normal(gen);
+        if (shape == 2) l = std::round(l * 2.0f) / 2.0f;  // many ties
+      }
+      if (shape == 3) {
+        std::bernoulli_distribution masked(0.4);
+        for (size_t i = 1; i < n; ++i)
+          if (masked(gen)) logits[i] = -std::numeric_limits<float>::infinity();
+      }
+      for (float top_p : {1.0f, 0.999f, 0.95f, 0.5f, 0.1f}) {
+        for (float min_p : {0.0f, 0.02f, 0.3f}) {
+          for (int32_t top_k : {0, 40}) {
+            if (top_p == 1.0f && min_p == 0.0f && top_k == 0) continue;  // the unsorted path
+            SamplingParams p{shape == 1 ? 1.5f : 0.8f, top_k, top_p, 99};
+            p.min_p = min_p;
+            Sampler s(p);
+            std::mt19937_64 rng(99);
+            for (int draw = 0; draw < 5; ++draw) {
+              ASSERT_EQ(s.sample(logits), reference_draw(logits, p, rng))
+                  << "n=" << n << " shape=" << shape << " top_p=" << top_p << " min_p=" << min_p
+                  << " top_k=" << top_k << " draw " << draw;
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 10 * 4 * (5 * 3 * 2 - 1));
 }
 
 TEST(SamplerTest, ValidateRanges) {
