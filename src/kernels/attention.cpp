@@ -487,27 +487,40 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
   }
   if (partials.size() < static_cast<size_t>(partial_floats))
     partials.resize(static_cast<size_t>(partial_floats));
-  pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> kt, vc, rows_out, krows;
-    thread_local std::vector<RowState> state;
-    thread_local std::vector<const float*> qrows, sink_qrows;
-    thread_local std::vector<int64_t> pos, limit, lowest;
+  // Each thread's buffers for one item (a tile of rows against one KV head), grown here for every
+  // thread: any thread may run any item.
+  struct Scratch {
+    std::vector<float> kt, vc, rows_out, krows;
+    std::vector<RowState> state;
+    std::vector<const float*> qrows, sink_qrows;
+    std::vector<int64_t> pos, limit, lowest;
+  };
+  thread_local PerThread<Scratch> scratch_list;  // the caller's; workers reach it by reference
+  PerThread<Scratch>& scratch = scratch_list;
+  scratch.prepare(pool, [&](Scratch& s) {
     const auto max_rows = static_cast<size_t>(kTileTokens * group);
-    if (kt.size() < static_cast<size_t>(hd * kChunk)) {
-      kt.resize(static_cast<size_t>(hd * kChunk));
-      vc.resize(kt.size());
-      krows.resize(kt.size());
+    if (s.kt.size() < static_cast<size_t>(hd * kChunk)) {
+      s.kt.resize(static_cast<size_t>(hd * kChunk));
+      s.vc.resize(s.kt.size());
+      s.krows.resize(s.kt.size());
     }
-    if (rows_out.size() < max_rows * static_cast<size_t>(hd))
-      rows_out.resize(max_rows * static_cast<size_t>(hd));
-    if (state.size() < max_rows) {
-      state.resize(max_rows);
-      qrows.resize(max_rows);
-      sink_qrows.resize(max_rows);
-      pos.resize(max_rows);
-      limit.resize(max_rows);
-      lowest.resize(max_rows);
+    if (s.rows_out.size() < max_rows * static_cast<size_t>(hd))
+      s.rows_out.resize(max_rows * static_cast<size_t>(hd));
+    if (s.state.size() < max_rows) {
+      s.state.resize(max_rows);
+      s.qrows.resize(max_rows);
+      s.sink_qrows.resize(max_rows);
+      s.pos.resize(max_rows);
+      s.limit.resize(max_rows);
+      s.lowest.resize(max_rows);
     }
+  });
+  pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end) {
+    Scratch& mine = scratch.mine();
+    std::vector<float>&kt = mine.kt, &vc = mine.vc, &rows_out = mine.rows_out, &krows = mine.krows;
+    std::vector<RowState>& state = mine.state;
+    std::vector<const float*>&qrows = mine.qrows, &sink_qrows = mine.sink_qrows;
+    std::vector<int64_t>&pos = mine.pos, &limit = mine.limit, &lowest = mine.lowest;
     const auto* key_base = static_cast<const std::byte*>(kv.key);
     const auto* value_base = static_cast<const std::byte*>(kv.value);
     for (int64_t it = begin; it < end; ++it) {

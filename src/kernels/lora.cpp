@@ -276,11 +276,18 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOut
   if (avx512) return run_avx512(x, ldx, k, scratch, pool);
 #endif
   // Shrink: shrunk[row i of group g][r] = scale * (A_g[r] . x[rows_g[i]]), four rows per A read.
-  // 16-bit weights are expanded (exactly) into a buffer of each thread's (grown once): the same
-  // sums as f32 ones.
+  // 16-bit weights are expanded (exactly) into a buffer of each thread's: the same sums as f32
+  // ones. The buffer holds an A row (k) or a chunk of every rank row of B (rank x kExpandChunk).
+  int64_t buffer_floats = 0;
+  for (const LoraScratch::Work& wk : scratch.work)
+    if (wk.group->dtype != DType::kF32)
+      buffer_floats = std::max({buffer_floats, k, wk.group->rank * std::min(kExpandChunk, wk.n)});
+  scratch.expanded.prepare(pool, [&](std::vector<float>& b) {
+    if (static_cast<int64_t>(b.size()) < buffer_floats) b.resize(static_cast<size_t>(buffer_floats));
+  });
   pool.parallel_for(scratch.shrink_items.back(), [&](int64_t begin, int64_t end) {
     float out[4];
-    thread_local std::vector<float> buffer;
+    std::vector<float>& buffer = scratch.expanded.mine();
     for (int64_t item = begin; item < end; ++item) {
       const size_t g = group_of(scratch.shrink_items, item);
       const LoraGroup& grp = *scratch.work[g].group;
@@ -289,7 +296,6 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOut
           static_cast<const std::byte*>(grp.a) + static_cast<size_t>(r * k) * value_bytes(grp.dtype);
       const float* a = reinterpret_cast<const float*>(a_row);
       if (grp.dtype != DType::kF32) {
-        if (buffer.size() < static_cast<size_t>(k)) buffer.resize(static_cast<size_t>(k));
         f32.dequantize_row(grp.dtype, a_row, buffer.data(), k);
         a = buffer.data();
       }
@@ -313,7 +319,7 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOut
 
   // Expand: y[rows_g[i]] += shrunk[i] B_g^T, one column chunk of one group per item.
   pool.parallel_for(scratch.expand_items.back(), [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> buffer;
+    std::vector<float>& buffer = scratch.expanded.mine();
     for (int64_t item = begin; item < end; ++item) {
       const size_t g = group_of(scratch.expand_items, item);
       const LoraScratch::Work& wk = scratch.work[g];
@@ -323,8 +329,6 @@ void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOut
       const float* bt = static_cast<const float*>(grp.bt) + c0;
       int64_t ld = wk.n;
       if (grp.dtype != DType::kF32) {  // this chunk's columns of every rank row, as f32
-        if (buffer.size() < static_cast<size_t>(grp.rank * w))
-          buffer.resize(static_cast<size_t>(grp.rank * w));
         for (int64_t r = 0; r < grp.rank; ++r)
           f32.dequantize_row(grp.dtype,
                              static_cast<const std::byte*>(grp.bt) + static_cast<size_t>(r * wk.n + c0) * 2,

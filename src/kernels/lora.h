@@ -56,6 +56,7 @@ struct LoraScratch {
   std::vector<Work> work;
   std::vector<float> shrunk;
   std::vector<int64_t> shrunk_offset, shrink_items, expand_items;
+  PerThread<std::vector<float>> expanded;  // 16-bit rows as f32, each thread's (portable path)
 };
 
 // The updates of every output on `pool` with the kernels of `isa` (at most what this CPU runs):

@@ -17,19 +17,25 @@ void matmul(const float* x, int64_t num_tokens, const TensorView& w, const float
   const int64_t k = w.row_length();
   const bool direct = w.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
   const F32Kernels& kernels = f32_kernels(isa);
+  thread_local PerThread<std::vector<float>> row_buffers;  // the caller's; workers reach it by reference
+  PerThread<std::vector<float>>& buffers = row_buffers;
+  if (!direct) {
+    buffers.prepare(pool, [&](std::vector<float>& b) {
+      if (static_cast<int64_t>(b.size()) < k) b.resize(static_cast<size_t>(k));
+    });
+  }
   pool.parallel_for(n_out, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> row_buffer;
-    if (!direct && static_cast<int64_t>(row_buffer.size()) < k) row_buffer.resize(static_cast<size_t>(k));
+    float* row_buffer = direct ? nullptr : buffers.mine().data();
     for (int64_t n = begin; n < end; ++n) {
       const float* row;
       if (direct) {
         row = reinterpret_cast<const float*>(w.row(n));
       } else {
-        kernels.dequantize_row(w.dtype, w.row(n), row_buffer.data(), k);
+        kernels.dequantize_row(w.dtype, w.row(n), row_buffer, k);
         if (w.row_scale != nullptr) {
-          for (int64_t i = 0; i < k; ++i) row_buffer[static_cast<size_t>(i)] *= w.row_scale[n];
+          for (int64_t i = 0; i < k; ++i) row_buffer[i] *= w.row_scale[n];
         }
-        row = row_buffer.data();
+        row = row_buffer;
       }
       const float b = bias != nullptr ? bias[n] : 0.0f;
       // Four tokens per pass share each load of the weight row; dot4 gives each token exactly

@@ -11,6 +11,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "kernels/exp_poly.h"
 #include "kernels/ops.h"
 #include "kernels/simd.h"
 
@@ -322,28 +323,6 @@ __attribute__((always_inline)) inline void quantize_row_generic(const float* x, 
     half_sum[2 * b + 1] = s[1];
     scaled_sum[b] = d * static_cast<float>(s[0] + s[1]);
   }
-}
-
-// The scalar mirror of exp_avx512 (kernels/simd.h): every operation is one the vector version
-// performs the same way (fma, round to nearest even, exact scaling by 2^n), so both give the
-// same bits.
-__attribute__((always_inline)) inline float exp_poly(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = std::fma(-n, 0.693359375f, x);
-  r = std::fma(-n, -2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = std::fma(p, r, 1.3981999507e-3f);
-  p = std::fma(p, r, 8.3333519073e-3f);
-  p = std::fma(p, r, 4.1665795894e-2f);
-  p = std::fma(p, r, 1.6666665459e-1f);
-  p = std::fma(p, r, 5.0000001201e-1f);
-  p = std::fma(p, r * r, r + 1.0f);
-  // p * 2^n, exact: n is in [-125, 127] after the clamp, so 2^n is a normal float.
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  float pow2;
-  std::memcpy(&pow2, &bits, 4);
-  return p * pow2;
 }
 
 // Epilogues: a tile's [num_tokens][16] results into y (+ bias), or silu(gate) * up.
@@ -1003,15 +982,17 @@ class AmxWeightCache final {
       if (s.tile == tile && s.call == call) return s.data.get();
     Slot& s = slots_[next_];
     next_ = 1 - next_;
-    if (bytes > s.capacity) {
-      s.data = {reinterpret_cast<int8_t*>(aligned_bytes(bytes)), std::free};
-      s.capacity = bytes;
-    }
+    grow(s, bytes);
     prepare(s.data.get());
     INFERD_AMX_MEMORY_BARRIER();  // the tile loads read these bytes
     s.tile = tile;
     s.call = call;
     return s.data.get();
+  }
+
+  // Room for tiles of `bytes` bytes, so that get() allocates nothing.
+  void reserve(size_t bytes) {
+    for (Slot& s : slots_) grow(s, bytes);
   }
 
  private:
@@ -1021,6 +1002,13 @@ class AmxWeightCache final {
     size_t capacity = 0;
     std::unique_ptr<int8_t[], void (*)(void*)> data{nullptr, std::free};
   };
+  static void grow(Slot& s, size_t bytes) {
+    if (bytes <= s.capacity) return;
+    s.data = {reinterpret_cast<int8_t*>(aligned_bytes(bytes)), std::free};
+    s.capacity = bytes;
+    s.tile = nullptr;
+  }
+
   Slot slots_[2];
   int next_ = 0;
 };
@@ -1347,6 +1335,19 @@ int64_t num_units(const PackedWeight& w) {
   return w.swiglu() ? w.tiles() / 2 : w.tiles();
 }
 
+// Units per range of a matmul split over `threads`: a whole number of ranges per thread (so
+// that threads running at one speed finish together), up to 8 each, but none under
+// kMinRangeWork (weight bytes x tokens), below which each range's start (a new stream for the
+// prefetchers, the epilogue set-up) costs more than the balance gains.
+constexpr int64_t kMinRangeWork = int64_t{256} * 1024;
+
+int64_t range_units(int64_t units, int64_t work_per_unit, int threads) {
+  const int64_t per_thread =
+      std::clamp<int64_t>(units * work_per_unit / std::max<int64_t>(1, threads * kMinRangeWork), 1, 8);
+  const int64_t ranges = per_thread * threads;
+  return std::max<int64_t>(1, (units + ranges - 1) / ranges);
+}
+
 // Runs run_unit over every unit of w, split over the pool.
 template <typename RunTile>
 void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, int64_t tokens,
@@ -1356,7 +1357,14 @@ void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, in
   if (tokens == 0) return;
   const Epilogues e = epilogues(isa);
   const TokenGroups groups = token_groups(isa, w);
-  pool.parallel_for(num_units(w), [&](int64_t begin, int64_t end) {
+  // Units are taken in ranges of about an eighth of a thread's share: the two threads of a core
+  // (or a thread the host pauses) do not run at the same speed, and a static halving left the
+  // faster one spinning for 3-8 % of a decode step. Each unit's rows come from one thread's
+  // arithmetic, whichever it is, so the result does not depend on the split.
+  const int64_t units = num_units(w);
+  const int64_t grain = range_units(
+      units, static_cast<int64_t>(w.num_bytes() / static_cast<size_t>(units)) * tokens, pool.num_threads());
+  pool.parallel_for_dynamic(units, grain, [&](int64_t begin, int64_t end) {
     alignas(64) float out[kAmxTokens * kQuantTileRows];
     alignas(64) float out_up[kAmxTokens * kQuantTileRows];
     prepare_thread(isa, w, tokens);
@@ -1371,16 +1379,26 @@ struct AmxActivations {
   std::vector<float> scales;
   std::vector<float> scaled_sums;
   uint64_t call = 0;
+#if defined(__x86_64__)
+  PerThread<AmxWeightCache> weights;  // each thread's prepared weight tiles of this call
+#endif
 };
 
-// Fills `out` for x's whole groups of 16 tokens (grown, never shrunk: no allocation once warm).
-void tile_amx_activations(const QuantizedActivations& x, AmxActivations& out) {
+// Fills `out` for x's whole groups of 16 tokens, and grows the weight caches of every thread of
+// `pool` (grown, never shrunk: no allocation once warm, whichever thread runs which tile).
+void tile_amx_activations(const QuantizedActivations& x, AmxActivations& out, const ThreadPool& pool) {
   const int64_t groups = x.tokens() / kAmxTokens, nb = x.blocks();
   const auto n = static_cast<size_t>(groups * nb * kAmxTokens);
   if (out.scales.size() < n) {
     out.scales.resize(n);
     out.scaled_sums.resize(n);
   }
+#if defined(__x86_64__)
+  const auto tile_bytes = static_cast<size_t>(x.k() / kQuantBlockValues) * kAmxBlockBytes;
+  out.weights.prepare(pool, [&](AmxWeightCache& c) { c.reserve(tile_bytes); });
+#else
+  (void)pool;
+#endif
   for (int64_t g = 0; g < groups; ++g) {
     for (int t = 0; t < kAmxTokens; ++t) {
       const float* d = x.scale(g * kAmxTokens + t);
@@ -1398,7 +1416,7 @@ void tile_amx_activations(const QuantizedActivations& x, AmxActivations& out) {
 }
 
 // The integer tile kernel of `isa` over tokens t0 .. t0 + nt of one tile of w.
-void run_quant_tile(Isa isa, const PackedWeight& w, const QuantizedActivations& x, const AmxActivations& amx,
+void run_quant_tile(Isa isa, const PackedWeight& w, const QuantizedActivations& x, AmxActivations& amx,
                     const std::byte* tile, int64_t t0, int nt, float* out) {
   const size_t header = tile_header_bytes(w.dtype());
   const int64_t blocks = w.cols() / kQuantBlockValues;
@@ -1407,7 +1425,7 @@ void run_quant_tile(Isa isa, const PackedWeight& w, const QuantizedActivations& 
       tile + header, row_scale, blocks, w.block_bytes(), &x, t0, nt, out, w.tile(0) + w.num_bytes()};
 #if defined(__x86_64__)
   if (nt == kAmxTokens) {
-    thread_local AmxWeightCache cache;
+    AmxWeightCache& cache = amx.weights.mine();
     const std::byte* first = tile + header;
     args.amx_weights =
         cache.get(first, amx.call, static_cast<size_t>(blocks) * kAmxBlockBytes,
@@ -1485,7 +1503,7 @@ void quant_matmul(const QuantizedActivations& x, const PackedWeight& w,
   INFERD_CHECK(!w.is_float() && x.k() == w.cols());
   thread_local AmxActivations amx_state;
   AmxActivations& amx = amx_state;  // the caller's: the workers reach it through this reference
-  if (uses_amx(isa, w, x.tokens())) tile_amx_activations(x, amx);
+  if (uses_amx(isa, w, x.tokens())) tile_amx_activations(x, amx, pool);
   drive(w, outputs, x.tokens(), pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
     run_quant_tile(isa, w, x, amx, tile, t0, nt, out);
   });
@@ -1515,6 +1533,7 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
   thread_local std::vector<int64_t> first_list;  // the caller's; workers reach it through `first`
   std::vector<int64_t>& first = first_list;
   first.assign(groups.size() + 1, 0);
+  int64_t work = 0;  // weight bytes x tokens, over the groups
   for (size_t g = 0; g < groups.size(); ++g) {
     const PackedMatmulGroup& grp = groups[g];
     INFERD_CHECK(grp.w != nullptr && (grp.w->swiglu() || grp.w->num_parts() == 1));
@@ -1522,6 +1541,7 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
                                                        : grp.x != nullptr && grp.x->k() == grp.w->cols() &&
                                                              grp.x->tokens() >= grp.tokens));
     first[g + 1] = first[g] + (grp.tokens > 0 ? num_units(*grp.w) : 0);
+    if (grp.tokens > 0) work += static_cast<int64_t>(grp.w->num_bytes()) * grp.tokens;
   }
   if (first.back() == 0) return;
   // BF16 float groups: their activations rounded once, before the threads split the tiles.
@@ -1542,10 +1562,11 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
   std::vector<AmxActivations>& amx = amx_list;
   for (size_t g = 0; g < groups.size(); ++g) {
     const PackedMatmulGroup& grp = groups[g];
-    if (!grp.w->is_float() && uses_amx(isa, *grp.w, grp.tokens)) tile_amx_activations(*grp.x, amx[g]);
+    if (!grp.w->is_float() && uses_amx(isa, *grp.w, grp.tokens)) tile_amx_activations(*grp.x, amx[g], pool);
   }
   const Epilogues e = epilogues(isa);
-  pool.parallel_for(first.back(), [&](int64_t begin, int64_t end) {
+  const int64_t grain = range_units(first.back(), work / first.back(), pool.num_threads());
+  pool.parallel_for_dynamic(first.back(), grain, [&](int64_t begin, int64_t end) {
     alignas(64) float out[kAmxTokens * kQuantTileRows];
     alignas(64) float out_up[kAmxTokens * kQuantTileRows];
     auto g = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) - first.begin() - 1);

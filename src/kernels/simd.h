@@ -25,7 +25,7 @@ namespace inferd {
 
 // e^x, x clamped to [-87, 88]: range reduction to [-ln2/2, ln2/2] (n = round(x / ln2)), a degree-6
 // polynomial (Cephes' expf coefficients, about 2 ulp) and exact scaling by 2^n. packed_matmul.cpp's
-// exp_poly is its scalar mirror, operation for operation.
+// exp_poly (kernels/exp_poly.h) is its scalar mirror, operation for operation.
 INFERD_AVX512 inline __m512 exp_avx512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),

@@ -5,6 +5,7 @@
 // counted allocation, to find the one a failure reports.
 #include <execinfo.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -320,6 +321,34 @@ TEST_F(HotLoopAllocTest, SteadyDecodeAllocatesNothingTinyModels) {
                       [](Transformer& model, const char* variant) {
                         expect_steady_decode_allocates_nothing(model, variant, engine_options());
                       });
+}
+
+// Every thread of a pool of three on one CPU: the caller runs most ranges itself while the
+// workers wait for the CPU, so a worker runs its first range of some kernel late, in a counted
+// step. Scratch grown by the thread that runs a range (rather than by the caller, for every
+// thread) would allocate there.
+TEST_F(HotLoopAllocTest, SteadyDecodeAllocatesNothingWhenWorkersJoinLate) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &saved)) ++cpu;
+  ASSERT_LT(cpu, CPU_SETSIZE);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // the pool's threads inherit it
+  // Fresh threads each round: a thread's first range of each kernel is the case under test.
+  for (int round = 0; round < 16; ++round) {
+    for (const char* variant : {"llama_untied", "qwen3_moe"}) {
+      auto weights = load_model(test::fixture_path(std::string("tiny/") + variant));
+      ASSERT_TRUE(weights.has_value()) << weights.status().message();
+      ThreadPool pool(3);
+      Transformer model(**weights, pool);
+      expect_steady_decode_allocates_nothing(model, variant + std::string(", round ") + std::to_string(round),
+                                             engine_options());
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
 }
 
 TEST_F(HotLoopAllocTest, ChunkedPrefillBesideDecodeAllocatesNothingTinyModels) {
