@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu_isa.h"
+#include "kernels/sampling_kernels.h"
+
 namespace inferd {
 
 std::optional<SamplingParams::FieldError> SamplingParams::check() const {
@@ -34,12 +37,9 @@ Status SamplingParams::validate() const {
   return Status::ok();
 }
 
+// The first of the largest (kernels/sampling_kernels.h).
 int32_t argmax(std::span<const float> values) {
-  int32_t best = 0;
-  for (size_t i = 1; i < values.size(); ++i) {
-    if (values[i] > values[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-  }
-  return best;
+  return static_cast<int32_t>(argmax(values.data(), static_cast<int64_t>(values.size()), active_isa()));
 }
 
 Sampler::Sampler(const SamplingParams& params)
@@ -137,25 +137,40 @@ void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const i
   }
 }
 
-void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) const {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
+void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) {
+  // log Z = max + log(sum of exp(logit - max)), the sum from the vector weights' block sums (the
+  // raw logits: temperature 1); a pass over the vocabulary, not a double exp per token.
+  const auto n = static_cast<int64_t>(logits.size());
+  const auto blocks = static_cast<size_t>((n + kSoftmaxBlock - 1) / kSoftmaxBlock);
+  if (weights_.size() < logits.size()) weights_.resize(logits.size());
+  if (block_sums_.size() < blocks) block_sums_.resize(blocks);
+  const float max_logit =
+      softmax_weights(logits.data(), n, 1.0f, weights_.data(), block_sums_.data(), active_isa());
   double sum = 0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x - max_logit));
+  for (size_t b = 0; b < blocks; ++b) sum += block_sums_[b];
   const double log_z = static_cast<double>(max_logit) + std::log(sum);
   r->logprob = static_cast<float>(logits[static_cast<size_t>(r->token)] - log_z);
-  const auto k = static_cast<size_t>(*params_.logprobs);
+  const auto k = std::min(static_cast<size_t>(*params_.logprobs), logits.size());
   if (k == 0) return;
-  std::vector<int32_t> ids(logits.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  const size_t n = std::min(k, ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
-                    [&](int32_t a, int32_t b) {
-                      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-                             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-                    });
-  for (size_t i = 0; i < n; ++i) {
-    r->top_logprobs.emplace_back(ids[i], static_cast<float>(logits[static_cast<size_t>(ids[i])] - log_z));
+  // The k best (logit descending, id ascending on ties) in one pass in id order: a token enters
+  // the sorted list only above its last (an equal logit there has the smaller id), behind every
+  // entry at least as large.
+  auto& best = r->top_logprobs;
+  best.clear();
+  best.reserve(k);
+  bool full = false;
+  float floor = 0.0f;  // once full, the last entry's logit: a token must be above it
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    if (full && !(x > floor)) continue;
+    if (full) best.pop_back();
+    auto at = best.end();
+    while (at != best.begin() && (at - 1)->second < x) --at;
+    best.insert(at, {static_cast<int32_t>(i), x});
+    full = best.size() == k;
+    floor = best.back().second;
   }
+  for (auto& [id, value] : best) value = static_cast<float>(value - log_z);
 }
 
 // No top-k, so top-p or min-p decides what is kept (the whole-distribution case never gets
@@ -214,30 +229,43 @@ size_t Sampler::sort_kept_prefix(Less by_logit) {
 
 int32_t Sampler::draw(std::span<const float> logits) {
   if (params_.temperature == 0.0f) return argmax(logits);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();  // ruled out by a grammar
+  if (params_.top_k == 0 && params_.top_p >= 1.0f && params_.min_p == 0.0f) {
+    // The whole distribution: no order needed, so no sort and no candidate list. The weights
+    // come with sums per block of kSoftmaxBlock tokens; the draw finds its block from those, then
+    // its token inside the block: two short scans, not one over the vocabulary (49k-152k).
+    const auto n = static_cast<int64_t>(logits.size());
+    if (std::all_of(logits.begin(), logits.end(), [&](float x) { return x == kMasked; }))
+      return argmax(logits);
+    const auto blocks = static_cast<size_t>((n + kSoftmaxBlock - 1) / kSoftmaxBlock);
+    if (weights_.size() < logits.size()) weights_.resize(logits.size());
+    if (block_sums_.size() < blocks) block_sums_.resize(blocks);
+    softmax_weights(logits.data(), n, params_.temperature, weights_.data(), block_sums_.data(), active_isa());
+    double total = 0;
+    for (size_t b = 0; b < blocks; ++b) total += block_sums_[b];
+    const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    double acc = 0;
+    size_t b = 0;
+    while (b + 1 < blocks && !(r < acc + block_sums_[b])) acc += block_sums_[b++];
+    const auto first = static_cast<int64_t>(b) * kSoftmaxBlock;
+    const int64_t end = std::min(n, first + kSoftmaxBlock);
+    for (int64_t i = first; i < end; ++i) {
+      acc += weights_[static_cast<size_t>(i)];
+      if (r < acc && weights_[static_cast<size_t>(i)] > 0.0f) return static_cast<int32_t>(i);
+    }
+    // r fell past the block's tokens summed in order (the block's sum rounds differently): its
+    // last token with weight, or, for a block with none, the last one before it.
+    for (int64_t i = end - 1; i >= 0; --i)
+      if (weights_[static_cast<size_t>(i)] > 0.0f) return static_cast<int32_t>(i);
+    return argmax(logits);
+  }
   // Tokens a grammar ruled out (-inf) are never candidates.
   candidates_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] != -std::numeric_limits<float>::infinity())
+    if (logits[i] != kMasked)
       candidates_.emplace_back(logits[i] / params_.temperature, static_cast<int32_t>(i));
   }
   if (candidates_.empty()) return argmax(logits);
-  if (params_.top_k == 0 && params_.top_p >= 1.0f && params_.min_p == 0.0f) {
-    // The whole distribution: no order needed, so no sort (49k-152k candidates per row).
-    float max_logit = candidates_[0].first;
-    for (const auto& c : candidates_) max_logit = std::max(max_logit, c.first);
-    double total = 0;
-    for (auto& c : candidates_) {
-      c.first = std::exp(c.first - max_logit);
-      total += c.first;
-    }
-    const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
-    double acc = 0;
-    for (const auto& c : candidates_) {
-      acc += c.first;
-      if (r < acc) return c.second;
-    }
-    return candidates_.back().second;
-  }
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };

@@ -95,14 +95,15 @@ class Sampler final {
   void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);  // on adjusted_
   bool apply_grammar_mask();  // on adjusted_; false when the grammar allows no token
 
-  void fill_logprobs(std::span<const float> logits, SampleResult* r) const;
+  void fill_logprobs(std::span<const float> logits, SampleResult* r);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
-  std::vector<float> adjusted_;  // logits after penalties
-  std::vector<int32_t> counts_;  // occurrences in the output, per token
-  std::vector<uint8_t> seen_;    // token in prompt or output
+  std::vector<float> weights_, block_sums_;  // the whole distribution's (kernels/sampling_kernels.h)
+  std::vector<float> adjusted_;              // logits after penalties
+  std::vector<int32_t> counts_;              // occurrences in the output, per token
+  std::vector<uint8_t> seen_;                // token in prompt or output
   std::optional<GrammarMatcher> matcher_;
   std::vector<uint32_t> bitmask_;  // allowed tokens of the grammar (GrammarMatcher's layout)
   bool mask_prepared_ = false;     // bitmask_ holds the current state's mask

@@ -46,6 +46,30 @@ TEST(SamplerTest, FrequenciesFollowSoftmax) {
   EXPECT_NEAR(static_cast<double>(ones) / n, 0.75, 0.02);
 }
 
+TEST(SamplerTest, WholeDistributionFrequenciesFollowSoftmaxAcrossBlocks) {
+  // 2,500 tokens: the draw finds a block of the weights' sums, then the token inside it. Five
+  // tokens hold the mass, in three blocks and on both sides of a block boundary (2047 / 2048);
+  // every third other token is ruled out (-inf) and must never come.
+  const std::vector<int32_t> heavy{10, 1030, 2047, 2048, 2499};
+  std::vector<float> logits(2500, -30.0f);
+  for (size_t i = 0; i < logits.size(); i += 3) logits[i] = -std::numeric_limits<float>::infinity();
+  for (size_t j = 0; j < heavy.size(); ++j) logits[static_cast<size_t>(heavy[j])] = std::log(1.0f + j);
+  for (float temperature : {1.0f, 0.5f}) {
+    Sampler s(SamplingParams{temperature, 0, 1.0f, 5});
+    std::map<int32_t, int> count;
+    const int n = 30000;
+    for (int i = 0; i < n; ++i) ++count[s.sample(logits)];
+    double total = 0;
+    for (size_t j = 0; j < heavy.size(); ++j) total += std::pow(1.0 + j, 1.0 / temperature);
+    for (size_t j = 0; j < heavy.size(); ++j)
+      EXPECT_NEAR(static_cast<double>(count[heavy[j]]) / n, std::pow(1.0 + j, 1.0 / temperature) / total,
+                  0.015)
+          << "token " << heavy[j] << " temperature " << temperature;
+    for (const auto& [token, c] : count)
+      EXPECT_NE(logits[static_cast<size_t>(token)], -std::numeric_limits<float>::infinity()) << token;
+  }
+}
+
 TEST(SamplerTest, TopKAndTopPRestrictSupport) {
   const std::vector<float> logits{1.0f, 0.9f, 0.8f, -5.0f, 0.7f};
   Sampler k2(SamplingParams{1.0f, 2, 1.0f, 1});
@@ -210,6 +234,46 @@ TEST(SamplerTest, LogprobsOfRawDistribution) {
   bad.logprobs.reset();
   bad.min_p = 1.5f;
   EXPECT_FALSE(bad.validate().is_ok());
+}
+
+TEST(SamplerTest, TopLogprobsAreTheSortedBestAndLogZIsTheSoftmaxs) {
+  // Vocabularies up to Qwen's size, with ties (a coarse grid) and ascending runs (each token
+  // better than the last: every one enters the list): the k best by logit, ties by id, as a
+  // full sort gives them, and log-probabilities as the double softmax gives them.
+  std::mt19937 gen(17);
+  for (size_t n : {1, 3, 20, 21, 1025, 49153, 151936}) {
+    for (int shape = 0; shape < 3; ++shape) {
+      std::vector<float> logits(n);
+      std::normal_distribution<float> normal(0.0f, 3.0f);
+      for (size_t i = 0; i < n; ++i) {
+        logits[i] = shape == 2 ? static_cast<float>(i % 4096) * 0.01f : normal(gen);
+        if (shape == 1) logits[i] = std::round(logits[i]);
+      }
+      const float top = *std::max_element(logits.begin(), logits.end());
+      double sum = 0;
+      for (float x : logits) sum += std::exp(static_cast<double>(x) - top);
+      const double log_z = top + std::log(sum);
+      std::vector<int32_t> ids(n);
+      for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(i);
+      std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+        const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+        return la > lb || (la == lb && a < b);
+      });
+      for (int32_t k : {0, 1, 5, 20}) {
+        SamplingParams p;
+        p.logprobs = k;
+        const SampleResult r = Sampler(p).sample(logits, {}, {});
+        EXPECT_EQ(r.token, ids[0]);
+        EXPECT_NEAR(r.logprob, logits[static_cast<size_t>(ids[0])] - log_z, 1e-5) << "n=" << n;
+        ASSERT_EQ(r.top_logprobs.size(), std::min(n, static_cast<size_t>(k))) << "n=" << n;
+        for (size_t j = 0; j < r.top_logprobs.size(); ++j) {
+          EXPECT_EQ(r.top_logprobs[j].first, ids[j])
+              << "n=" << n << " shape=" << shape << " k=" << k << " j=" << j;
+          EXPECT_NEAR(r.top_logprobs[j].second, logits[static_cast<size_t>(ids[j])] - log_z, 1e-5);
+        }
+      }
+    }
+  }
 }
 
 TEST(SamplerTest, LogitBiasShiftsTheDistributionNotTheLogprobs) {
