@@ -2,7 +2,7 @@
 // filters a chat client sends: top-p, min-p, top-k, and the whole distribution. Vocabularies of
 // SmolLM2 (49,152) and Qwen2.5 (151,936); logits drawn from a normal of spread 2 (flat: a
 // nucleus of thousands of tokens) or 5 (peaked: tens), fixed per run. And a greedy token with
-// its log-probabilities.
+// its log-probabilities, and a token with repetition penalties.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -53,6 +53,33 @@ void BM_GreedyWithLogprobs(benchmark::State& state) {
 
 BENCHMARK(BM_GreedyWithLogprobs)
     ->ArgsProduct({{49152, 151936}, {-1, 0, 5, 20}})
+    ->Unit(benchmark::kMicrosecond)
+    ->MinTime(0.3);
+
+// A token with repetition, presence and frequency penalties (a chat client's anti-repetition
+// settings) after a prompt of range(1) tokens and an output of range(2); greedy (range(3) 0) or
+// temperature 0.8 over the whole distribution (1).
+void BM_SampleWithPenalties(benchmark::State& state) {
+  const auto n = static_cast<size_t>(state.range(0));
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(n);
+  for (auto& l : logits) l = normal(gen);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(n) - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(state.range(1))),
+      output(static_cast<size_t>(state.range(2)));
+  for (auto& t : prompt) t = token(gen);
+  for (auto& t : output) t = token(gen);
+  SamplingParams p{state.range(3) ? 0.8f : 0.0f, 0, 1.0f, 1};
+  p.repetition_penalty = 1.1f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.5f;
+  Sampler sampler(p);
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.sample(logits, prompt, output));
+}
+
+BENCHMARK(BM_SampleWithPenalties)
+    ->ArgsProduct({{49152, 151936}, {512, 4096}, {256}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->MinTime(0.3);
 
