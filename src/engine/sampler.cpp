@@ -115,26 +115,44 @@ bool Sampler::apply_grammar_mask() {
 }
 
 void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output) {
+  // Only the tokens of the prompt and the output change: counts_ and seen_ are all zero between
+  // calls, and touched_ lists the tokens this call marked, so a call costs the history's length,
+  // not passes over the vocabulary (allocated once, on the first call).
   const size_t vocab = adjusted_.size();
-  counts_.assign(vocab, 0);
-  seen_.assign(vocab, 0);
+  if (counts_.size() != vocab) {
+    counts_.assign(vocab, 0);
+    seen_.assign(vocab, 0);
+    touched_.clear();
+    touched_.reserve(vocab);
+  }
+  auto touch = [&](int32_t t) {
+    const auto i = static_cast<size_t>(t);
+    if (!seen_[i]) {
+      seen_[i] = 1;
+      touched_.push_back(t);
+    }
+  };
   for (int32_t t : prompt) {
-    if (t >= 0 && static_cast<size_t>(t) < vocab) seen_[static_cast<size_t>(t)] = 1;
+    if (t >= 0 && static_cast<size_t>(t) < vocab) touch(t);
   }
   for (int32_t t : output) {
     if (t >= 0 && static_cast<size_t>(t) < vocab) {
-      seen_[static_cast<size_t>(t)] = 1;
+      touch(t);
       ++counts_[static_cast<size_t>(t)];
     }
   }
-  for (size_t i = 0; i < vocab; ++i) {
+  for (const int32_t t : touched_) {
+    const auto i = static_cast<size_t>(t);
     float& x = adjusted_[i];
-    if (seen_[i] && params_.repetition_penalty != 1.0f) {
+    if (params_.repetition_penalty != 1.0f) {
       x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
     }
     if (counts_[i] > 0)
       x -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(counts_[i]);
+    counts_[i] = 0;
+    seen_[i] = 0;
   }
+  touched_.clear();
 }
 
 void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) {

@@ -102,8 +102,9 @@ class Sampler final {
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<float> weights_, block_sums_;  // the whole distribution's (kernels/sampling_kernels.h)
   std::vector<float> adjusted_;              // logits after penalties
-  std::vector<int32_t> counts_;              // occurrences in the output, per token
-  std::vector<uint8_t> seen_;                // token in prompt or output
+  std::vector<int32_t> counts_;              // occurrences in the output, per token (zero between calls)
+  std::vector<uint8_t> seen_;                // token in prompt or output (zero between calls)
+  std::vector<int32_t> touched_;             // the tokens a call marked in seen_
   std::optional<GrammarMatcher> matcher_;
   std::vector<uint32_t> bitmask_;  // allowed tokens of the grammar (GrammarMatcher's layout)
   bool mask_prepared_ = false;     // bitmask_ holds the current state's mask

@@ -202,6 +202,53 @@ TEST(SamplerTest, PresenceAndFrequencyPenaltiesCountOutputOnly) {
   EXPECT_EQ(Sampler(p).sample(logits, out_twice, {}).token, 0);  // prompt tokens are not penalised
 }
 
+// One sampler over many calls, each with another history (as a request's steps and a speculative
+// verification's rollbacks give it): the greedy token is the argmax of the logits penalised as the
+// formulas say, computed afresh here, so no call sees a count of an earlier one. Out-of-range ids
+// in the history are ignored.
+TEST(SamplerTest, PenaltiesOverManyCallsMatchAFreshComputation) {
+  const size_t vocab = 1001;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> token(-2, 40), length(0, 30);
+  SamplingParams p;
+  p.repetition_penalty = 1.3f;
+  p.presence_penalty = 0.4f;
+  p.frequency_penalty = 0.25f;
+  Sampler sampler(p);
+  int changed = 0;
+  for (int round = 0; round < 400; ++round) {
+    std::vector<float> logits(vocab);
+    for (size_t i = 0; i < vocab; ++i) logits[i] = normal(gen) + (i <= 40 ? 2.5f : 0.0f);
+    std::vector<int32_t> prompt(static_cast<size_t>(length(gen))), output(static_cast<size_t>(length(gen)));
+    for (auto& t : prompt) t = token(gen);
+    for (auto& t : output) t = token(gen);
+    if (round % 7 == 0) output.push_back(static_cast<int32_t>(vocab) + 3);
+    std::vector<int32_t> counts(vocab, 0);
+    std::vector<bool> seen(vocab, false);
+    for (int32_t t : prompt) {
+      if (t >= 0) seen[static_cast<size_t>(t)] = true;
+    }
+    for (int32_t t : output) {
+      if (t >= 0 && static_cast<size_t>(t) < vocab) {
+        seen[static_cast<size_t>(t)] = true;
+        ++counts[static_cast<size_t>(t)];
+      }
+    }
+    std::vector<float> expected = logits;
+    for (size_t i = 0; i < vocab; ++i) {
+      if (seen[i]) expected[i] = expected[i] > 0 ? expected[i] / 1.3f : expected[i] * 1.3f;
+      if (counts[i] > 0) expected[i] -= 0.4f + 0.25f * static_cast<float>(counts[i]);
+    }
+    const auto best =
+        static_cast<int32_t>(std::max_element(expected.begin(), expected.end()) - expected.begin());
+    const auto raw = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    ASSERT_EQ(sampler.sample(logits, prompt, output).token, best) << "round " << round;
+    changed += best != raw;
+  }
+  EXPECT_GT(changed, 100);  // the penalties decided the token in many rounds
+}
+
 TEST(SamplerTest, MinPDropsUnlikelyTokens) {
   SamplingParams p{1.0f, 0, 1.0f, 3};
   p.min_p = 0.5f;
