@@ -14,14 +14,20 @@ namespace {
 
 using namespace inferd;
 
+// n logits drawn from a normal of the given spread.
+std::vector<float> random_logits(size_t n, float spread, std::mt19937& gen) {
+  std::normal_distribution<float> normal(0.0f, spread);
+  std::vector<float> logits(n);
+  for (auto& l : logits) l = normal(gen);
+  return logits;
+}
+
 // state.range(0): vocabulary; range(1): 0 whole distribution, 1 top_p 0.95, 2 min_p 0.05,
 // 3 top_k 40; range(2): the logits' spread.
 void BM_SampleOneToken(benchmark::State& state) {
   const auto n = static_cast<size_t>(state.range(0));
   std::mt19937 gen(7);
-  std::normal_distribution<float> normal(0.0f, static_cast<float>(state.range(2)));
-  std::vector<float> logits(n);
-  for (auto& l : logits) l = normal(gen);
+  const std::vector<float> logits = random_logits(n, static_cast<float>(state.range(2)), gen);
   SamplingParams p{0.8f, 0, 1.0f, 1};
   if (state.range(1) == 1) p.top_p = 0.95f;
   if (state.range(1) == 2) p.min_p = 0.05f;
@@ -42,9 +48,7 @@ BENCHMARK(BM_SampleOneToken)
 void BM_GreedyWithLogprobs(benchmark::State& state) {
   const auto n = static_cast<size_t>(state.range(0));
   std::mt19937 gen(7);
-  std::normal_distribution<float> normal(0.0f, 2.0f);
-  std::vector<float> logits(n);
-  for (auto& l : logits) l = normal(gen);
+  const std::vector<float> logits = random_logits(n, 2.0f, gen);
   SamplingParams p{0.0f, 0, 1.0f, 1};
   if (state.range(1) >= 0) p.logprobs = static_cast<int32_t>(state.range(1));  // -1: none
   Sampler sampler(p);
@@ -62,9 +66,7 @@ BENCHMARK(BM_GreedyWithLogprobs)
 void BM_SampleWithPenalties(benchmark::State& state) {
   const auto n = static_cast<size_t>(state.range(0));
   std::mt19937 gen(7);
-  std::normal_distribution<float> normal(0.0f, 2.0f);
-  std::vector<float> logits(n);
-  for (auto& l : logits) l = normal(gen);
+  const std::vector<float> logits = random_logits(n, 2.0f, gen);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(n) - 1);
   std::vector<int32_t> prompt(static_cast<size_t>(state.range(1))),
       output(static_cast<size_t>(state.range(2)));
