@@ -155,17 +155,23 @@ void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const i
   touched_.clear();
 }
 
-void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) {
-  // log Z = max + log(sum of exp(logit - max)), the sum from the vector weights' block sums (the
-  // raw logits: temperature 1); a pass over the vocabulary, not a double exp per token.
+double Sampler::weigh(std::span<const float> logits, float temperature, float* max_scaled) {
   const auto n = static_cast<int64_t>(logits.size());
   const auto blocks = static_cast<size_t>((n + kSoftmaxBlock - 1) / kSoftmaxBlock);
   if (weights_.size() < logits.size()) weights_.resize(logits.size());
   if (block_sums_.size() < blocks) block_sums_.resize(blocks);
-  const float max_logit =
-      softmax_weights(logits.data(), n, 1.0f, weights_.data(), block_sums_.data(), active_isa());
-  double sum = 0;
-  for (size_t b = 0; b < blocks; ++b) sum += block_sums_[b];
+  *max_scaled =
+      softmax_weights(logits.data(), n, temperature, weights_.data(), block_sums_.data(), active_isa());
+  double total = 0;
+  for (size_t b = 0; b < blocks; ++b) total += block_sums_[b];
+  return total;
+}
+
+void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) {
+  // log Z = max + log(sum of exp(logit - max)), the sum from the vector weights' block sums (the
+  // raw logits: temperature 1); a pass over the vocabulary, not a double exp per token.
+  float max_logit = 0.0f;
+  const double sum = weigh(logits, 1.0f, &max_logit);
   const double log_z = static_cast<double>(max_logit) + std::log(sum);
   r->logprob = static_cast<float>(logits[static_cast<size_t>(r->token)] - log_z);
   const auto k = std::min(static_cast<size_t>(*params_.logprobs), logits.size());
@@ -253,14 +259,10 @@ int32_t Sampler::draw(std::span<const float> logits) {
     // come with sums per block of kSoftmaxBlock tokens; the draw finds its block from those, then
     // its token inside the block: two short scans, not one over the vocabulary (49k-152k).
     const auto n = static_cast<int64_t>(logits.size());
-    if (std::all_of(logits.begin(), logits.end(), [&](float x) { return x == kMasked; }))
-      return argmax(logits);
     const auto blocks = static_cast<size_t>((n + kSoftmaxBlock - 1) / kSoftmaxBlock);
-    if (weights_.size() < logits.size()) weights_.resize(logits.size());
-    if (block_sums_.size() < blocks) block_sums_.resize(blocks);
-    softmax_weights(logits.data(), n, params_.temperature, weights_.data(), block_sums_.data(), active_isa());
-    double total = 0;
-    for (size_t b = 0; b < blocks; ++b) total += block_sums_[b];
+    float max_scaled = 0.0f;
+    const double total = weigh(logits, params_.temperature, &max_scaled);
+    if (!(total > 0)) return argmax(logits);  // every token ruled out
     const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
     double acc = 0;
     size_t b = 0;

@@ -96,6 +96,9 @@ class Sampler final {
   bool apply_grammar_mask();  // on adjusted_; false when the grammar allows no token
 
   void fill_logprobs(std::span<const float> logits, SampleResult* r);
+  // weights_ and block_sums_ of logits at temperature (kernels/sampling_kernels.h): returns the
+  // weights' total (0 when every logit is -inf) and sets *max_scaled to max / temperature.
+  double weigh(std::span<const float> logits, float temperature, float* max_scaled);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -18,11 +18,12 @@ int64_t argmax(const float* x, int64_t n, Isa isa);
 // Tokens per entry of block_sums.
 inline constexpr int64_t kSoftmaxBlock = 1024;
 
-// For x[0 .. n) with at least one value above -inf (n >= 1) and temperature > 0:
+// For x[0 .. n) (n >= 1) and temperature > 0:
 // w[i] = exp_poly(x[i] / temperature - m) (kernels/exp_poly.h), where m = max_i x[i] / temperature; 0 where
 // x[i] is -inf (a token ruled out). block_sums[b] (ceil(n / kSoftmaxBlock) of them) is the float sum of block
 // b's weights, added into 16 lanes (weight i into lane i % 16, in order) and then the lanes 0 to 15 in order.
-// Returns m. Every isa (at most what the CPU runs) gives the same bits.
+// Returns m. Every x -inf: m is -inf, every weight and sum 0. Every isa (at most what the CPU runs) gives the
+// same bits.
 float softmax_weights(const float* x, int64_t n, float temperature, float* w, float* block_sums, Isa isa);
 
 }  // namespace inferd

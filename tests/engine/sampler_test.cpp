@@ -249,6 +249,16 @@ TEST(SamplerTest, PenaltiesOverManyCallsMatchAFreshComputation) {
   EXPECT_GT(changed, 100);  // the penalties decided the token in many rounds
 }
 
+// Every token ruled out (a row of -inf) at a temperature: the first token, as greedy picks it.
+TEST(SamplerTest, WholeDistributionOfRuledOutTokensGivesTheFirst) {
+  SamplingParams p{1.0f, 0, 1.0f, 5};
+  Sampler s(p);
+  for (size_t n : {3u, 1500u}) {
+    const std::vector<float> logits(n, -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(s.sample(logits), 0) << n;
+  }
+}
+
 TEST(SamplerTest, MinPDropsUnlikelyTokens) {
   SamplingParams p{1.0f, 0, 1.0f, 3};
   p.min_p = 0.5f;

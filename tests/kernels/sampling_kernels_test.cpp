@@ -83,6 +83,20 @@ TEST(SamplingKernelsTest, EveryPathGivesTheScalarBitsAndTheSoftmax) {
   }
 }
 
+// A row whose every token is ruled out: m is -inf and no weight, so a sampler sees a total of 0.
+TEST(SamplingKernelsTest, EveryTokenRuledOutGivesNoWeightOnEveryPath) {
+  for (int64_t n : {1, 17, 1025}) {
+    const std::vector<float> x(static_cast<size_t>(n), kNegInf);
+    for (Isa isa : test::runnable_paths()) {
+      std::vector<float> w(x.size(), 1.0f), sums(2, 1.0f);
+      EXPECT_EQ(softmax_weights(x.data(), n, 0.7f, w.data(), sums.data(), isa), kNegInf) << isa_name(isa);
+      for (float v : w) ASSERT_EQ(v, 0.0f) << isa_name(isa) << " n=" << n;
+      for (int64_t b = 0; b < (n + kSoftmaxBlock - 1) / kSoftmaxBlock; ++b)
+        ASSERT_EQ(sums[static_cast<size_t>(b)], 0.0f) << isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
 TEST(SamplingKernelsTest, ArgmaxIsThePlainLoopsOnEveryPath) {
   // Sizes around the vector width, ties (a coarse grid), -inf runs, NaNs, a NaN first.
   std::mt19937 gen(23);
