@@ -245,6 +245,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits) {
     }
     r->num_computed_tokens = prompt_len;
     SampleResult res = sampler.sample(logits, r->prompt, r->output);
+    if (res.dead_end) dead_ends_.emplace_back(r->id, sampler.dead_end_error());
     samplers_.emplace(r->id, std::move(sampler));
     StepOutput& o = outputs_.add();
     o.id = r->group;
@@ -329,7 +330,7 @@ std::span<const StepOutput> Engine::step() {
       if (r.draft.empty()) {
         SampleResult res = sampler.sample(runner_.logits_row(k), r.prompt, r.output);
         sampled_[item] = res.token;
-        if (res.grammar_dead_end) dead_ends_.emplace_back(r.id, sampler.grammar_error());
+        if (res.dead_end) dead_ends_.emplace_back(r.id, sampler.dead_end_error());
         emit(res);
       } else {
         // Verify the drafts: sample each position as decoding one token at a time would (the
@@ -345,6 +346,10 @@ std::span<const StepOutput> Engine::step() {
           const int32_t token = res.token;
           emit(res);
           history_.push_back(token);
+          if (res.dead_end) {
+            dead_ends_.emplace_back(r.id, sampler.dead_end_error());
+            break;
+          }
           if (j == r.draft.size() || token != r.draft[j] || is_stop_token(r, token)) break;
         }
         sampled_[item] = history_.back();

@@ -216,7 +216,7 @@ class Engine final {
   std::unordered_map<RequestId, std::vector<RequestId>> samples_;
   RequestId next_sample_id_ = RequestId{1} << 63;
 
-  // This step's sequences whose grammar allowed no token, with Sampler::grammar_error().
+  // This step's sequences whose grammar or masks allowed no token, with Sampler::dead_end_error().
   std::vector<std::pair<RequestId, std::string>> dead_ends_;
   EngineOptions options_;
   Transformer& model_;

@@ -22,6 +22,14 @@ std::optional<SamplingParams::FieldError> SamplingParams::check() const {
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return bad("presence_penalty", "[-2, 2]");
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return bad("frequency_penalty", "[-2, 2]");
   if (logprobs && (*logprobs < 0 || *logprobs > 20)) return bad("logprobs", "[0, 20]");
+  if (min_tokens < 0) return bad("min_tokens", "[0, max_tokens]");
+  for (int32_t id : allowed_token_ids) {
+    if (id < 0)
+      return FieldError{"allowed_token_ids", "'allowed_token_ids' must be token ids (non-negative)"};
+  }
+  for (const auto& w : bad_words) {
+    if (w.empty()) return FieldError{"bad_words", "'bad_words' entries must not be empty"};
+  }
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0)
       return FieldError{"logit_bias", "'logit_bias' keys must be token ids (non-negative integers)"};
@@ -55,8 +63,10 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
                              std::span<const int32_t> output) {
   const bool penalize = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                         params_.frequency_penalty != 0.0f;
+  const bool masked = has_masks();
   SampleResult r;
-  if (!penalize && params_.logit_bias.empty() && !matcher_) {
+  masks_dead_end_ = false;
+  if (!penalize && params_.logit_bias.empty() && !matcher_ && !masked) {
     r.token = draw(logits);
   } else {
     adjusted_.assign(logits.begin(), logits.end());
@@ -64,20 +74,60 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     for (const auto& [id, bias] : params_.logit_bias) {
       if (static_cast<size_t>(id) < adjusted_.size()) adjusted_[static_cast<size_t>(id)] += bias;
     }
+    if (masked) apply_masks(output);
     if (matcher_ && !apply_grammar_mask()) {
-      r.grammar_dead_end = true;
+      r.dead_end = true;
       r.token = argmax(logits);
     } else {
       r.token = draw(adjusted_);
-      if (matcher_ && !matcher_->accept_token(r.token)) r.grammar_dead_end = true;
+      // Only a row with every token masked draws a masked one (model logits are finite).
+      if (adjusted_[static_cast<size_t>(r.token)] == -std::numeric_limits<float>::infinity()) {
+        r.dead_end = true;
+        masks_dead_end_ = true;
+        r.token = argmax(logits);
+      } else if (matcher_ && !matcher_->accept_token(r.token)) {
+        r.dead_end = true;
+      }
     }
   }
   if (params_.logprobs) fill_logprobs(logits, &r);
   return r;
 }
 
-std::string Sampler::grammar_error() const {
+std::string Sampler::dead_end_error() const {
+  if (masks_dead_end_)
+    return matcher_
+               ? "the output grammar, with allowed_token_ids, bad_words and min_tokens, allows no token here"
+               : "allowed_token_ids, bad_words and min_tokens together rule out every token here";
   return matcher_ && matcher_->failed() ? matcher_->error() : std::string();
+}
+
+void Sampler::apply_masks(std::span<const int32_t> output) {
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  const size_t vocab = adjusted_.size();
+  auto ban = [&](int32_t id) {
+    if (id >= 0 && static_cast<size_t>(id) < vocab) adjusted_[static_cast<size_t>(id)] = kBanned;
+  };
+  if (!params_.allowed_token_ids.empty()) {
+    if (allowed_.size() != vocab) {  // once: the flags of the allowed ids
+      allowed_.assign(vocab, 0);
+      for (int32_t id : params_.allowed_token_ids) {
+        if (id >= 0 && static_cast<size_t>(id) < vocab) allowed_[static_cast<size_t>(id)] = 1;
+      }
+    }
+    for (size_t i = 0; i < vocab; ++i) {
+      if (allowed_[i] == 0) adjusted_[i] = kBanned;
+    }
+  }
+  if (static_cast<int64_t>(output.size()) < params_.min_tokens) {
+    for (int32_t id : params_.end_token_ids) ban(id);
+  }
+  for (const auto& word : params_.bad_words) {
+    const size_t prefix = word.size() - 1;
+    if (output.size() >= prefix &&
+        std::equal(word.begin(), word.end() - 1, output.end() - static_cast<std::ptrdiff_t>(prefix)))
+      ban(word.back());
+  }
 }
 
 void Sampler::prepare_grammar_mask(size_t num_logits) {

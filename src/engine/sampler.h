@@ -41,6 +41,16 @@ struct SamplingParams {
   // (so temperature, top-k, top-p and min-p act within the allowed set; end tokens are allowed
   // only where the grammar can end).
   std::optional<GrammarConstraint> grammar;
+  // Masks (vLLM's fields of the same names), applied after logit_bias:
+  // - min_tokens: until the output has this many tokens, `end_token_ids` (the request's stop
+  //   tokens with the model's end-of-sequence ones, filled by the input processor) are masked.
+  // - allowed_token_ids: when not empty, every other token is masked.
+  // - bad_words: token sequences the output must not contain; a sequence's last token is masked
+  //   where the output ends with the rest of it (a one-token sequence: always).
+  int32_t min_tokens = 0;
+  std::vector<int32_t> end_token_ids;
+  std::vector<int32_t> allowed_token_ids;
+  std::vector<std::vector<int32_t>> bad_words;
 
   // The one table of their bounds (every front end's requests pass through it): the first
   // field out of range, with a message naming it.
@@ -57,7 +67,9 @@ struct SampleResult {
   int32_t token = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top_logprobs;  // best first
-  bool grammar_dead_end = false;  // the grammar allowed no token of the vocabulary (token: unmasked argmax)
+  // The grammar, or the masks above, allowed no token of the vocabulary (token: the unmasked
+  // argmax); dead_end_error() says why.
+  bool dead_end = false;
 };
 
 class Sampler final {
@@ -82,9 +94,10 @@ class Sampler final {
   // sampler must not be used concurrently). No-op without a grammar.
   void prepare_grammar_mask(size_t num_logits);
   bool has_grammar() const { return matcher_.has_value(); }
-  // Why the last grammar_dead_end happened: the grammar's matcher failed (too ambiguous to follow,
-  // GrammarMatcher::failed()) or, when empty, the grammar allows no token of the vocabulary.
-  std::string grammar_error() const;
+  // Why the last dead_end happened: the grammar's matcher failed (too ambiguous to follow,
+  // GrammarMatcher::failed()), the masks ruled out every token, or the grammar allows no token
+  // of the vocabulary.
+  std::string dead_end_error() const;
 
  private:
   int32_t draw(std::span<const float> logits);
@@ -94,6 +107,11 @@ class Sampler final {
   size_t sort_kept_prefix(Less by_logit);
   void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);  // on adjusted_
   bool apply_grammar_mask();  // on adjusted_; false when the grammar allows no token
+  // min_tokens, allowed_token_ids and bad_words on adjusted_, given the output so far.
+  void apply_masks(std::span<const int32_t> output);
+  bool has_masks() const {
+    return params_.min_tokens > 0 || !params_.allowed_token_ids.empty() || !params_.bad_words.empty();
+  }
 
   void fill_logprobs(std::span<const float> logits, SampleResult* r);
   // weights_ and block_sums_ of logits at temperature (kernels/sampling_kernels.h): returns the
@@ -111,6 +129,8 @@ class Sampler final {
   std::optional<GrammarMatcher> matcher_;
   std::vector<uint32_t> bitmask_;  // allowed tokens of the grammar (GrammarMatcher's layout)
   bool mask_prepared_ = false;     // bitmask_ holds the current state's mask
+  std::vector<uint8_t> allowed_;   // allowed_token_ids as a per-token flag (built on first use)
+  bool masks_dead_end_ = false;    // the last dead end came from the masks, not the grammar
 };
 
 // Index of the largest value (lowest index on ties).

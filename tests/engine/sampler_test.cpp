@@ -394,12 +394,120 @@ TEST(SamplerTest, PrefetchedGrammarMasksSampleTheSameTokens) {
       const SampleResult b =
           inline_[static_cast<size_t>(i)].sample(logits, {}, out_inline[static_cast<size_t>(i)]);
       ASSERT_EQ(a.token, b.token) << "row " << i << " step " << step;
-      ASSERT_FALSE(a.grammar_dead_end);
+      ASSERT_FALSE(a.dead_end);
       out_ahead[static_cast<size_t>(i)].push_back(a.token);
       out_inline[static_cast<size_t>(i)].push_back(b.token);
     }
   }
   EXPECT_EQ(out_ahead, out_inline);
+}
+
+// min_tokens: the end tokens are masked while the output is shorter, on every sampling path.
+TEST(SamplerTest, MinTokensHoldsBackTheEndTokensUntilTheOutputIsLongEnough) {
+  std::vector<float> logits(300, 0.0f);
+  logits[5] = 9.0f;  // an end token, the model's favourite
+  logits[7] = 8.0f;  // another end token
+  logits[11] = 4.0f;
+  for (const float temperature : {0.0f, 0.7f}) {
+    for (const int32_t top_k : {0, 3}) {
+      SamplingParams p;
+      p.temperature = temperature;
+      p.top_k = top_k;
+      p.seed = 3;
+      p.min_tokens = 3;
+      p.end_token_ids = {5, 7};
+      Sampler s(p);
+      std::vector<int32_t> output;
+      for (int i = 0; i < 3; ++i) {
+        const auto r = s.sample(logits, {}, output);
+        EXPECT_FALSE(r.dead_end);
+        EXPECT_NE(r.token, 5) << "temperature " << temperature << " output " << output.size();
+        EXPECT_NE(r.token, 7) << "temperature " << temperature << " output " << output.size();
+        output.push_back(r.token);
+      }
+      if (temperature == 0.0f) {
+        EXPECT_EQ(output, (std::vector<int32_t>{11, 11, 11}));
+        // Long enough: the end tokens are back (greedy takes 5 at once).
+        EXPECT_EQ(s.sample(logits, {}, output).token, 5);
+      }
+    }
+  }
+  SamplingParams bad;
+  bad.min_tokens = -1;
+  EXPECT_FALSE(bad.validate().is_ok());
+}
+
+TEST(SamplerTest, AllowedTokenIdsAreTheOnlyCandidates) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  std::vector<float> logits(1001);
+  for (auto& x : logits) x = dist(rng);
+  const std::vector<int32_t> allowed{3, 17, 500, 1000};
+  int32_t best = allowed[0];
+  for (int32_t id : allowed) {
+    if (logits[static_cast<size_t>(id)] > logits[static_cast<size_t>(best)]) best = id;
+  }
+  SamplingParams greedy;
+  greedy.allowed_token_ids = allowed;
+  EXPECT_EQ(Sampler(greedy).sample(logits, {}, {}).token, best);
+  for (const float top_p : {1.0f, 0.9f}) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_p = top_p;
+    p.seed = 9;
+    p.allowed_token_ids = allowed;
+    Sampler s(p);
+    std::map<int32_t, int> seen;
+    for (int i = 0; i < 400; ++i) ++seen[s.sample(logits, {}, {}).token];
+    for (const auto& [token, count] : seen)
+      EXPECT_NE(std::find(allowed.begin(), allowed.end(), token), allowed.end()) << token;
+    if (top_p == 1.0f) {
+      EXPECT_GE(seen.size(), 2u);  // a draw among them, not one token
+    }
+  }
+}
+
+// bad_words: a one-token word is always masked, a longer word's last token only right after the
+// rest of it in the output.
+TEST(SamplerTest, BadWordsMaskTheirLastTokenAfterTheirPrefix) {
+  std::vector<float> logits(50, 0.0f);
+  logits[7] = 6.0f;
+  logits[9] = 5.0f;
+  logits[4] = 1.0f;
+  SamplingParams p;
+  p.bad_words = {{7}, {1, 2, 9}};
+  Sampler s(p);
+  EXPECT_EQ(s.sample(logits, {}, {}).token, 9);  // 7 banned; 9 only after 1, 2
+  EXPECT_EQ(s.sample(logits, {}, std::vector<int32_t>{2}).token, 9);
+  EXPECT_EQ(s.sample(logits, {}, std::vector<int32_t>{1, 2}).token, 4);
+  EXPECT_EQ(s.sample(logits, {}, std::vector<int32_t>{5, 1, 2}).token, 4);
+  EXPECT_EQ(s.sample(logits, {}, std::vector<int32_t>{1, 2, 3}).token, 9);
+  // The prompt is not the output: a prefix there does not count.
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{1, 2}, {}).token, 9);
+  SamplingParams empty;
+  empty.bad_words = {{}};
+  EXPECT_FALSE(empty.validate().is_ok());
+}
+
+TEST(SamplerTest, MasksThatRuleOutEveryTokenAreADeadEnd) {
+  const std::vector<float> logits{1.0f, 3.0f, 2.0f, 0.5f};
+  for (const float temperature : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.seed = 1;
+    p.allowed_token_ids = {2};
+    p.min_tokens = 1;
+    p.end_token_ids = {2};
+    Sampler s(p);
+    const auto r = s.sample(logits, {}, {});
+    EXPECT_TRUE(r.dead_end);
+    EXPECT_NE(s.dead_end_error().find("allowed_token_ids"), std::string::npos);
+    // One token later the end token is allowed again: no dead end.
+    const auto next = s.sample(logits, {}, std::vector<int32_t>{0});
+    EXPECT_FALSE(next.dead_end);
+    EXPECT_EQ(next.token, 2);
+    EXPECT_TRUE(s.dead_end_error().empty());
+  }
 }
 
 }  // namespace
