@@ -4,7 +4,8 @@ namespace inferd {
 
 OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, const OutputOptions& options)
     : tokenizer_(tokenizer), include_stop_(options.include_stop_str_in_output), echo_(options.echo) {
-  if (tokenizer_ != nullptr) detok_.emplace(*tokenizer_, options.stop);
+  if (tokenizer_ != nullptr)
+    detok_.emplace(*tokenizer_, options.stop, !options.skip_special_tokens, options.min_tokens);
   if (options.reasoning) splitter_.emplace(*options.reasoning, options.prompt_opens_think);
   if (options.tool_calls) tool_parser_.emplace(*options.tool_calls, options.max_tool_calls);
 }
@@ -40,8 +41,11 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
     ids_.push_back(t);
     d.tokens.push_back(t);
     if (k < out.logprobs.size()) d.logprobs.push_back({t, out.logprobs[k], out.top_logprobs[k]});
+    // A stop token that ends the choice adds no text unless asked for (as a stop string).
+    const bool stop_token = out.finished && out.finish_reason == FinishReason::kStop &&
+                            k + 1 == out.new_tokens.size() && !include_stop_;
     bool stopped = false;
-    text += detokenize(t, &stopped);
+    if (!stop_token) text += detokenize(t, &stopped);
     if (stopped) {  // the text ends before the stop string; later tokens are dropped
       finish_reason_ = FinishReason::kStop;
       d.stop_string = true;

@@ -46,6 +46,8 @@ struct OutputOptions {
   std::string echo;                          // text that comes before the first token's (completions' echo)
   std::optional<ToolCallFormat> tool_calls;  // find tool calls in the content, in this format
   int32_t max_tool_calls = 1;
+  bool skip_special_tokens = true;  // special tokens add no text (vLLM's skip_special_tokens)
+  int32_t min_tokens = 0;           // stop strings count from this many tokens on (vLLM's min_tokens)
 };
 
 class OutputProcessor final {

@@ -1,14 +1,16 @@
 #include "tokenizer/incremental_detokenizer.h"
 
 #include <algorithm>
+#include <span>
 
 #include "tokenizer/utf8.h"
 
 namespace inferd {
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
-                                               std::vector<std::string> stop_strings, bool keep_special)
-    : tokenizer_(tokenizer), keep_special_(keep_special) {
+                                               std::vector<std::string> stop_strings, bool keep_special,
+                                               int64_t min_tokens)
+    : tokenizer_(tokenizer), keep_special_(keep_special), min_tokens_(min_tokens) {
   for (auto& s : stop_strings) {
     if (!s.empty()) stops_.push_back(std::move(s));
   }
@@ -16,6 +18,7 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
 
 IncrementalDetokenizer::Output IncrementalDetokenizer::push(int32_t id) {
   if (stopped_) return {};
+  ++pushed_;
   if (id >= 0 && id < tokenizer_.vocab_size() && (keep_special_ || !tokenizer_.is_special(id))) {
     pending_ += tokenizer_.token_bytes(id);
   }
@@ -29,9 +32,13 @@ IncrementalDetokenizer::Output IncrementalDetokenizer::finish() {
 
 IncrementalDetokenizer::Output IncrementalDetokenizer::drain(bool final) {
   Output out;
-  // The earliest stop string anywhere in the pending bytes ends the text there.
+  // The earliest stop string anywhere in the pending bytes ends the text there; none is looked
+  // for before min_tokens tokens, but the tail that could start one is held back all along, so a
+  // stop string that ends in a later token is still found whole (as vLLM finds it).
+  const std::span<const std::string> stops =
+      pushed_ >= min_tokens_ ? std::span<const std::string>(stops_) : std::span<const std::string>();
   size_t stop_at = std::string::npos;
-  for (const auto& s : stops_) {
+  for (const auto& s : stops) {
     const size_t at = pending_.find(s);
     if (at != std::string::npos && at < stop_at) {
       stop_at = at;

@@ -19,9 +19,10 @@ class IncrementalDetokenizer final {
     std::string matched_stop;  // which one
   };
 
-  // tokenizer: not owned. Special tokens are skipped unless keep_special.
+  // tokenizer: not owned. Special tokens are skipped unless keep_special. Stop strings are looked
+  // for once min_tokens tokens were pushed (vLLM's min_tokens).
   IncrementalDetokenizer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                         bool keep_special = false);
+                         bool keep_special = false, int64_t min_tokens = 0);
 
   // Adds one generated token. After a stop, further calls return nothing.
   Output push(int32_t id);
@@ -37,6 +38,8 @@ class IncrementalDetokenizer final {
   const Tokenizer& tokenizer_;
   std::vector<std::string> stops_;
   bool keep_special_;
+  int64_t min_tokens_;
+  int64_t pushed_ = 0;
   std::string pending_;  // bytes decoded but not yet emitted
   std::string emitted_;
   bool stopped_ = false;

@@ -149,5 +149,49 @@ TEST(OutputProcessorTest, LogprobsErrorsAndIdsWithoutATokenizer) {
   EXPECT_EQ(p.logprobs().size(), 2u);
 }
 
+// vLLM's rules for the token that ends a choice and for special tokens: a stop token adds no
+// text (unless include_stop_str_in_output), special tokens add theirs with skip_special_tokens off.
+TEST(OutputProcessorTest, StopTokensAndSpecialTokensText) {
+  auto tok = tiny();
+  const int32_t im_start = tok->encode("<|im_start|>", true).at(0);
+  const int32_t stop = tok->encode("x", false).at(0);  // a plain token used as a stop token id
+  auto ids = tok->encode("ab", false);
+  ids.push_back(im_start);
+  ids.push_back(stop);
+  for (const bool skip : {true, false}) {
+    for (const bool include : {false, true}) {
+      OutputOptions o;
+      o.skip_special_tokens = skip;
+      o.include_stop_str_in_output = include;
+      OutputProcessor p(tok.get(), o);
+      p.apply(output(ids, true, FinishReason::kStop), Clock::now());
+      const std::string expected = std::string("ab") + (skip ? "" : "<|im_start|>") + (include ? "x" : "");
+      EXPECT_EQ(p.text(), expected) << "skip " << skip << " include " << include;
+      EXPECT_EQ(p.token_ids(), ids);
+    }
+  }
+  // Ended by length, the last token is text like any other.
+  OutputProcessor p(tok.get(), {});
+  p.apply(output(ids, true, FinishReason::kLength), Clock::now());
+  EXPECT_EQ(p.text(), "abx");
+}
+
+// min_tokens: a stop string in the text of the first min_tokens tokens does not end the choice.
+TEST(OutputProcessorTest, StopStringsCountFromMinTokensOn) {
+  auto tok = tiny();
+  std::vector<int32_t> ids;
+  for (const char* piece : {"a", "b", "c", "b", "c", "d"}) ids.push_back(tok->encode(piece, false).at(0));
+  for (const int32_t min_tokens : {0, 2, 3, 5, 6}) {
+    OutputOptions o;
+    o.stop = {"bc"};
+    o.min_tokens = min_tokens;
+    OutputProcessor p = feed(tok.get(), o, ids, 1);
+    // "bc" ends at token 3 and token 5; found where it ends at or after min_tokens tokens.
+    const std::string expected = min_tokens <= 3 ? "a" : min_tokens <= 5 ? "abc" : "abcbcd";
+    EXPECT_EQ(p.text(), expected) << min_tokens;
+    EXPECT_EQ(p.finish_reason(), min_tokens <= 5 ? FinishReason::kStop : FinishReason::kLength) << min_tokens;
+  }
+}
+
 }  // namespace
 }  // namespace inferd

@@ -341,8 +341,9 @@ TEST(OpenAiApiTest, ToolCallsInTheBodyAndTheStream) {
   OutputOptions o;
   o.tool_calls = ToolCallFormat::kHermes;
   o.max_tool_calls = 8;
-  const auto ids = tok->encode(
+  auto ids = tok->encode(
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", false);
+  ids.push_back(*tok->vocab().eos_id);  // the stop token that ends it (kStop)
   std::vector<OutputProcessor> choices{OutputProcessor(tok.get(), o)};
   const OpenAiAnswer answer(ApiEndpoint::kChat, "chatcmpl-1", 0, "m", tok.get(), false, false);
   std::string events;
