@@ -126,6 +126,30 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
       return invalid("logit_bias", "'logit_bias' has token " + std::to_string(id) +
                                        ", outside the vocabulary of " + std::to_string(limits_.vocab_size));
   }
+  if (r.max_tokens && r.sampling.min_tokens > *r.max_tokens)
+    return invalid("min_tokens", "'min_tokens' (" + std::to_string(r.sampling.min_tokens) +
+                                     ") must not exceed max_tokens (" + std::to_string(*r.max_tokens) + ")");
+  for (int32_t id : r.sampling.allowed_token_ids) {
+    if (id >= limits_.vocab_size)
+      return invalid("allowed_token_ids", "'allowed_token_ids' has token " + std::to_string(id) +
+                                              ", outside the vocabulary of " +
+                                              std::to_string(limits_.vocab_size));
+  }
+  for (const std::string& w : r.bad_words) {
+    if (w.find_first_not_of(" \t\r\n") == std::string::npos)
+      return invalid("bad_words", "'bad_words' entries must not be empty or blank");
+  }
+  if (r.messages.is_null() && (r.add_generation_prompt || r.continue_final_message))
+    return invalid(r.continue_final_message ? "continue_final_message" : "add_generation_prompt",
+                   "'add_generation_prompt' and 'continue_final_message' are for chat (messages)");
+  if (r.continue_final_message && r.add_generation_prompt.value_or(false))
+    return invalid("continue_final_message",
+                   "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+  if (r.truncate_prompt_tokens && *r.truncate_prompt_tokens != -1 &&
+      (*r.truncate_prompt_tokens < 1 || *r.truncate_prompt_tokens > limits_.max_model_len))
+    return invalid("truncate_prompt_tokens",
+                   "'truncate_prompt_tokens' must be -1 (the context window) or in [1, " +
+                       std::to_string(limits_.max_model_len) + "]");
   if (r.echo && r.sampling.logprobs)
     return invalid("echo", "'echo' with 'logprobs' (the prompt tokens' log-probabilities) is not supported");
   if (r.echo && !r.messages.is_null()) return invalid("echo", "'echo' is for completions (a prompt)");
@@ -246,6 +270,9 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
                         "the model has no chat template: give a prompt instead of messages"};
     ChatOptions chat_options;
     chat_options.template_kwargs = r.chat_template_kwargs;
+    chat_options.add_generation_prompt = r.add_generation_prompt.value_or(!r.continue_final_message);
+    chat_options.continue_final_message = r.continue_final_message;
+    chat_options.add_special_tokens = r.add_special_tokens.value_or(false);
     if (out->tool_calls) chat_options.tools = r.tools;
     auto messages = template_messages(r.messages);
     if (!messages) return invalid("messages", messages.status().message());
@@ -265,10 +292,21 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
       if (tokenizer_ == nullptr)
         return InputError{InputError::Kind::kUnsupported, "prompt",
                           "the model has no tokenizer: give the prompt as token ids"};
-      prompts.push_back(tokenizer_->encode_prompt(in.text, /*allow_special=*/true));
+      prompts.push_back(r.add_special_tokens.value_or(true) ? tokenizer_->encode_prompt(in.text, true)
+                                                            : tokenizer_->encode(in.text, true));
     }
   }
-  for (auto& ids : prompts) {
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    auto& ids = prompts[p];
+    if (r.truncate_prompt_tokens) {  // left truncation: the prompt's last k tokens
+      const int64_t keep =
+          *r.truncate_prompt_tokens == -1 ? limits_.max_model_len : *r.truncate_prompt_tokens;
+      if (static_cast<int64_t>(ids.size()) > keep) {
+        ids.erase(ids.begin(), ids.end() - keep);
+        if (p < out->echo.size())
+          out->echo[p] = tokenizer_ != nullptr ? tokenizer_->decode(ids) : ids_text(ids) + " ";
+      }
+    }
     const auto len = static_cast<int64_t>(ids.size());
     if (len == 0) return invalid(field, "the prompt is empty");
     for (int32_t t : ids) {
@@ -286,11 +324,33 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
                             " tokens, but the prompt has " + std::to_string(len) +
                             " tokens and max_tokens is " + std::to_string(want) + " (" +
                             std::to_string(len + want) + " in total)"};
+    if (r.sampling.min_tokens > want)
+      return invalid("min_tokens", "'min_tokens' (" + std::to_string(r.sampling.min_tokens) +
+                                       ") is more than the " + std::to_string(want) +
+                                       " tokens the output can have");
     RequestSpec spec;
     spec.prompt = std::move(ids);
     spec.limits.max_tokens = want;
     out->num_prompt_tokens += len;
     out->requests.push_back(std::move(spec));
+  }
+  return std::nullopt;
+}
+
+std::optional<InputError> InputProcessor::tokenize_bad_words(const GenerationRequest& r,
+                                                             std::vector<std::vector<int32_t>>* out) const {
+  if (r.bad_words.empty()) return std::nullopt;
+  if (tokenizer_ == nullptr)
+    return InputError{InputError::Kind::kUnsupported, "bad_words", "'bad_words' needs the model's tokenizer"};
+  // Each word at the start of the text and inside it (after a space), as vLLM tokenizes them: the
+  // second form only where the space makes a word token of its own, with as many tokens.
+  for (const std::string& word : r.bad_words) {
+    const std::string bare = word.substr(word.find_first_not_of(" \t\r\n"));
+    const std::vector<int32_t> alone = tokenizer_->encode(bare, /*allow_special=*/true);
+    if (alone.empty()) continue;
+    out->push_back(alone);
+    const std::vector<int32_t> spaced = tokenizer_->encode(" " + bare, /*allow_special=*/true);
+    if (!spaced.empty() && spaced[0] != alone[0] && spaced.size() == alone.size()) out->push_back(spaced);
   }
   return std::nullopt;
 }
@@ -314,6 +374,11 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     result.error = std::move(*e);
     return result;
   }
+  std::vector<std::vector<int32_t>> bad_words;
+  if (auto e = tokenize_bad_words(r, &bad_words)) {
+    result.error = std::move(*e);
+    return result;
+  }
   // The model's own stop tokens end every sample, besides the request's (unless ignore_eos).
   std::vector<int32_t> stop_ids = r.stop_token_ids;
   if (tokenizer_ != nullptr) {
@@ -323,6 +388,8 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
   for (RequestSpec& spec : in.requests) {
     spec.sampling = r.sampling;
     spec.sampling.grammar = in.grammar;
+    if (r.sampling.min_tokens > 0) spec.sampling.end_token_ids = stop_ids;
+    spec.sampling.bad_words = bad_words;
     spec.limits.stop_token_ids = stop_ids;
     spec.limits.ignore_eos = r.ignore_eos;
     spec.priority = r.priority;
@@ -332,6 +399,8 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
   }
   in.stop = std::move(r.stop);
   in.include_stop_str_in_output = r.include_stop_str_in_output;
+  in.skip_special_tokens = r.skip_special_tokens;
+  in.min_tokens = r.sampling.min_tokens;
   result.input = std::move(in);
   return result;
 }

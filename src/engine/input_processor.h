@@ -68,6 +68,16 @@ struct GenerationRequest {
   std::optional<ToolChoice> tool_choice;        // absent: auto with tools, none without
   bool parallel_tool_calls = true;
   std::optional<StructuredOutput> structured_output;
+  // vLLM's fields of the same names:
+  std::vector<std::string> bad_words;  // words the output must not contain (tokenized here)
+  bool skip_special_tokens = true;     // special tokens' text left out of the output
+  // Chat: absent means true, unless continue_final_message (which excludes it).
+  std::optional<bool> add_generation_prompt;
+  bool continue_final_message = false;  // chat: the prompt ends inside the last message
+  // BOS in front of the prompt where the tokenizer asks for one; absent: completions yes, chat no.
+  std::optional<bool> add_special_tokens;
+  // Keep only the prompt's last k tokens (-1: the context window's worth).
+  std::optional<int64_t> truncate_prompt_tokens;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).
@@ -92,6 +102,8 @@ struct ProcessedInput {
   std::optional<ToolCallFormat> tool_calls;  // parse the output's tool calls in this format
   int32_t max_tool_calls = 0;                // calls beyond are dropped (1 without parallel calls)
   bool prompt_opens_think = false;           // chat: the rendered prompt ends in an open <think>
+  bool skip_special_tokens = true;           // for the output side
+  int32_t min_tokens = 0;                    // stop strings count only from this many tokens on
   int64_t num_prompt_tokens = 0;             // all prompts together
   int64_t num_sequences() const {
     return static_cast<int64_t>(requests.size()) * (requests.empty() ? 0 : requests[0].n);
@@ -137,6 +149,9 @@ class InputProcessor final {
                                       Expected<std::shared_ptr<const Grammar>> grammar,
                                       ProcessedInput* out) const;
   std::optional<InputError> tokenize(const GenerationRequest& r, ProcessedInput* out) const;
+  // bad_words as token sequences (each word alone and after a space, as vLLM tokenizes them).
+  std::optional<InputError> tokenize_bad_words(const GenerationRequest& r,
+                                               std::vector<std::vector<int32_t>>* out) const;
 
   const Tokenizer* tokenizer_;
   const ChatTemplate* chat_template_;

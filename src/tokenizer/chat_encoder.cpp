@@ -1,5 +1,7 @@
 #include "tokenizer/chat_encoder.h"
 
+#include <algorithm>
+
 #include "tokenizer/utf8.h"
 
 namespace inferd {
@@ -52,6 +54,16 @@ Expected<ChatPrompt> encode_chat(const Tokenizer& tokenizer, const ChatTemplate&
     INFERD_ASSIGN_OR_RETURN(ordered_json m, normalise_message(messages[i], i, &contents));
     normalised.push_back(std::move(m));
   }
+  if (options.continue_final_message && options.add_generation_prompt)
+    return invalid_argument("continue_final_message and add_generation_prompt cannot both be set");
+  std::string final_content;  // continue_final_message: the text the prompt ends with
+  if (options.continue_final_message) {
+    const ordered_json& last = normalised.back();
+    if (!last.contains("content") ||
+        last["content"].get_ref<const std::string&>().find_first_not_of(" \t\r\n") == std::string::npos)
+      return invalid_argument("continue_final_message needs text in the last message to continue");
+    final_content = last["content"].get<std::string>();
+  }
   context["messages"] = std::move(normalised);
   context["add_generation_prompt"] = options.add_generation_prompt;
   if (!options.tools.is_null()) context["tools"] = options.tools;
@@ -65,6 +77,22 @@ Expected<ChatPrompt> encode_chat(const Tokenizer& tokenizer, const ChatTemplate&
     }
   }
   INFERD_ASSIGN_OR_RETURN(std::string text, chat_template.render(context));
+  if (options.continue_final_message) {
+    // The last occurrence of the content (stripped: templates may trim it) ends the prompt; with
+    // its leading space and trailing whitespace kept where the template kept them.
+    const std::string_view blank = " \t\r\n";
+    const size_t b = final_content.find_first_not_of(blank);
+    const size_t e = final_content.find_last_not_of(blank);
+    const std::string stripped = final_content.substr(b, e - b + 1);  // not empty: checked above
+    const size_t at = text.rfind(stripped);
+    if (at == std::string::npos)
+      return invalid_argument(
+          "continue_final_message: the last message's content does not appear in the rendered chat "
+          "(the chat template changes it)");
+    const std::string lstripped = final_content.substr(b);
+    const bool kept = text.compare(at, lstripped.size(), lstripped) == 0;
+    text.resize(at + (kept ? lstripped.size() : stripped.size()));
+  }
   // Where each content landed in the rendered text (searched in order): specials stay plain
   // there. A content the template rewrote is not found and gets no protection of its own.
   std::vector<std::pair<size_t, size_t>> plain;
@@ -76,8 +104,14 @@ Expected<ChatPrompt> encode_chat(const Tokenizer& tokenizer, const ChatTemplate&
     plain.emplace_back(at, at + c.size());
     from = at + c.size();
   }
+  for (auto& [begin, end] : plain) {  // a content cut by continue_final_message
+    begin = std::min(begin, text.size());
+    end = std::min(end, text.size());
+  }
   ChatPrompt out;
-  out.ids = tokenizer.encode(text, plain);
+  if (options.add_special_tokens && v.add_bos && v.bos_id) out.ids.push_back(*v.bos_id);
+  const std::vector<int32_t> body = tokenizer.encode(text, plain);
+  out.ids.insert(out.ids.end(), body.begin(), body.end());
   out.text = std::move(text);
   return out;
 }

@@ -18,6 +18,13 @@ namespace inferd {
 
 struct ChatOptions {
   bool add_generation_prompt = true;
+  // The prompt ends inside the last message, so the model continues it (a prefilled assistant
+  // turn): the conversation is rendered without a generation prompt and cut right after the last
+  // message's content (as transformers' apply_chat_template does). Excludes add_generation_prompt.
+  bool continue_final_message = false;
+  // The model's BOS in front of the rendered text when its tokenizer asks for one (vLLM's
+  // add_special_tokens; templates usually write the BOS themselves, so off by default).
+  bool add_special_tokens = false;
   nlohmann::ordered_json tools;  // null, or the OpenAI-style tool list
   // Extra variables for the template (a request's chat_template_kwargs, e.g. Qwen3's
   // {"enable_thinking": false}): null or an object; they may override add_generation_prompt,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
+#include "tokenizer/vocab.h"
 
 namespace inferd {
 namespace {
@@ -78,6 +79,27 @@ TEST(InputProcessorTest, EveryBoundNamesItsField) {
        },
        "echo"},
       {[](GenerationRequest& r) { r.chat_template_kwargs = 3; }, "chat_template_kwargs"},
+      {[](GenerationRequest& r) { r.sampling.min_tokens = -1; }, "min_tokens"},
+      {[](GenerationRequest& r) {
+         r.max_tokens = 5;
+         r.sampling.min_tokens = 6;
+       },
+       "min_tokens"},
+      {[](GenerationRequest& r) { r.sampling.min_tokens = 62; }, "min_tokens"},  // 61 tokens fit
+      {[](GenerationRequest& r) {
+         r.sampling.allowed_token_ids = {3, 100};
+       },
+       "allowed_token_ids"},
+      {[](GenerationRequest& r) { r.sampling.allowed_token_ids = {-1}; }, "allowed_token_ids"},
+      {[](GenerationRequest& r) {
+         r.bad_words = {"fine", " \t"};
+       },
+       "bad_words"},
+      {[](GenerationRequest& r) { r.add_generation_prompt = true; }, "add_generation_prompt"},
+      {[](GenerationRequest& r) { r.continue_final_message = true; }, "continue_final_message"},
+      {[](GenerationRequest& r) { r.truncate_prompt_tokens = 0; }, "truncate_prompt_tokens"},
+      {[](GenerationRequest& r) { r.truncate_prompt_tokens = -2; }, "truncate_prompt_tokens"},
+      {[](GenerationRequest& r) { r.truncate_prompt_tokens = 65; }, "truncate_prompt_tokens"},
   };
   for (const Case& c : cases) {
     GenerationRequest r = ids_request();
@@ -239,6 +261,118 @@ TEST(InputProcessorTest, ToolsAreCheckedAndPlanned) {
   GenerationRequest broken = chat(good);
   broken.messages[1]["tool_calls"][0]["function"]["arguments"] = "not json";
   EXPECT_EQ(tools.process(broken).error.field, "messages");
+}
+
+// vLLM's prompt options: left truncation, the BOS of a text prompt, and what min_tokens,
+// allowed_token_ids and bad_words give the engine.
+TEST(InputProcessorTest, TruncationBosAndTheSamplingMasks) {
+  auto vocab = vocab_from_hf_dir(test::fixture_path("tokenizer/tiny_llama3_style"));
+  ASSERT_TRUE(vocab.has_value()) << vocab.status().message();
+  auto tok = Tokenizer::create(std::move(*vocab));
+  ASSERT_TRUE(tok.has_value()) << tok.status().message();
+  const Tokenizer& t = **tok;
+  const InputProcessor p(&t, nullptr, InputLimits{64, t.vocab_size(), 4});
+  const int32_t bos = *t.vocab().bos_id;
+  const std::string text = "the quick brown fox jumps over the lazy dog";
+  const std::vector<int32_t> body = t.encode(text, true);
+  ASSERT_GT(body.size(), 5u);
+  GenerationRequest r;
+  r.prompts.push_back({text, {}, false});
+  r.echo = true;
+  InputProcessed in = p.process(r);
+  ASSERT_TRUE(in.input.has_value()) << in.error.message;
+  EXPECT_EQ(in.input->requests[0].prompt.front(), bos);  // add_special_tokens: true by default
+  EXPECT_EQ(in.input->echo[0], text);
+  r.add_special_tokens = false;
+  in = p.process(r);
+  ASSERT_TRUE(in.input.has_value()) << in.error.message;
+  EXPECT_EQ(in.input->requests[0].prompt, body);
+  r.truncate_prompt_tokens = 3;  // the last 3 tokens; echo shows what the model saw
+  in = p.process(r);
+  ASSERT_TRUE(in.input.has_value()) << in.error.message;
+  const std::vector<int32_t> last3(body.end() - 3, body.end());
+  EXPECT_EQ(in.input->requests[0].prompt, last3);
+  EXPECT_EQ(in.input->echo[0], t.decode(last3));
+  EXPECT_EQ(in.input->requests[0].limits.max_tokens, 61);  // the window after truncation
+  r.truncate_prompt_tokens = 40;                           // longer than the prompt: all of it
+  in = p.process(r);
+  ASSERT_TRUE(in.input.has_value()) << in.error.message;
+  EXPECT_EQ(in.input->requests[0].prompt, body);
+
+  GenerationRequest m;
+  m.prompts.push_back({"hello", {}, false});
+  m.stop_token_ids = {5};
+  m.sampling.min_tokens = 4;
+  m.sampling.allowed_token_ids = {5, 6, 7};
+  m.bad_words = {"fox", "  lazy dog"};
+  m.skip_special_tokens = false;
+  in = p.process(m);
+  ASSERT_TRUE(in.input.has_value()) << in.error.message;
+  const SamplingParams& s = in.input->requests[0].sampling;
+  EXPECT_EQ(s.min_tokens, 4);
+  EXPECT_EQ(in.input->min_tokens, 4);
+  EXPECT_FALSE(in.input->skip_special_tokens);
+  EXPECT_EQ(s.allowed_token_ids, (std::vector<int32_t>{5, 6, 7}));
+  // min_tokens holds back every stop token: the request's and the model's.
+  EXPECT_EQ(s.end_token_ids, in.input->requests[0].limits.stop_token_ids);
+  EXPECT_NE(std::find(s.end_token_ids.begin(), s.end_token_ids.end(), 5), s.end_token_ids.end());
+  EXPECT_GT(s.end_token_ids.size(), 1u);
+  // Each word alone and after a space (when the space gives a word token of its own).
+  std::vector<std::vector<int32_t>> expected;
+  for (const std::string w : {"fox", "lazy dog"}) {
+    const auto alone = t.encode(w, true), spaced = t.encode(" " + w, true);
+    expected.push_back(alone);
+    if (spaced[0] != alone[0] && spaced.size() == alone.size()) expected.push_back(spaced);
+  }
+  EXPECT_EQ(s.bad_words, expected);
+  EXPECT_GE(s.bad_words.size(), 3u);
+  // Without a tokenizer bad_words cannot be tokenized.
+  GenerationRequest ids = ids_request();
+  ids.bad_words = {"x"};
+  EXPECT_EQ(refused(ids).kind, InputError::Kind::kUnsupported);
+  EXPECT_EQ(refused(ids).field, "bad_words");
+}
+
+// add_generation_prompt off, and continue_final_message: the prompt ends inside the last
+// message (transformers' rule), so the model continues it.
+TEST(InputProcessorTest, ChatPromptsThatContinueTheLastMessage) {
+  auto tok = test::tiny_qwen_style_tokenizer();
+  auto tmpl = ChatTemplate::compile(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+  ASSERT_TRUE(tmpl.has_value()) << tmpl.status().message();
+  const InputProcessor p(tok.get(), &*tmpl, InputLimits{256, tok->vocab_size(), 4});
+  auto prompt_text = [&](const GenerationRequest& r) {
+    InputProcessed in = p.process(r);
+    EXPECT_TRUE(in.input.has_value()) << in.error.message;
+    return in.input ? tok->decode(in.input->requests[0].prompt) : std::string();
+  };
+  GenerationRequest r;
+  r.messages = nlohmann::ordered_json::array(
+      {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "Sure, here "}}});
+  EXPECT_EQ(
+      prompt_text(r),
+      "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nSure, here<|im_end|>\n<|im_start|>assistant\n");
+  r.add_generation_prompt = false;
+  EXPECT_EQ(prompt_text(r), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nSure, here<|im_end|>\n");
+  r.add_generation_prompt.reset();
+  r.continue_final_message = true;  // the template trimmed the trailing space: cut after "here"
+  EXPECT_EQ(prompt_text(r), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nSure, here");
+  r.add_generation_prompt = true;
+  EXPECT_EQ(refused(r).field, "continue_final_message");
+  r.add_generation_prompt = false;
+  r.messages[1]["content"] = "  ";
+  InputProcessed blank = p.process(r);
+  ASSERT_FALSE(blank.input.has_value());
+  EXPECT_EQ(blank.error.field, "messages");
+  // A template that rewrites the content: the prompt cannot end inside it.
+  auto upper = ChatTemplate::compile("{% for m in messages %}{{ m.content | upper }}{% endfor %}");
+  ASSERT_TRUE(upper.has_value());
+  const InputProcessor q(tok.get(), &*upper, InputLimits{256, tok->vocab_size(), 4});
+  r.messages[1]["content"] = "more";
+  InputProcessed rewritten = q.process(r);
+  ASSERT_FALSE(rewritten.input.has_value());
+  EXPECT_NE(rewritten.error.message.find("continue_final_message"), std::string::npos);
 }
 
 }  // namespace
