@@ -73,7 +73,8 @@ Status check_field_names(const json& j) {
                                                  "stop_token_ids",
                                                  "seed",
                                                  "ignore_eos",
-                                                 "stop"};
+                                                 "stop",
+                                                 "min_tokens"};
   for (const auto& [key, value] : j.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields))
       return invalid_argument("unknown field '" + key + "'");
@@ -106,6 +107,7 @@ Expected<GenerationRequest> parse_batch_item(const json& j, int64_t default_max_
     s.logprobs = k;
   }
   INFERD_RETURN_IF_ERROR(read_number(j, "n", &r.n));
+  INFERD_RETURN_IF_ERROR(read_number(j, "min_tokens", &s.min_tokens));
   INFERD_RETURN_IF_ERROR(read_ids(j, "stop_token_ids", &r.stop_token_ids));
   if (auto seed = j.find("seed"); seed != j.end() && !seed->is_null()) {
     if (!seed->is_number_integer()) return invalid_argument("field 'seed' must be an integer");
@@ -174,7 +176,11 @@ std::vector<BatchResult> run_offline_batch(Engine& engine, const InputProcessor&
     RequestSpec& spec = in.input->requests.at(0);  // a JSONL line holds one prompt
     results[i].prompt_tokens = in.input->num_prompt_tokens;
     results[i].samples.resize(static_cast<size_t>(spec.n));
-    for (int32_t k = 0; k < spec.n; ++k) choices[i].emplace_back(tokenizer, OutputOptions{in.input->stop});
+    OutputOptions options;
+    options.stop = in.input->stop;
+    options.skip_special_tokens = in.input->skip_special_tokens;
+    options.min_tokens = in.input->min_tokens;
+    for (int32_t k = 0; k < spec.n; ++k) choices[i].emplace_back(tokenizer, options);
     unfinished[i] = spec.n;
     index[engine.add(std::move(spec))] = i;
   }

@@ -560,7 +560,13 @@ struct HttpServer::Impl {
             req, ApiError{400, "the model has no chat template", "invalid_request_error", "messages", ""});
         co_return co_await send(conn, res);
       }
-      auto chat = encode_chat(*ctx.tokenizer, *ctx.chat_template, p.request->messages, ChatOptions{});
+      ChatOptions options;
+      options.continue_final_message = p.request->continue_final_message;
+      options.add_generation_prompt =
+          p.request->add_generation_prompt.value_or(!options.continue_final_message);
+      options.add_special_tokens = p.request->add_special_tokens.value_or(false);
+      options.template_kwargs = p.request->chat_template_kwargs;
+      auto chat = encode_chat(*ctx.tokenizer, *ctx.chat_template, p.request->messages, options);
       if (!chat) {
         Response res = error_response(
             req, ApiError{400, chat.status().message(), "invalid_request_error", "messages", ""});
@@ -568,8 +574,9 @@ struct HttpServer::Impl {
       }
       ids = std::move(chat->ids);
     } else {
-      ids = p.request->add_special_tokens ? ctx.tokenizer->encode_prompt(p.request->prompt, true)
-                                          : ctx.tokenizer->encode(p.request->prompt, true);
+      ids = p.request->add_special_tokens.value_or(true)
+                ? ctx.tokenizer->encode_prompt(p.request->prompt, true)
+                : ctx.tokenizer->encode(p.request->prompt, true);
     }
     json body = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.max_model_len}};
     Response res = make_response(req, http::status::ok, body.dump());
@@ -905,16 +912,19 @@ struct HttpServer::Impl {
     output_options.prompt_opens_think = input.prompt_opens_think;
     output_options.tool_calls = input.tool_calls;
     output_options.max_tool_calls = input.max_tool_calls;
+    output_options.skip_special_tokens = input.skip_special_tokens;
+    output_options.min_tokens = input.min_tokens;
     std::vector<OutputProcessor> choices;
     for (size_t p = 0; p < input.requests.size(); ++p) {
       output_options.echo = p < input.echo.size() ? input.echo[p] : std::string();
       for (size_t k = 0; k < n; ++k) choices.emplace_back(ctx.tokenizer, output_options);
     }
     std::vector<bool> seen(choices.size(), false);
-    const OpenAiAnswer answer(endpoint, random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-"),
-                              unix_now(),
-                              prepared.lora_name.empty() ? options.served_model_name : prepared.lora_name,
-                              ctx.tokenizer, api.logprobs, split);
+    OpenAiAnswer answer(endpoint, random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-"),
+                        unix_now(),
+                        prepared.lora_name.empty() ? options.served_model_name : prepared.lora_name,
+                        ctx.tokenizer, api.logprobs, split);
+    answer.set_tokens_as_ids(api.return_tokens_as_token_ids);
 
     auto channel = std::make_shared<Channel>(io.get_executor());
     const std::vector<RequestId> ids = submit(input, channel);

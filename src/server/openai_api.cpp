@@ -241,10 +241,18 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "store",
                                               "kv_transfer_params",
                                               "streaming_llm",
-                                              "slo_class"};
+                                              "slo_class",
+                                              "min_tokens",
+                                              "allowed_token_ids",
+                                              "bad_words",
+                                              "skip_special_tokens",
+                                              "spaces_between_special_tokens",
+                                              "truncate_prompt_tokens",
+                                              "add_special_tokens",
+                                              "return_tokens_as_token_ids"};
 constexpr std::string_view kChatFields[] = {
-    "messages", "max_completion_tokens", "top_logprobs",       "chat_template_kwargs",
-    "tools",    "tool_choice",           "parallel_tool_calls"};
+    "messages",    "max_completion_tokens", "top_logprobs",          "chat_template_kwargs",  "tools",
+    "tool_choice", "parallel_tool_calls",   "add_generation_prompt", "continue_final_message"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
 constexpr std::string_view kUnimplementedFields[] = {"functions",
@@ -257,22 +265,12 @@ constexpr std::string_view kUnimplementedFields[] = {"functions",
                                                      "prediction",
                                                      "reasoning_effort",
                                                      "web_search_options",
-                                                     "min_tokens",
                                                      "prompt_logprobs",
                                                      "use_beam_search",
                                                      "length_penalty",
-                                                     "truncate_prompt_tokens",
-                                                     "allowed_token_ids",
-                                                     "bad_words",
-                                                     "skip_special_tokens",
-                                                     "spaces_between_special_tokens",
-                                                     "add_generation_prompt",
-                                                     "continue_final_message",
-                                                     "add_special_tokens",
                                                      "documents",
                                                      "chat_template",
-                                                     "mm_processor_kwargs",
-                                                     "return_tokens_as_token_ids"};
+                                                     "mm_processor_kwargs"};
 
 template <size_t N>
 bool contains(const std::string_view (&names)[N], std::string_view key) {
@@ -451,6 +449,37 @@ void parse_sampling(Reader& r, SamplingParams* s) {
     s->seed =
         seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
   }
+}
+
+// vLLM's fields: min_tokens, allowed_token_ids, bad_words, the special-token and prompt options.
+void parse_vllm_extras(Reader& r, ApiEndpoint endpoint, GenerateRequest* req) {
+  GenerationRequest& g = req->generation;
+  r.integer("min_tokens", &g.sampling.min_tokens, 0, kInt32Max);
+  if (const json* ids = r.find("allowed_token_ids"); ids != nullptr && !r.failed()) {
+    if (!is_token_id_array(*ids) || !read_ids(*ids, &g.sampling.allowed_token_ids))
+      return r.fail("allowed_token_ids", "'allowed_token_ids' must be a non-empty array of token ids");
+  }
+  if (const json* words = r.find("bad_words"); words != nullptr && !r.failed()) {
+    if (!words->is_array()) return r.fail("bad_words", "'bad_words' must be an array of strings");
+    for (const json& w : *words) {
+      if (!w.is_string()) return r.fail("bad_words", "'bad_words' must be an array of strings");
+      g.bad_words.push_back(w.get<std::string>());
+    }
+  }
+  r.boolean("skip_special_tokens", &g.skip_special_tokens);
+  // Byte-level BPE (every tokenizer inferd reads) writes special tokens' text as it is: no spaces
+  // to add or leave out, as with Hugging Face's fast tokenizers in vLLM. Type-checked only.
+  bool spaces_between_special_tokens = true;
+  r.boolean("spaces_between_special_tokens", &spaces_between_special_tokens);
+  int64_t truncate = 0;
+  if (r.integer("truncate_prompt_tokens", &truncate, -1, kInt64Max)) g.truncate_prompt_tokens = truncate;
+  bool flag = false;
+  if (r.boolean("add_special_tokens", &flag)) g.add_special_tokens = flag;
+  if (endpoint == ApiEndpoint::kChat) {
+    if (r.boolean("add_generation_prompt", &flag)) g.add_generation_prompt = flag;
+    r.boolean("continue_final_message", &g.continue_final_message);
+  }
+  r.boolean("return_tokens_as_token_ids", &req->return_tokens_as_token_ids);
 }
 
 void parse_stops(Reader& r, GenerationRequest* g) {
@@ -639,6 +668,7 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
     g.max_tokens = max_tokens;
   parse_sampling(r, &g.sampling);
   parse_stops(r, &g);
+  parse_vllm_extras(r, endpoint, &req);
   r.integer("n", &g.n, kInt32Min, kInt32Max);
   parse_answer_shape(r, endpoint, &req);
   r.boolean("ignore_eos", &g.ignore_eos);
@@ -682,7 +712,29 @@ ParsedTokenize parse_tokenize_request(std::string_view body) {
   } else if (!r.string("prompt", &t.prompt) && !r.failed()) {
     r.fail("prompt", "'prompt' (a string) or 'messages' is required");
   }
-  r.boolean("add_special_tokens", &t.add_special_tokens);
+  for (const auto& [key, value] : j.items()) {
+    static constexpr std::string_view kFields[] = {"model",
+                                                   "prompt",
+                                                   "messages",
+                                                   "add_special_tokens",
+                                                   "add_generation_prompt",
+                                                   "continue_final_message",
+                                                   "chat_template_kwargs"};
+    if (!contains(kFields, key)) {
+      r.fail(key, "unknown field '" + key + "' for /tokenize");
+      break;
+    }
+  }
+  bool flag = false;
+  if (r.boolean("add_special_tokens", &flag)) t.add_special_tokens = flag;
+  if (r.boolean("add_generation_prompt", &flag)) t.add_generation_prompt = flag;
+  r.boolean("continue_final_message", &t.continue_final_message);
+  if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {
+    if (!kw->is_object()) r.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    t.chat_template_kwargs = *kw;
+  }
+  if (t.messages.is_null() && (t.add_generation_prompt || t.continue_final_message))
+    r.fail("add_generation_prompt", "'add_generation_prompt' and 'continue_final_message' are for messages");
   if (r.failed()) {
     out.error = r.take_error();
     return out;
@@ -728,10 +780,13 @@ OpenAiAnswer::OpenAiAnswer(ApiEndpoint endpoint, std::string id, int64_t created
       split_reasoning_(split_reasoning) {}
 
 nlohmann::json OpenAiAnswer::token_entry(int32_t id, float logprob) const {
-  const std::string bytes = tokenizer_ != nullptr ? tokenizer_->token_bytes(id) : std::string();
+  const bool named = tokenizer_ != nullptr && !tokens_as_ids_;
+  const std::string token = named ? tokenizer_->token_bytes(id)
+                                  : (tokens_as_ids_ ? "token_id:" + std::to_string(id) : std::to_string(id));
   nlohmann::json b = nlohmann::json::array();
-  for (unsigned char c : bytes) b.push_back(c);
-  return {{"token", tokenizer_ != nullptr ? bytes : std::to_string(id)}, {"logprob", logprob}, {"bytes", b}};
+  if (tokenizer_ != nullptr)
+    for (unsigned char c : token) b.push_back(c);
+  return {{"token", token}, {"logprob", logprob}, {"bytes", b}};
 }
 
 // Chat: {"content": [entries]}; completions: tokens / token_logprobs / top_logprobs maps.

@@ -54,6 +54,7 @@ struct GenerateRequest {
   std::string user;
   std::optional<KvTransferParams> kv_transfer;
   std::string slo_class;  // inferd's extension: the SLO class (--slo-class) the request runs in
+  bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:N" (vLLM's option)
 };
 
 // Parses a request body: JSON types and shapes, OpenAI's rules between fields (top_logprobs
@@ -69,7 +70,12 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
 struct TokenizeRequest {
   std::string prompt;
   nlohmann::ordered_json messages;  // instead of prompt: render with the chat template
-  bool add_special_tokens = true;
+  // The chat options of a generation request, with the same defaults (add_special_tokens: absent
+  // means yes for a prompt, no for messages).
+  std::optional<bool> add_special_tokens;
+  std::optional<bool> add_generation_prompt;
+  bool continue_final_message = false;
+  nlohmann::ordered_json chat_template_kwargs;
 };
 struct ParsedTokenize {
   std::optional<TokenizeRequest> request;
@@ -94,6 +100,10 @@ class OpenAiAnswer final {
   // tokenizer: not owned, may be null (token ids then stand for the token text).
   OpenAiAnswer(ApiEndpoint endpoint, std::string id, int64_t created, std::string model,
                const Tokenizer* tokenizer, bool logprobs, bool split_reasoning);
+
+  // Logprobs entries name each token "token_id:N" instead of its text (vLLM's
+  // return_tokens_as_token_ids: for tokens that are not whole UTF-8 characters).
+  void set_tokens_as_ids(bool on) { tokens_as_ids_ = on; }
 
   const std::string& id() const { return id_; }
   // The events one output of choice `index` produces: the role chunk first (chat, when
@@ -120,6 +130,7 @@ class OpenAiAnswer final {
   int64_t created_;
   std::string model_;
   const Tokenizer* tokenizer_;
+  bool tokens_as_ids_ = false;
   bool logprobs_;
   bool split_reasoning_;
 };

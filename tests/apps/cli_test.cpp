@@ -265,6 +265,43 @@ TEST(CliTest, GenerateRunsABatchFile) {
   }
 }
 
+// A JSONL line's min_tokens holds back its stop tokens, as the server's field does.
+TEST(CliTest, GenerateHonoursMinTokens) {
+  const std::string dir = test::temp_dir();
+  const std::string model = test::fixture_path("tiny/qwen2/model-f32.gguf");
+  auto generate = [&](const std::string& lines) {
+    test::write_bytes(
+        dir + "/in.jsonl",
+        std::vector<std::byte>(reinterpret_cast<const std::byte*>(lines.data()),
+                               reinterpret_cast<const std::byte*>(lines.data()) + lines.size()));
+    Result r = run_inferd("generate --model " + model + " -i " + dir + "/in.jsonl -o " + dir +
+                          "/out.jsonl --kv-cache-memory 1MiB -t 2");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<nlohmann::json> out;
+    std::stringstream ss(test::read_text(dir + "/out.jsonl"));
+    for (std::string line; std::getline(ss, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  const auto base = generate("{\"prompt_ids\": [5, 6, 7, 8], \"max_tokens\": 4}\n");
+  ASSERT_EQ(base.size(), 1u);
+  const int32_t first = base[0]["token_ids"][0];
+  const std::string stop = ", \"stop_token_ids\": [" + std::to_string(first) + "]";
+  const auto out = generate("{\"prompt_ids\": [5, 6, 7, 8], \"max_tokens\": 4" + stop +
+                            "}\n"
+                            "{\"prompt_ids\": [5, 6, 7, 8], \"max_tokens\": 4, \"min_tokens\": 3" +
+                            stop +
+                            "}\n"
+                            "{\"prompt_ids\": [1], \"max_tokens\": 1, \"min_tokens\": 2}\n");
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0]["finish_reason"], "stop");
+  EXPECT_EQ(out[0]["completion_tokens"], 1);
+  const auto held = out[1]["token_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(held.size(), 3u) << out[1];
+  for (size_t i = 0; i < 3; ++i) EXPECT_NE(held[i], first) << i;
+  EXPECT_EQ(out[2]["finish_reason"], "error");
+  EXPECT_NE(out[2]["error"].get<std::string>().find("min_tokens"), std::string::npos) << out[2];
+}
+
 TEST(CliTest, ServeProfilesResolveWithFlagsWinning) {
   const Result plain = run_inferd("serve --print-config");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;

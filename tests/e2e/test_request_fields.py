@@ -105,3 +105,107 @@ def test_reasoning_parsers_split_the_output(server, make_server, stream):
 
     assert ask(make_server("--reasoning-parser", "deepseek_r1")) == ("", text)
     assert ask(make_server("--reasoning-parser", "qwen3")) == (text, "")
+
+
+def token_ids(logprobs):
+    """The ids of a completion's tokens, from logprobs named "token_id:N" (return_tokens_as_token_ids)."""
+    assert all(t.startswith("token_id:") for t in logprobs.tokens)
+    return [int(t.split(":")[1]) for t in logprobs.tokens]
+
+
+def contains_run(ids, run):
+    return any(ids[i:i + len(run)] == run for i in range(len(ids) - len(run) + 1))
+
+
+def test_min_tokens_holds_back_the_stop_tokens(server):
+    cl = client(server)
+    kw = dict(model="", prompt="1, 2, 3, 4,", max_tokens=8, temperature=0, logprobs=0)
+    base = cl.completions.create(**kw, extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+    ids = token_ids(base.choices[0].logprobs)
+    # The first greedy token as a stop token ends the output at once, adding no text (as vLLM).
+    stopped = cl.completions.create(**kw, extra_body={"stop_token_ids": [ids[0]]})
+    assert stopped.choices[0].finish_reason == "stop" and stopped.usage.completion_tokens == 1
+    assert stopped.choices[0].text == ""
+    # With min_tokens the first 4 tokens cannot be it.
+    held = cl.completions.create(**kw, extra_body={"stop_token_ids": [ids[0]], "min_tokens": 4,
+                                                   "return_tokens_as_token_ids": True})
+    got = token_ids(held.choices[0].logprobs)
+    assert len(got) >= 4 and ids[0] not in got[:4]
+    assert held.usage.completion_tokens == len(got)
+    # A stop string inside the first min_tokens tokens does not end the output either.
+    text = base.choices[0].text
+    early = cl.completions.create(model="", prompt="1, 2, 3, 4,", max_tokens=8, temperature=0, stop=[text[:2]],
+                                  extra_body={"ignore_eos": True, "min_tokens": 8})
+    assert early.choices[0].text == text and early.choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="", prompt="x", max_tokens=2, extra_body={"min_tokens": 3})
+    assert e.value.body["param"] == "min_tokens"
+
+
+def test_allowed_token_ids_and_special_tokens_text(server):
+    cl = client(server)
+    allowed = [post(server, "/tokenize", {"prompt": w, "add_special_tokens": False})["tokens"][0]
+               for w in (" red", " green", " blue")]
+    r = cl.completions.create(model="", prompt="Colours:", max_tokens=12, temperature=1.0, seed=3, logprobs=0,
+                              extra_body={"allowed_token_ids": allowed, "ignore_eos": True,
+                                          "return_tokens_as_token_ids": True})
+    got = token_ids(r.choices[0].logprobs)
+    assert len(got) == 12 and set(got) <= set(allowed) and len(set(got)) > 1
+    # A special token's text is left out unless skip_special_tokens is false.
+    im_start = post(server, "/tokenize", {"prompt": "<|im_start|>", "add_special_tokens": False})["tokens"]
+    assert len(im_start) == 1
+    kw = dict(model="", prompt="Hi", max_tokens=2, temperature=0,
+              extra_body={"allowed_token_ids": im_start, "ignore_eos": True})
+    assert cl.completions.create(**kw).choices[0].text == ""
+    kw["extra_body"]["skip_special_tokens"] = False
+    assert cl.completions.create(**kw).choices[0].text == "<|im_start|><|im_start|>"
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="", prompt="x", max_tokens=1, extra_body={"allowed_token_ids": [10 ** 8]})
+    assert e.value.body["param"] == "allowed_token_ids"
+
+
+def test_bad_words_never_appear_in_the_output_tokens(server):
+    cl = client(server)
+    kw = dict(model="", messages=MESSAGES, max_tokens=24, temperature=0)
+    base = cl.chat.completions.create(**kw).choices[0].message.content
+    words = [w.strip(".,:;!?*") for w in base.split()]
+    words = [w for w in words if len(w) >= 3 and w.isalpha()][:2]
+    assert words, base
+    r = cl.chat.completions.create(**kw, logprobs=True, extra_body={"bad_words": words,
+                                                                      "return_tokens_as_token_ids": True})
+    got = [int(e.token.split(":")[1]) for e in r.choices[0].logprobs.content]
+    for w in words:
+        for form in (w, " " + w):
+            run = post(server, "/tokenize", {"prompt": form, "add_special_tokens": False})["tokens"]
+            assert not contains_run(got, run), (w, r.choices[0].message.content)
+    assert r.choices[0].message.content != base
+
+
+def test_continue_final_message_and_truncate_prompt_tokens(server):
+    cl = client(server)
+    start = "Three colours are"
+    messages = MESSAGES + [{"role": "assistant", "content": start}]
+    # The prompt: the conversation up to the assistant's turn, then the start of its message.
+    head = post(server, "/tokenize", {"messages": MESSAGES})["tokens"]
+    tail = post(server, "/tokenize", {"prompt": start, "add_special_tokens": False})["tokens"]
+    cont = post(server, "/tokenize", {"messages": messages, "continue_final_message": True})["tokens"]
+    assert cont == head + tail
+    r = cl.chat.completions.create(model="", messages=messages, max_tokens=10, temperature=0,
+                                   extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert r.usage.prompt_tokens == len(cont)
+    same = cl.completions.create(model="", prompt=cont, max_tokens=10, temperature=0)
+    assert r.choices[0].message.content == same.choices[0].text
+    closed = post(server, "/tokenize", {"messages": messages, "add_generation_prompt": False})["tokens"]
+    assert closed[:len(cont)] == cont and len(closed) > len(cont)  # the turn's end marker after it
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="", messages=messages, max_tokens=1,
+                                   extra_body={"continue_final_message": True, "add_generation_prompt": True})
+    assert e.value.body["param"] == "continue_final_message"
+    # truncate_prompt_tokens: the prompt's last k tokens, as if they were the whole prompt.
+    long = "The quick brown fox jumps over the lazy dog, and then it runs away into the woods"
+    ids = post(server, "/tokenize", {"prompt": long})["tokens"]
+    cut = cl.completions.create(model="", prompt=long, max_tokens=6, temperature=0,
+                                extra_body={"truncate_prompt_tokens": 5})
+    assert cut.usage.prompt_tokens == 5
+    last5 = cl.completions.create(model="", prompt=ids[-5:], max_tokens=6, temperature=0)
+    assert cut.choices[0].text == last5.choices[0].text

@@ -62,6 +62,64 @@ TEST(OpenAiApiTest, ReadsEveryChatField) {
   EXPECT_TRUE(parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "echo": true})").generation.echo);
 }
 
+// vLLM's sampling and prompt fields reach the generation request.
+TEST(OpenAiApiTest, ReadsVllmsExtraFields) {
+  auto r =
+      parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant",
+      "content": "y"}], "min_tokens": 4, "allowed_token_ids": [3, 5], "bad_words": ["no", "never"],
+      "skip_special_tokens": false, "spaces_between_special_tokens": false, "truncate_prompt_tokens": 9,
+      "add_special_tokens": true, "add_generation_prompt": false, "continue_final_message": true,
+      "return_tokens_as_token_ids": true})");
+  const GenerationRequest& g = r.generation;
+  EXPECT_EQ(g.sampling.min_tokens, 4);
+  EXPECT_EQ(g.sampling.allowed_token_ids, (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(g.bad_words, (std::vector<std::string>{"no", "never"}));
+  EXPECT_FALSE(g.skip_special_tokens);
+  EXPECT_EQ(g.truncate_prompt_tokens, 9);
+  EXPECT_EQ(g.add_special_tokens, true);
+  EXPECT_EQ(g.add_generation_prompt, false);
+  EXPECT_TRUE(g.continue_final_message);
+  EXPECT_TRUE(r.return_tokens_as_token_ids);
+  auto defaults = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "truncate_prompt_tokens": -1})");
+  EXPECT_EQ(defaults.generation.truncate_prompt_tokens, -1);
+  EXPECT_TRUE(defaults.generation.skip_special_tokens);
+  EXPECT_FALSE(defaults.generation.add_special_tokens.has_value());
+  EXPECT_FALSE(defaults.generation.add_generation_prompt.has_value());
+  EXPECT_FALSE(defaults.return_tokens_as_token_ids);
+}
+
+// return_tokens_as_token_ids: logprobs entries name tokens "token_id:N" (with that string's bytes).
+TEST(OpenAiApiTest, LogprobsNameTokensByIdWhenAsked) {
+  auto tok = test::tiny_qwen_style_tokenizer();
+  const int32_t id = tok->encode("a", false).at(0);
+  OutputProcessor choice(tok.get(), {});
+  StepOutput out;
+  out.new_tokens = {id};
+  out.logprobs = {-0.5f};
+  out.top_logprobs = {{{id, -0.5f}}};
+  out.finished = true;
+  out.finish_reason = FinishReason::kLength;
+  choice.apply(out, OutputProcessor::Clock::now());
+  const std::vector<OutputProcessor> choices{choice};
+  for (const ApiEndpoint e : {ApiEndpoint::kChat, ApiEndpoint::kCompletion}) {
+    OpenAiAnswer answer(e, "x", 0, "m", tok.get(), true, false);
+    auto plain = nlohmann::json::parse(answer.body(choices, Usage{1, 1}))["choices"][0]["logprobs"];
+    answer.set_tokens_as_ids(true);
+    auto ids = nlohmann::json::parse(answer.body(choices, Usage{1, 1}))["choices"][0]["logprobs"];
+    const std::string name = "token_id:" + std::to_string(id);
+    if (e == ApiEndpoint::kChat) {
+      EXPECT_EQ(plain["content"][0]["token"], "a");
+      EXPECT_EQ(ids["content"][0]["token"], name);
+      EXPECT_EQ(ids["content"][0]["bytes"].size(), name.size());
+      EXPECT_EQ(ids["content"][0]["top_logprobs"][0]["token"], name);
+    } else {
+      EXPECT_EQ(plain["tokens"][0], "a");
+      EXPECT_EQ(ids["tokens"][0], name);
+      EXPECT_TRUE(ids["top_logprobs"][0].contains(name));
+    }
+  }
+}
+
 TEST(OpenAiApiTest, ReadsEveryPromptForm) {
   EXPECT_EQ(parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x"})").generation.prompts.size(), 1u);
   auto ids = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": [1, 2, 3], "logprobs": 2})");
@@ -130,6 +188,25 @@ TEST(OpenAiApiTest, ErrorsNameTheField) {
       {ApiEndpoint::kCompletion, R"({"prompt": "x", "logit_bias": {"1": "x"}})", "logit_bias"},
       {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 1})",
        "chat_template_kwargs"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "min_tokens": -1})", "min_tokens"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "min_tokens": 1.5})", "min_tokens"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "allowed_token_ids": []})", "allowed_token_ids"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "allowed_token_ids": [1, "2"]})", "allowed_token_ids"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "bad_words": "word"})", "bad_words"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "bad_words": ["a", 1]})", "bad_words"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "skip_special_tokens": "no"})", "skip_special_tokens"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "spaces_between_special_tokens": 0})",
+       "spaces_between_special_tokens"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "truncate_prompt_tokens": -2})",
+       "truncate_prompt_tokens"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "add_special_tokens": 1})", "add_special_tokens"},
+      {ApiEndpoint::kCompletion, R"({"prompt": "x", "add_generation_prompt": false})",
+       "add_generation_prompt"},
+      {ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": 1})",
+       "continue_final_message"},
+      {ApiEndpoint::kChat,
+       R"({"messages": [{"role": "user", "content": "x"}], "return_tokens_as_token_ids": "yes"})",
+       "return_tokens_as_token_ids"},
   };
   for (const Case& c : cases) {
     ApiError e = parse_error(c.e, c.body);
@@ -243,6 +320,19 @@ TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {
       parse_tokenize_request(R"({"messages": [{"role": "user", "content": "x"}]})").request->messages.size(),
       1u);
   EXPECT_FALSE(parse_tokenize_request(R"({"prompt": 3})").request.has_value());
+  const auto chat = parse_tokenize_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": false,
+          "continue_final_message": true, "add_special_tokens": true, "chat_template_kwargs": {"a": 1}})");
+  ASSERT_TRUE(chat.request.has_value()) << chat.error.message;
+  EXPECT_EQ(chat.request->add_generation_prompt, false);
+  EXPECT_TRUE(chat.request->continue_final_message);
+  EXPECT_EQ(chat.request->add_special_tokens, true);
+  EXPECT_EQ(chat.request->chat_template_kwargs["a"], 1);
+  // A field /tokenize would not honour is refused, naming it, never ignored.
+  EXPECT_EQ(parse_tokenize_request(R"({"prompt": "x", "return_token_strs": true})").error.param,
+            "return_token_strs");
+  EXPECT_EQ(parse_tokenize_request(R"({"prompt": "x", "add_generation_prompt": true})").error.param,
+            "add_generation_prompt");
   EXPECT_EQ(*parse_detokenize_request(R"({"tokens": [1, 2]})").tokens, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(parse_detokenize_request(R"({"tokens": [1, "x"]})").error.param, "tokens");
 }
