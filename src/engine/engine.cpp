@@ -137,6 +137,9 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
     r->error = "n must be in [1, " + std::to_string(kMaxSamples) + "], got " + std::to_string(spec.n);
     r->num_samples = 1;
   }
+  if (r->error.empty() && r->sampling.prompt_logprobs &&
+      (spec.n != 1 || spec.remote_kv || spec.kv_export_id != 0))
+    r->error = "prompt_logprobs needs n = 1 and no disaggregated prefill";
   if (r->error.empty() && spec.lora != nullptr) {
     if (!model_.lora_enabled())
       r->error = "LoRA adapters are not enabled on this engine";
@@ -194,6 +197,11 @@ StepOutput& StepOutputs::add() {
   o.new_tokens.clear();
   o.logprobs.clear();
   o.top_logprobs.clear();
+  o.prompt_logprobs_from = 0;
+  o.prompt_tokens.clear();
+  o.prompt_logprobs.clear();
+  o.prompt_ranks.clear();
+  o.prompt_top_logprobs.clear();
   o.first_scheduled.reset();
   o.finished = false;
   o.finish_reason.reset();
@@ -361,6 +369,7 @@ std::span<const StepOutput> Engine::step() {
       // Before update(): a sample that finishes at once must not free the prompt's blocks first.
       if (r.num_samples > 1 && !r.forked && r.output.empty()) fork_samples(r, runner_.logits_row(k));
     }
+    emit_prompt_logprobs(batch);
     t3 = Clock::now();
     scheduler_.update(batch, sampled_, accepted_);
     for (auto& [id, error] : dead_ends_) {
@@ -414,6 +423,39 @@ void Engine::export_prompt_kv(const Request& r) {
     seal_kv_record(rec, identity_, keys[i]);
   }
   options_.kv_export->put(r.kv_export_id, std::move(records), static_cast<int64_t>(keys.size()), record);
+}
+
+void Engine::emit_prompt_logprobs(const ScheduledBatch& batch) {
+  const auto rows = runner_.prompt_rows();
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const ModelRunner::PromptRows& pr = rows[k];
+    Request& r = *batch.items[static_cast<size_t>(pr.item)].request;
+    // The step's output of this request when it sampled too (one output per request and step).
+    const auto outs = outputs_.view();
+    auto it = std::find_if(outs.begin(), outs.end(),
+                           [&](const StepOutput& o) { return o.id == r.group && o.index == r.sample_index; });
+    StepOutput* o = nullptr;
+    if (it == outs.end()) {
+      o = &outputs_.add();
+      o->id = r.group;
+      o->index = r.sample_index;
+      o->first_scheduled = r.first_scheduled;
+    } else {
+      o = &*it;
+    }
+    o->prompt_logprobs_from = pr.first_token;
+    Sampler& sampler = samplers_.at(r.id);
+    for (int64_t j = 0; j < pr.count; ++j) {
+      const int32_t token = r.prompt[static_cast<size_t>(pr.first_token + j)];
+      SampleResult res = sampler.logprobs_of(runner_.prompt_row(k, static_cast<size_t>(j)), token,
+                                             *r.sampling.prompt_logprobs);
+      o->prompt_tokens.push_back(token);
+      o->prompt_logprobs.push_back(res.logprob);
+      o->prompt_ranks.push_back(res.rank);
+      o->prompt_top_logprobs.push_back(std::move(res.top_logprobs));
+    }
+    r.prompt_logprobs_next = pr.first_token + pr.count;
+  }
 }
 
 void Engine::collect_finished() {

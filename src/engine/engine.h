@@ -79,6 +79,13 @@ struct StepOutput {
   std::vector<int32_t> new_tokens;
   std::vector<float> logprobs;  // one per new token when the request asked for logprobs
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  // sampling.prompt_logprobs: the log-probabilities of the prompt tokens from index
+  // prompt_logprobs_from on that this step computed (each with its rank and the top k).
+  int64_t prompt_logprobs_from = 0;
+  std::vector<int32_t> prompt_tokens;
+  std::vector<float> prompt_logprobs;
+  std::vector<int64_t> prompt_ranks;
+  std::vector<std::vector<std::pair<int32_t, float>>> prompt_top_logprobs;
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;  // when the request first ran
   bool finished = false;                      // this sample is done; with n > 1 each sample finishes once
   std::optional<FinishReason> finish_reason;  // set exactly when finished
@@ -207,6 +214,8 @@ class Engine final {
 
  private:
   void collect_finished();
+  // This step's prompt logprobs (ModelRunner::prompt_rows) into the requests' outputs.
+  void emit_prompt_logprobs(const ScheduledBatch& batch);
   // Seals the blocks of r's prompt into the export store under r.kv_export_id.
   void export_prompt_kv(const Request& r);
   // Forks samples 1..n-1 of `parent` after its prompt was computed, sampling each one's first

@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 namespace inferd {
 
 ModelRunner::ModelRunner(Transformer& model, KvCache& cache, const KVCacheManager& kv)
@@ -12,6 +14,7 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
   logit_rows_.clear();
   sample_items_.clear();
   sample_first_row_.clear();
+  prompt_rows_.clear();
   slots_.clear();
   sequences_.clear();
   sequence_lora_.clear();
@@ -35,6 +38,18 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
       slots_.push_back(kv_.slot(r.id, p));
       token_sequence_.push_back(static_cast<int32_t>(i));
     }
+    if (r.wants_prompt_logprobs()) {
+      // Position p's row predicts prompt token p + 1: the due ones up to the prompt's last (the
+      // row after the prompt predicts the first output: the sample row below).
+      const int64_t from = std::max(first, r.prompt_logprobs_next - 1);
+      const int64_t to = std::min(first + n, static_cast<int64_t>(r.prompt.size()) - 1);
+      if (from < to) {
+        prompt_rows_.push_back(
+            {static_cast<int32_t>(i), from + 1, to - from, static_cast<int32_t>(logit_rows_.size())});
+        const auto base = static_cast<int64_t>(ids_.size()) - n - first;  // ids_ index of position 0
+        for (int64_t p = from; p < to; ++p) logit_rows_.push_back(static_cast<int32_t>(base + p));
+      }
+    }
     const auto drafts = static_cast<int64_t>(r.draft.size());
     if (first + n == r.num_tokens() + drafts) {
       sample_first_row_.push_back(static_cast<int32_t>(logit_rows_.size()));
@@ -54,6 +69,12 @@ Status ModelRunner::copy_block(int32_t src, int32_t dst) {
   if (mirror_ != nullptr) INFERD_RETURN_IF_ERROR(mirror_->copy_block(src, dst));
   cache_.copy_block(src, dst);
   return Status::ok();
+}
+
+std::span<const float> ModelRunner::prompt_row(size_t k, size_t j) const {
+  const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+  const auto row = static_cast<size_t>(prompt_rows_[k].first_row) + j;
+  return std::span<const float>(logits_).subspan(row * vocab, vocab);
 }
 
 std::span<const float> ModelRunner::logits_row(size_t i, size_t j) const {

@@ -26,6 +26,17 @@ class ModelRunner final {
   Status execute(const ScheduledBatch& batch);
   std::span<const int32_t> sample_items() const { return sample_items_; }
   std::span<const float> logits_row(size_t i, size_t j = 0) const;
+  // Batch items that owe prompt logprobs: the prompt tokens [first_token, first_token + count)
+  // whose log-probabilities this step's rows give (`prompt_row(k, j)`: the row of token
+  // first_token + j, computed at the position before it).
+  struct PromptRows {
+    int32_t item;
+    int64_t first_token;
+    int64_t count;
+    int32_t first_row;
+  };
+  std::span<const PromptRows> prompt_rows() const { return prompt_rows_; }
+  std::span<const float> prompt_row(size_t k, size_t j) const;
   // Copies KV block src to dst (a forked sample's copy of its prompt's last block), on every rank.
   Status copy_block(int32_t src, int32_t dst);
 
@@ -43,6 +54,7 @@ class ModelRunner final {
   std::vector<AttentionSequence> sequences_;
   std::vector<const LoraAdapter*> sequence_lora_;  // [sequences] each one's adapter (null: the base)
   std::vector<float> logits_;
+  std::vector<PromptRows> prompt_rows_;
 };
 
 }  // namespace inferd

@@ -60,7 +60,13 @@ struct Request {
   std::optional<FinishReason> finish_reason;  // set when it finished
   std::string error;                          // set with kError
   int64_t num_computed_tokens = 0;            // tokens whose K/V are in the cache
-  uint64_t kv_load_ticket = 0;                // kWaitingForKv: its load (KvBlockSource ticket)
+  // sampling.prompt_logprobs: the prompt token whose log-probability is due next (the first has
+  // none); rows before it were emitted, so a recomputation after preemption does not repeat them.
+  int64_t prompt_logprobs_next = 1;
+  bool wants_prompt_logprobs() const {
+    return sampling.prompt_logprobs.has_value() && prompt_logprobs_next < static_cast<int64_t>(prompt.size());
+  }
+  uint64_t kv_load_ticket = 0;  // kWaitingForKv: its load (KvBlockSource ticket)
   // Decode side of disaggregation: the prompt's KV is pulled from a prefill instance (the first
   // output token came with it); reset once a pull ended, so a later admission computes instead.
   std::optional<RemoteKvRef> remote_kv;

@@ -22,6 +22,8 @@ std::optional<SamplingParams::FieldError> SamplingParams::check() const {
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return bad("presence_penalty", "[-2, 2]");
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return bad("frequency_penalty", "[-2, 2]");
   if (logprobs && (*logprobs < 0 || *logprobs > 20)) return bad("logprobs", "[0, 20]");
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > 20))
+    return bad("prompt_logprobs", "[0, 20]");
   if (min_tokens < 0) return bad("min_tokens", "[0, max_tokens]");
   for (int32_t id : allowed_token_ids) {
     if (id < 0)
@@ -90,7 +92,16 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
       }
     }
   }
-  if (params_.logprobs) fill_logprobs(logits, &r);
+  if (params_.logprobs) fill_logprobs(logits, &r, *params_.logprobs);
+  return r;
+}
+
+SampleResult Sampler::logprobs_of(std::span<const float> logits, int32_t token, int32_t k) {
+  SampleResult r;
+  r.token = token;
+  fill_logprobs(logits, &r, k);
+  const float x = logits[static_cast<size_t>(token)];
+  r.rank = 1 + std::count_if(logits.begin(), logits.end(), [x](float v) { return v > x; });
   return r;
 }
 
@@ -217,14 +228,14 @@ double Sampler::weigh(std::span<const float> logits, float temperature, float* m
   return total;
 }
 
-void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r) {
+void Sampler::fill_logprobs(std::span<const float> logits, SampleResult* r, int32_t top) {
   // log Z = max + log(sum of exp(logit - max)), the sum from the vector weights' block sums (the
   // raw logits: temperature 1); a pass over the vocabulary, not a double exp per token.
   float max_logit = 0.0f;
   const double sum = weigh(logits, 1.0f, &max_logit);
   const double log_z = static_cast<double>(max_logit) + std::log(sum);
   r->logprob = static_cast<float>(logits[static_cast<size_t>(r->token)] - log_z);
-  const auto k = std::min(static_cast<size_t>(*params_.logprobs), logits.size());
+  const auto k = std::min(static_cast<size_t>(top), logits.size());
   if (k == 0) return;
   // The k best (logit descending, id ascending on ties) in one pass in id order: a token enters
   // the sorted list only above its last (an equal logit there has the smaller id), behind every

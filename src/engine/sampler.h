@@ -34,6 +34,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // subtracted once from tokens already generated
   float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
   std::optional<int32_t> logprobs;  // absent: none; 0: the chosen token's; k: also the top k
+  // vLLM's prompt_logprobs: each prompt token's log-probability given the tokens before it (from
+  // the second on), with the top k; absent: none.
+  std::optional<int32_t> prompt_logprobs;
   // Added to a token's logit before sampling (OpenAI's logit_bias: each in [-100, 100]; -100
   // bans the token, 100 all but forces it). Ids are checked against the vocabulary by the caller.
   std::vector<std::pair<int32_t, float>> logit_bias;
@@ -70,6 +73,7 @@ struct SampleResult {
   // The grammar, or the masks above, allowed no token of the vocabulary (token: the unmasked
   // argmax); dead_end_error() says why.
   bool dead_end = false;
+  int64_t rank = 0;  // prompt logprobs: 1 + how many tokens the model found likelier than `token`
 };
 
 class Sampler final {
@@ -88,6 +92,10 @@ class Sampler final {
   // grammar then advances by the token.
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> prompt,
                       std::span<const int32_t> output);
+
+  // The log-probability of `token` in the model's distribution `logits`, its rank, and the top k
+  // (prompt logprobs: no sampling, no state change).
+  SampleResult logprobs_of(std::span<const float> logits, int32_t token, int32_t k);
 
   // With a grammar: computes the mask of the next token now (over num_logits ids), so that the
   // next sample() only applies it (MaskPrefetcher calls it while the forward pass runs; the
@@ -113,7 +121,7 @@ class Sampler final {
     return params_.min_tokens > 0 || !params_.allowed_token_ids.empty() || !params_.bad_words.empty();
   }
 
-  void fill_logprobs(std::span<const float> logits, SampleResult* r);
+  void fill_logprobs(std::span<const float> logits, SampleResult* r, int32_t k);
   // weights_ and block_sums_ of logits at temperature (kernels/sampling_kernels.h): returns the
   // weights' total (0 when every logit is -inf) and sets *max_scaled to max / temperature.
   double weigh(std::span<const float> logits, float temperature, float* max_scaled);

@@ -274,7 +274,8 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     }
     // A request that holds no blocks starts from the longest cached prefix of its tokens.
     const bool fresh = r->num_computed_tokens == 0 && kv_.block_table(r->id).empty() && !r->kv_load_done;
-    if (fresh) {
+    // Prompt logprobs need every prompt row's logits: no cached prefix, no loaded KV.
+    if (fresh && !r->wants_prompt_logprobs()) {
       r->num_computed_tokens =
           kv_.take_cached_prefix(r->id, tokens_of(*r), r->remote_kv ? nullptr : &remote_keys_);
       if (r->remote_kv) {

@@ -95,6 +95,10 @@ struct ScheduledBatch {
   bool empty() const { return items.empty(); }
 };
 
+// Prompt tokens a step computes for a request that asked for prompt logprobs (its logits rows:
+// 64 x a 152k vocabulary is 39 MB).
+inline constexpr int64_t kPromptLogprobsChunk = 64;
+
 class Scheduler final {
  public:
   // kv: not owned.
@@ -227,7 +231,10 @@ class Scheduler final {
   // A StreamingLLM request: gives back the blocks between its sink and the window of the first
   // token it computes next; caps that step's new tokens at the window.
   void evict_outside_window(Request* r);
+  // Also caps a step of a request that still owes prompt logprobs at kPromptLogprobsChunk tokens:
+  // each such token is a row of logits (vocabulary-sized), not one per request.
   int64_t window_cap(const Request& r, int64_t n) const {
+    if (r.wants_prompt_logprobs()) n = std::min(n, kPromptLogprobsChunk);
     return r.streaming.enabled() ? std::min(n, r.streaming.window_tokens) : n;
   }
 

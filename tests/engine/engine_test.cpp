@@ -487,3 +487,111 @@ TEST(EngineTest, SessionTurnsSurviveAFloodAndPinsNeverStarveARequest) {
 
 }  // namespace
 }  // namespace inferd
+
+namespace inferd {
+namespace {
+
+// Everything one request's outputs carried: its tokens and logprobs, its prompt logprobs.
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<int32_t> prompt_tokens;
+  std::vector<float> prompt_logprobs;
+  std::vector<int64_t> prompt_ranks;
+  std::vector<std::vector<std::pair<int32_t, float>>> prompt_top;
+  int64_t first_prompt_index = -1;
+  std::string error;
+};
+
+// `warm` runs first in the same engine (its full blocks stay in the prefix cache).
+std::vector<Collected> run_collecting(Transformer& model, const EngineOptions& o,
+                                      const std::vector<RequestSpec>& specs,
+                                      const std::vector<RequestSpec>& warm = {}) {
+  Engine engine(model, o);
+  for (const RequestSpec& s : warm) engine.add(s);
+  while (engine.has_work()) engine.step();
+  std::vector<Collected> out(specs.size());
+  std::map<RequestId, size_t> index;
+  for (size_t i = 0; i < specs.size(); ++i) index[engine.add(specs[i])] = i;
+  while (engine.has_work()) {
+    for (const StepOutput& s : engine.step()) {
+      Collected& c = out[index.at(s.id)];
+      c.tokens.insert(c.tokens.end(), s.new_tokens.begin(), s.new_tokens.end());
+      c.logprobs.insert(c.logprobs.end(), s.logprobs.begin(), s.logprobs.end());
+      if (!s.prompt_tokens.empty() && c.first_prompt_index < 0) c.first_prompt_index = s.prompt_logprobs_from;
+      if (!s.prompt_tokens.empty()) {  // contiguous with what came before
+        EXPECT_EQ(s.prompt_logprobs_from,
+                  c.first_prompt_index + static_cast<int64_t>(c.prompt_tokens.size()));
+      }
+      c.prompt_tokens.insert(c.prompt_tokens.end(), s.prompt_tokens.begin(), s.prompt_tokens.end());
+      c.prompt_logprobs.insert(c.prompt_logprobs.end(), s.prompt_logprobs.begin(), s.prompt_logprobs.end());
+      c.prompt_ranks.insert(c.prompt_ranks.end(), s.prompt_ranks.begin(), s.prompt_ranks.end());
+      c.prompt_top.insert(c.prompt_top.end(), s.prompt_top_logprobs.begin(), s.prompt_top_logprobs.end());
+      if (!s.error.empty()) c.error = s.error;
+    }
+  }
+  EXPECT_EQ(engine.block_pool().num_free_blocks(), engine.block_pool().num_blocks());
+  return out;
+}
+
+// Prompt logprobs: the log-probability of each prompt token from the second on, given the ones
+// before it, is the logprob decoding gave that token (the rows are batch-invariant), in chunks
+// of any size, with other requests in the batch, and with a cached prefix in the pool.
+TEST(EngineTest, PromptLogprobsAreTheLogprobsDecodingGave) {
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  const Workload w = random_workload(6, 256, 30, 1, 17);
+  // Decode each prompt 20 tokens greedily, with the chosen tokens' logprobs.
+  std::vector<RequestSpec> decode = w.specs;
+  for (RequestSpec& s : decode) {
+    s.limits.max_tokens = 20;
+    s.sampling.logprobs = 0;
+  }
+  const auto decoded = run_collecting(model, options(512, 16, 64), decode);
+  // The prompt + those tokens, scored as a prompt (after the same decoding in the same engine,
+  // so the pool's prefix cache holds their blocks: prompt logprobs must not start from it).
+  std::vector<RequestSpec> score;
+  for (size_t i = 0; i < decode.size(); ++i) {
+    RequestSpec s = decode[i];
+    s.prompt.insert(s.prompt.end(), decoded[i].tokens.begin(), decoded[i].tokens.end());
+    s.sampling.logprobs.reset();
+    s.sampling.prompt_logprobs = 3;
+    s.limits.max_tokens = 1;
+    score.push_back(s);
+  }
+  for (const int64_t budget : {int64_t{7}, int64_t{64}, int64_t{256}}) {
+    const auto scored = run_collecting(model, options(512, 16, budget), score, decode);
+    for (size_t i = 0; i < score.size(); ++i) {
+      const Collected& c = scored[i];
+      ASSERT_TRUE(c.error.empty()) << c.error;
+      const auto& prompt = score[i].prompt;
+      ASSERT_EQ(c.first_prompt_index, 1);
+      ASSERT_EQ(c.prompt_tokens, std::vector<int32_t>(prompt.begin() + 1, prompt.end()))
+          << "budget " << budget;
+      const size_t head = w.specs[i].prompt.size() - 1;  // the entries of the decoded tokens
+      for (size_t t = 0; t < decoded[i].tokens.size(); ++t)
+        EXPECT_NEAR(c.prompt_logprobs[head + t], decoded[i].logprobs[t], 1e-5) << i << " " << t;
+      for (size_t t = 0; t < c.prompt_tokens.size(); ++t) {
+        ASSERT_EQ(c.prompt_top[t].size(), 3u);
+        EXPECT_LE(c.prompt_logprobs[t], c.prompt_top[t][0].second + 1e-6f);
+        EXPECT_GE(c.prompt_ranks[t], 1);
+        // Greedy picked the decoded tokens: rank 1.
+        if (t >= head) {
+          EXPECT_EQ(c.prompt_ranks[t], 1) << i << " " << t;
+        }
+      }
+    }
+  }
+  // n > 1 and disaggregated prefill are refused for prompt logprobs.
+  RequestSpec many = score[0];
+  many.n = 2;
+  const auto refused = run_collecting(model, options(512, 16, 64), {many, score[1]});
+  EXPECT_EQ(refused[1].prompt_tokens.size(), score[1].prompt.size() - 1);  // the other one is served
+  EXPECT_NE(refused[0].error.find("prompt_logprobs"), std::string::npos)
+      << refused[0].error << " tokens " << refused[0].tokens.size();
+}
+
+}  // namespace
+}  // namespace inferd
