@@ -150,8 +150,8 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
     return invalid("truncate_prompt_tokens",
                    "'truncate_prompt_tokens' must be -1 (the context window) or in [1, " +
                        std::to_string(limits_.max_model_len) + "]");
-  if (r.echo && r.sampling.logprobs)
-    return invalid("echo", "'echo' with 'logprobs' (the prompt tokens' log-probabilities) is not supported");
+  if (r.sampling.prompt_logprobs && r.n != 1)
+    return invalid("prompt_logprobs", "'prompt_logprobs' (or echo with logprobs) needs n = 1");
   if (r.echo && !r.messages.is_null()) return invalid("echo", "'echo' is for completions (a prompt)");
   if (!r.chat_template_kwargs.is_null() && !r.chat_template_kwargs.is_object())
     return invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object");

@@ -3,7 +3,10 @@
 namespace inferd {
 
 OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, const OutputOptions& options)
-    : tokenizer_(tokenizer), include_stop_(options.include_stop_str_in_output), echo_(options.echo) {
+    : tokenizer_(tokenizer),
+      include_stop_(options.include_stop_str_in_output),
+      prompt_head_(options.prompt_head),
+      echo_(options.echo) {
   if (tokenizer_ != nullptr)
     detok_.emplace(*tokenizer_, options.stop, !options.skip_special_tokens, options.min_tokens);
   if (options.reasoning) splitter_.emplace(*options.reasoning, options.prompt_opens_think);
@@ -31,6 +34,9 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
   gaps_.clear();
   if (finished()) return d;
   if (!first_scheduled_) first_scheduled_ = out.first_scheduled;
+  for (size_t k = 0; k < out.prompt_tokens.size(); ++k)
+    prompt_logprobs_.push_back(
+        {out.prompt_tokens[k], out.prompt_logprobs[k], out.prompt_top_logprobs[k], out.prompt_ranks[k]});
   std::string text = std::move(echo_);
   echo_.clear();
   for (size_t k = 0; k < out.new_tokens.size(); ++k) {

@@ -25,6 +25,7 @@ struct TokenLogprob {
   int32_t token = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // best first
+  int64_t rank = 0;                            // prompt logprobs: 1 + the tokens likelier than it
 };
 
 // What one engine output adds to a choice.
@@ -48,6 +49,7 @@ struct OutputOptions {
   int32_t max_tool_calls = 1;
   bool skip_special_tokens = true;  // special tokens add no text (vLLM's skip_special_tokens)
   int32_t min_tokens = 0;           // stop strings count from this many tokens on (vLLM's min_tokens)
+  int32_t prompt_head = -1;         // the prompt's first token (prompt logprobs start after it)
 };
 
 class OutputProcessor final {
@@ -71,6 +73,9 @@ class OutputProcessor final {
   // The complete tool calls found (with tool-call parsing).
   const std::vector<ToolCall>& tool_calls() const;
   const std::vector<TokenLogprob>& logprobs() const { return logprobs_; }
+  // With prompt_logprobs: the prompt's tokens from the second on, in order.
+  const std::vector<TokenLogprob>& prompt_logprobs() const { return prompt_logprobs_; }
+  int32_t prompt_head() const { return prompt_head_; }
   std::optional<Clock::time_point> first_token_at() const { return first_token_; }
   std::optional<Clock::time_point> last_token_at() const { return last_token_; }
   // When the engine first scheduled the choice's request (absent: never ran).
@@ -83,12 +88,13 @@ class OutputProcessor final {
 
   const Tokenizer* tokenizer_;
   bool include_stop_;
+  int32_t prompt_head_;
   std::string echo_;  // until the first apply()
   std::optional<IncrementalDetokenizer> detok_;
   std::optional<ReasoningSplitter> splitter_;
   std::optional<ToolCallParser> tool_parser_;
   std::vector<int32_t> ids_;
-  std::vector<TokenLogprob> logprobs_;
+  std::vector<TokenLogprob> logprobs_, prompt_logprobs_;
   std::string text_, reasoning_;
   std::optional<FinishReason> finish_reason_;
   std::string error_;

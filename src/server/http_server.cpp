@@ -917,6 +917,7 @@ struct HttpServer::Impl {
     std::vector<OutputProcessor> choices;
     for (size_t p = 0; p < input.requests.size(); ++p) {
       output_options.echo = p < input.echo.size() ? input.echo[p] : std::string();
+      output_options.prompt_head = input.requests[p].prompt.front();
       for (size_t k = 0; k < n; ++k) choices.emplace_back(ctx.tokenizer, output_options);
     }
     std::vector<bool> seen(choices.size(), false);
@@ -925,6 +926,7 @@ struct HttpServer::Impl {
                         prepared.lora_name.empty() ? options.served_model_name : prepared.lora_name,
                         ctx.tokenizer, api.logprobs, split);
     answer.set_tokens_as_ids(api.return_tokens_as_token_ids);
+    answer.set_prompt_logprobs(api.prompt_logprobs_field, api.generation.echo && api.logprobs);
 
     auto channel = std::make_shared<Channel>(io.get_executor());
     const std::vector<RequestId> ids = submit(input, channel);

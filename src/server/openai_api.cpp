@@ -249,7 +249,8 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "spaces_between_special_tokens",
                                               "truncate_prompt_tokens",
                                               "add_special_tokens",
-                                              "return_tokens_as_token_ids"};
+                                              "return_tokens_as_token_ids",
+                                              "prompt_logprobs"};
 constexpr std::string_view kChatFields[] = {
     "messages",    "max_completion_tokens", "top_logprobs",          "chat_template_kwargs",  "tools",
     "tool_choice", "parallel_tool_calls",   "add_generation_prompt", "continue_final_message"};
@@ -265,7 +266,6 @@ constexpr std::string_view kUnimplementedFields[] = {"functions",
                                                      "prediction",
                                                      "reasoning_effort",
                                                      "web_search_options",
-                                                     "prompt_logprobs",
                                                      "use_beam_search",
                                                      "length_penalty",
                                                      "documents",
@@ -480,6 +480,11 @@ void parse_vllm_extras(Reader& r, ApiEndpoint endpoint, GenerateRequest* req) {
     r.boolean("continue_final_message", &g.continue_final_message);
   }
   r.boolean("return_tokens_as_token_ids", &req->return_tokens_as_token_ids);
+  int32_t prompt_logprobs = 0;
+  if (r.integer("prompt_logprobs", &prompt_logprobs, kInt32Min, kInt32Max)) {
+    g.sampling.prompt_logprobs = prompt_logprobs;
+    req->prompt_logprobs_field = true;
+  }
 }
 
 void parse_stops(Reader& r, GenerationRequest* g) {
@@ -629,8 +634,9 @@ void parse_kv_transfer(Reader& r, GenerateRequest* req) {
         field, "'kv_transfer_params' asks for a prefill (do_remote_decode) and names a prefill's KV at once");
   if (p.remote) {
     // The first token was sampled elsewhere, without these fields' state.
-    for (const char* key : {"n", "logprobs", "response_format", "structured_outputs", "guided_json",
-                            "guided_regex", "guided_choice", "guided_grammar", "tools", "echo"}) {
+    for (const char* key :
+         {"n", "logprobs", "response_format", "structured_outputs", "guided_json", "guided_regex",
+          "guided_choice", "guided_grammar", "tools", "echo", "prompt_logprobs"}) {
       const json* f = r.find(key);
       if (f == nullptr) continue;
       const bool off = (f->is_boolean() && !f->get<bool>()) ||
@@ -681,6 +687,14 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   parse_structured_output(r, &g);
   r.boolean("include_stop_str_in_output", &g.include_stop_str_in_output);
   if (endpoint == ApiEndpoint::kCompletion) r.boolean("echo", &g.echo);
+  // echo with logprobs (completions): the prompt's tokens come with theirs, as prompt logprobs
+  // with the same number of alternatives.
+  if (g.echo && g.sampling.logprobs && !g.sampling.prompt_logprobs)
+    g.sampling.prompt_logprobs = g.sampling.logprobs;
+  if (g.sampling.prompt_logprobs && req.stream)
+    r.fail(
+        g.echo && req.logprobs ? "echo" : "prompt_logprobs",
+        "prompt log-probabilities (prompt_logprobs, or echo with logprobs) are not supported with 'stream'");
   parse_kv_transfer(r, &req);
   parse_streaming_llm(r, &g);
   if (g.streaming.enabled() && req.kv_transfer)
@@ -789,8 +803,29 @@ nlohmann::json OpenAiAnswer::token_entry(int32_t id, float logprob) const {
   return {{"token", token}, {"logprob", logprob}, {"bytes", b}};
 }
 
+// vLLM's prompt_logprobs: null for the first prompt token, then per token {id: {logprob, rank,
+// decoded_token}} for the token itself and the top alternatives (ranks 1..k).
+nlohmann::json OpenAiAnswer::prompt_logprobs_json(const OutputProcessor& choice) const {
+  nlohmann::json out = nlohmann::json::array({nullptr});
+  for (const TokenLogprob& e : choice.prompt_logprobs()) {
+    nlohmann::json entry = nlohmann::json::object();
+    auto put = [&](int32_t id, float logprob, int64_t rank) {
+      const std::string key = std::to_string(id);
+      if (!entry.contains(key))
+        entry[key] = {
+            {"logprob", logprob}, {"rank", rank}, {"decoded_token", token_entry(id, logprob)["token"]}};
+    };
+    put(e.token, e.logprob, e.rank);
+    for (size_t i = 0; i < e.top.size(); ++i)
+      put(e.top[i].first, e.top[i].second, static_cast<int64_t>(i) + 1);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 // Chat: {"content": [entries]}; completions: tokens / token_logprobs / top_logprobs maps.
-nlohmann::json OpenAiAnswer::logprobs_json(const std::vector<TokenLogprob>& entries) const {
+nlohmann::json OpenAiAnswer::logprobs_json(const std::vector<TokenLogprob>& entries,
+                                           const OutputProcessor* prompt) const {
   if (!logprobs_) return nullptr;
   if (endpoint_ == ApiEndpoint::kChat) {
     nlohmann::json content = nlohmann::json::array();
@@ -805,12 +840,21 @@ nlohmann::json OpenAiAnswer::logprobs_json(const std::vector<TokenLogprob>& entr
   }
   nlohmann::json tokens = nlohmann::json::array(), lps = nlohmann::json::array(),
                  tops = nlohmann::json::array();
-  for (const auto& e : entries) {
-    tokens.push_back(token_entry(e.token, e.logprob)["token"]);
-    lps.push_back(e.logprob);
-    nlohmann::json top = nlohmann::json::object();
-    for (const auto& [t, lp] : e.top) top[token_entry(t, lp)["token"].get<std::string>()] = lp;
-    tops.push_back(top);
+  if (prompt != nullptr && prompt->prompt_head() >= 0) {  // echo: the prompt's tokens first
+    tokens.push_back(token_entry(prompt->prompt_head(), 0.0f)["token"]);
+    lps.push_back(nullptr);
+    tops.push_back(nullptr);
+  }
+  static const std::vector<TokenLogprob> kNone;
+  const std::vector<TokenLogprob>& prompt_entries = prompt != nullptr ? prompt->prompt_logprobs() : kNone;
+  for (const auto* list : {&prompt_entries, &entries}) {
+    for (const auto& e : *list) {
+      tokens.push_back(token_entry(e.token, e.logprob)["token"]);
+      lps.push_back(e.logprob);
+      nlohmann::json top = nlohmann::json::object();
+      for (const auto& [t, lp] : e.top) top[token_entry(t, lp)["token"].get<std::string>()] = lp;
+      tops.push_back(top);
+    }
   }
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
 }
@@ -913,19 +957,22 @@ std::string OpenAiAnswer::body(const std::vector<OutputProcessor>& choices, cons
     } else {
       choice["text"] = c.text();
     }
-    choice["logprobs"] = logprobs_json(c.logprobs());
+    choice["logprobs"] = logprobs_json(c.logprobs(), echo_logprobs_ ? &c : nullptr);
     choice["finish_reason"] = finish_name(c);
+    if (prompt_field_ && !chat) choice["prompt_logprobs"] = prompt_logprobs_json(c);
     out.push_back(choice);
   }
-  return dump({{"id", id_},
-               {"object", chat ? "chat.completion" : "text_completion"},
-               {"created", created_},
-               {"model", model_},
-               {"choices", out},
-               {"usage",
-                {{"prompt_tokens", u.prompt_tokens},
-                 {"completion_tokens", u.completion_tokens},
-                 {"total_tokens", u.prompt_tokens + u.completion_tokens}}}});
+  nlohmann::json answer = {{"id", id_},
+                           {"object", chat ? "chat.completion" : "text_completion"},
+                           {"created", created_},
+                           {"model", model_},
+                           {"choices", out},
+                           {"usage",
+                            {{"prompt_tokens", u.prompt_tokens},
+                             {"completion_tokens", u.completion_tokens},
+                             {"total_tokens", u.prompt_tokens + u.completion_tokens}}}};
+  if (prompt_field_ && chat && !choices.empty()) answer["prompt_logprobs"] = prompt_logprobs_json(choices[0]);
+  return dump(answer);
 }
 
 }  // namespace inferd

@@ -55,6 +55,7 @@ struct GenerateRequest {
   std::optional<KvTransferParams> kv_transfer;
   std::string slo_class;  // inferd's extension: the SLO class (--slo-class) the request runs in
   bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:N" (vLLM's option)
+  bool prompt_logprobs_field = false;       // the body asked for vLLM's prompt_logprobs field
 };
 
 // Parses a request body: JSON types and shapes, OpenAI's rules between fields (top_logprobs
@@ -104,6 +105,13 @@ class OpenAiAnswer final {
   // Logprobs entries name each token "token_id:N" instead of its text (vLLM's
   // return_tokens_as_token_ids: for tokens that are not whole UTF-8 characters).
   void set_tokens_as_ids(bool on) { tokens_as_ids_ = on; }
+  // Prompt log-probabilities in the body: vLLM's `prompt_logprobs` field (per choice for
+  // completions, once for chat), and, for completions' echo with logprobs, the prompt's tokens
+  // before the output's in `logprobs` (the first with null, as OpenAI's API had them).
+  void set_prompt_logprobs(bool field, bool echo) {
+    prompt_field_ = field;
+    echo_logprobs_ = echo;
+  }
 
   const std::string& id() const { return id_; }
   // The events one output of choice `index` produces: the role chunk first (chat, when
@@ -121,7 +129,10 @@ class OpenAiAnswer final {
  private:
   nlohmann::json chunk(size_t index, nlohmann::json delta_or_text, const nlohmann::json& logprobs,
                        const nlohmann::json& finish) const;
-  nlohmann::json logprobs_json(const std::vector<TokenLogprob>& entries) const;
+  // prompt: the choice whose prompt entries come first (echo with logprobs), or null.
+  nlohmann::json logprobs_json(const std::vector<TokenLogprob>& entries,
+                               const OutputProcessor* prompt = nullptr) const;
+  nlohmann::json prompt_logprobs_json(const OutputProcessor& choice) const;
   nlohmann::json token_entry(int32_t id, float logprob) const;
   static const char* finish_name(const OutputProcessor& choice);
 
@@ -131,6 +142,7 @@ class OpenAiAnswer final {
   std::string model_;
   const Tokenizer* tokenizer_;
   bool tokens_as_ids_ = false;
+  bool prompt_field_ = false, echo_logprobs_ = false;
   bool logprobs_;
   bool split_reasoning_;
 };

@@ -52,7 +52,7 @@ def test_echo_puts_the_prompt_first_streamed_and_not(server):
                                    stream=True)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == "Once upon" + plain
     with pytest.raises(openai.BadRequestError) as e:
-        cl.completions.create(model="", prompt="x", max_tokens=1, echo=True, logprobs=1)
+        cl.completions.create(model="", prompt="x", max_tokens=1, echo=True, logprobs=1, stream=True)
     assert e.value.body["param"] == "echo"
 
 
@@ -209,3 +209,29 @@ def test_continue_final_message_and_truncate_prompt_tokens(server):
     assert cut.usage.prompt_tokens == 5
     last5 = cl.completions.create(model="", prompt=ids[-5:], max_tokens=6, temperature=0)
     assert cut.choices[0].text == last5.choices[0].text
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_decoding_did(server):
+    """The loglikelihood request of evaluation harnesses (echo, logprobs, max_tokens 1): the prompt's
+    tokens come with the log-probabilities decoding gave them."""
+    cl = client(server)
+    gen = cl.completions.create(model="", prompt="The capital of France is", max_tokens=6, temperature=0,
+                                logprobs=0, extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+    out_ids = token_ids(gen.choices[0].logprobs)
+    prompt_ids = post(server, "/tokenize", {"prompt": "The capital of France is"})["tokens"]
+    scored = cl.completions.create(model="", prompt=prompt_ids + out_ids, max_tokens=1, temperature=0, echo=True,
+                                   logprobs=2, extra_body={"return_tokens_as_token_ids": True})
+    lp = scored.choices[0].logprobs
+    n = len(prompt_ids) + len(out_ids)
+    assert token_ids(lp)[:n] == prompt_ids + out_ids and len(lp.tokens) == n + 1
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.token_logprobs[len(prompt_ids):n] == pytest.approx(gen.choices[0].logprobs.token_logprobs, abs=1e-4)
+    assert all(len(t) == 2 for t in lp.top_logprobs[1:])
+    # vLLM's prompt_logprobs field, on chat too: null, then one map per prompt token.
+    r = post(server, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 1, "prompt_logprobs": 1})
+    pl = r["prompt_logprobs"]
+    assert pl[0] is None and len(pl) == r["usage"]["prompt_tokens"]
+    chat_ids = post(server, "/tokenize", {"messages": MESSAGES})["tokens"]
+    for tid, entry in zip(chat_ids[1:], pl[1:]):
+        assert str(tid) in entry and entry[str(tid)]["rank"] >= 1 and entry[str(tid)]["logprob"] <= 0
+        assert any(e["rank"] == 1 for e in entry.values())

@@ -74,10 +74,11 @@ TEST(InputProcessorTest, EveryBoundNamesItsField) {
        },
        "logit_bias"},
       {[](GenerationRequest& r) {
-         r.echo = true;
-         r.sampling.logprobs = 0;
+         r.sampling.prompt_logprobs = 0;
+         r.n = 2;
        },
-       "echo"},
+       "prompt_logprobs"},
+      {[](GenerationRequest& r) { r.sampling.prompt_logprobs = 21; }, "prompt_logprobs"},
       {[](GenerationRequest& r) { r.chat_template_kwargs = 3; }, "chat_template_kwargs"},
       {[](GenerationRequest& r) { r.sampling.min_tokens = -1; }, "min_tokens"},
       {[](GenerationRequest& r) {

@@ -69,7 +69,7 @@ TEST(OpenAiApiTest, ReadsVllmsExtraFields) {
       "content": "y"}], "min_tokens": 4, "allowed_token_ids": [3, 5], "bad_words": ["no", "never"],
       "skip_special_tokens": false, "spaces_between_special_tokens": false, "truncate_prompt_tokens": 9,
       "add_special_tokens": true, "add_generation_prompt": false, "continue_final_message": true,
-      "return_tokens_as_token_ids": true})");
+      "return_tokens_as_token_ids": true, "prompt_logprobs": 2})");
   const GenerationRequest& g = r.generation;
   EXPECT_EQ(g.sampling.min_tokens, 4);
   EXPECT_EQ(g.sampling.allowed_token_ids, (std::vector<int32_t>{3, 5}));
@@ -80,6 +80,19 @@ TEST(OpenAiApiTest, ReadsVllmsExtraFields) {
   EXPECT_EQ(g.add_generation_prompt, false);
   EXPECT_TRUE(g.continue_final_message);
   EXPECT_TRUE(r.return_tokens_as_token_ids);
+  EXPECT_EQ(g.sampling.prompt_logprobs, 2);
+  EXPECT_TRUE(r.prompt_logprobs_field);
+  // echo with logprobs asks for the prompt's logprobs, with as many alternatives.
+  auto echo = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "echo": true, "logprobs": 3})");
+  EXPECT_EQ(echo.generation.sampling.prompt_logprobs, 3);
+  EXPECT_FALSE(echo.prompt_logprobs_field);
+  EXPECT_EQ(
+      parse_error(ApiEndpoint::kCompletion, R"({"prompt": "x", "echo": true, "logprobs": 1, "stream": true})")
+          .param,
+      "echo");
+  EXPECT_EQ(
+      parse_error(ApiEndpoint::kCompletion, R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})").param,
+      "prompt_logprobs");
   auto defaults = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "truncate_prompt_tokens": -1})");
   EXPECT_EQ(defaults.generation.truncate_prompt_tokens, -1);
   EXPECT_TRUE(defaults.generation.skip_special_tokens);
@@ -118,6 +131,60 @@ TEST(OpenAiApiTest, LogprobsNameTokensByIdWhenAsked) {
       EXPECT_TRUE(ids["top_logprobs"][0].contains(name));
     }
   }
+}
+
+// Prompt logprobs in the body: vLLM's prompt_logprobs field (null first, then each prompt token
+// and the top alternatives by id, with ranks), and echo's prompt tokens before the output's.
+TEST(OpenAiApiTest, PromptLogprobsInTheBody) {
+  auto tok = test::tiny_qwen_style_tokenizer();
+  const std::vector<int32_t> ids{tok->encode("a", false).at(0), tok->encode("b", false).at(0),
+                                 tok->encode("c", false).at(0)};
+  OutputOptions o;
+  o.prompt_head = ids[0];
+  OutputProcessor choice(tok.get(), o);
+  StepOutput out;
+  out.prompt_logprobs_from = 1;
+  out.prompt_tokens = {ids[1], ids[2]};
+  out.prompt_logprobs = {-1.5f, -0.25f};
+  out.prompt_ranks = {4, 1};
+  out.prompt_top_logprobs = {{{ids[0], -0.5f}, {ids[2], -1.0f}}, {{ids[2], -0.25f}, {ids[1], -2.0f}}};
+  out.new_tokens = {ids[0]};
+  out.logprobs = {-0.75f};
+  out.top_logprobs = {{{ids[0], -0.75f}, {ids[1], -1.0f}}};
+  out.finished = true;
+  out.finish_reason = FinishReason::kLength;
+  choice.apply(out, OutputProcessor::Clock::now());
+  ASSERT_EQ(choice.prompt_logprobs().size(), 2u);
+  const std::vector<OutputProcessor> choices{choice};
+  OpenAiAnswer completion(ApiEndpoint::kCompletion, "x", 0, "m", tok.get(), true, false);
+  completion.set_prompt_logprobs(true, true);
+  const auto body = nlohmann::json::parse(completion.body(choices, Usage{3, 1}));
+  const auto& c = body["choices"][0];
+  const auto& pl = c["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), 3u);
+  EXPECT_TRUE(pl[0].is_null());
+  const std::string b = std::to_string(ids[1]), a = std::to_string(ids[0]), cc = std::to_string(ids[2]);
+  EXPECT_EQ(pl[1].size(), 3u);  // the token itself and its two alternatives
+  EXPECT_FLOAT_EQ(pl[1][b]["logprob"].get<float>(), -1.5f);
+  EXPECT_EQ(pl[1][b]["rank"], 4);
+  EXPECT_EQ(pl[1][b]["decoded_token"], "b");
+  EXPECT_EQ(pl[1][a]["rank"], 1);
+  EXPECT_EQ(pl[2].size(), 2u);  // the token is the best: one entry for it
+  EXPECT_EQ(pl[2][cc]["rank"], 1);
+  // echo: "a" (null), "b", "c", then the output's "a".
+  const auto& lp = c["logprobs"];
+  EXPECT_EQ(lp["tokens"], nlohmann::json::array({"a", "b", "c", "a"}));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(lp["token_logprobs"][1].get<float>(), -1.5f);
+  EXPECT_FLOAT_EQ(lp["token_logprobs"][3].get<float>(), -0.75f);
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1].size(), 2u);
+  // Chat: the field once, at the top level.
+  OpenAiAnswer chat(ApiEndpoint::kChat, "x", 0, "m", tok.get(), false, false);
+  chat.set_prompt_logprobs(true, false);
+  const auto chat_body = nlohmann::json::parse(chat.body(choices, Usage{3, 1}));
+  EXPECT_EQ(chat_body["prompt_logprobs"], pl);
+  EXPECT_FALSE(chat_body["choices"][0].contains("prompt_logprobs"));
 }
 
 TEST(OpenAiApiTest, ReadsEveryPromptForm) {
