@@ -132,6 +132,7 @@ void Scheduler::schedule(ScheduledBatch* out) {
   batch.items.clear();
   batch.preempted.clear();
   batch.num_tokens = 0;
+  prompt_rows_left_ = kPromptLogprobsRowsPerStep;
   int64_t budget = options_.slo.empty() ? options_.max_num_batched_tokens : slo_step_tokens();
   const bool prefill_first = options_.policy == SchedulePolicy::kPrefillFirst ||
                              (options_.policy == SchedulePolicy::kAdaptive && adaptive_prefers_prefill());
@@ -243,6 +244,7 @@ void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget, std::op
     propose_draft(r, *budget);
     const int64_t n =
         window_cap(*r, std::min(r->num_uncomputed_tokens(), *budget)) + static_cast<int64_t>(r->draft.size());
+    if (n == 0) continue;  // its prompt logprobs wait for the next step's rows
     evict_outside_window(r);
     bool fits = true;
     while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
@@ -255,6 +257,7 @@ void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget, std::op
     }
     if (!fits) continue;
     r->scheduled_in_step = step_;
+    if (r->wants_prompt_logprobs()) prompt_rows_left_ -= n;
     batch->items.push_back({r, n, static_cast<int64_t>(r->draft.size())});
     batch->num_tokens += n;
     *budget -= n;
@@ -292,9 +295,9 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     }
     const int64_t n = window_cap(*r, std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill}));
     evict_outside_window(r);
-    bool fits = true;
+    bool fits = n > 0;  // 0: its prompt logprobs wait for the next step's rows
     // Blocks short: only a strictly lower-priority running request may give way.
-    while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
+    while (fits && !kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
       if (preempt_one(r, r->priority, batch, budget)) continue;
       if (running_.empty() && kv_.drop_oldest_session()) continue;  // pins never starve a lone request
       fits = false;
@@ -308,6 +311,7 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
       return false;  // strict order: later arrivals do not jump ahead
     }
     waiting_.pop_front();
+    if (r->wants_prompt_logprobs()) prompt_rows_left_ -= n;
     if (!r->first_scheduled) r->first_scheduled = std::chrono::steady_clock::now();
     start_running(r);
     batch->items.push_back({r, n});

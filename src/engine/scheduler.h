@@ -95,9 +95,10 @@ struct ScheduledBatch {
   bool empty() const { return items.empty(); }
 };
 
-// Prompt tokens a step computes for a request that asked for prompt logprobs (its logits rows:
-// 64 x a 152k vocabulary is 39 MB).
+// Prompt tokens a step computes for a request that asked for prompt logprobs, and for all such
+// requests together: each is a row of logits (256 rows of a 152k vocabulary: 156 MB).
 inline constexpr int64_t kPromptLogprobsChunk = 64;
+inline constexpr int64_t kPromptLogprobsRowsPerStep = 256;
 
 class Scheduler final {
  public:
@@ -231,10 +232,11 @@ class Scheduler final {
   // A StreamingLLM request: gives back the blocks between its sink and the window of the first
   // token it computes next; caps that step's new tokens at the window.
   void evict_outside_window(Request* r);
-  // Also caps a step of a request that still owes prompt logprobs at kPromptLogprobsChunk tokens:
-  // each such token is a row of logits (vocabulary-sized), not one per request.
+  // Also caps a step of a request that still owes prompt logprobs at kPromptLogprobsChunk tokens
+  // and at the step's rows left (0: it waits for the next step): each such token is a row of
+  // logits (vocabulary-sized), not one per request.
   int64_t window_cap(const Request& r, int64_t n) const {
-    if (r.wants_prompt_logprobs()) n = std::min(n, kPromptLogprobsChunk);
+    if (r.wants_prompt_logprobs()) n = std::min({n, kPromptLogprobsChunk, prompt_rows_left_});
     return r.streaming.enabled() ? std::min(n, r.streaming.window_tokens) : n;
   }
 
@@ -245,6 +247,7 @@ class Scheduler final {
   std::vector<Request*> running_;  // in admission order
   std::vector<std::unique_ptr<Request>> finished_;
   int64_t num_preemptions_ = 0;
+  int64_t prompt_rows_left_ = 0;  // this step's rows for prompt logprobs (kPromptLogprobsRowsPerStep)
   struct KvLoad {
     Request* request;  // nullptr once it finished or timed out: the blocks are released on landing
     std::vector<BlockHash> keys;

@@ -506,7 +506,8 @@ struct Collected {
 // `warm` runs first in the same engine (its full blocks stay in the prefix cache).
 std::vector<Collected> run_collecting(Transformer& model, const EngineOptions& o,
                                       const std::vector<RequestSpec>& specs,
-                                      const std::vector<RequestSpec>& warm = {}) {
+                                      const std::vector<RequestSpec>& warm = {},
+                                      size_t* most_rows = nullptr) {
   Engine engine(model, o);
   for (const RequestSpec& s : warm) engine.add(s);
   while (engine.has_work()) engine.step();
@@ -514,7 +515,10 @@ std::vector<Collected> run_collecting(Transformer& model, const EngineOptions& o
   std::map<RequestId, size_t> index;
   for (size_t i = 0; i < specs.size(); ++i) index[engine.add(specs[i])] = i;
   while (engine.has_work()) {
+    size_t rows = 0;  // prompt logprobs this step, all requests together
     for (const StepOutput& s : engine.step()) {
+      rows += s.prompt_tokens.size();
+      if (most_rows != nullptr) *most_rows = std::max(*most_rows, rows);
       Collected& c = out[index.at(s.id)];
       c.tokens.insert(c.tokens.end(), s.new_tokens.begin(), s.new_tokens.end());
       c.logprobs.insert(c.logprobs.end(), s.logprobs.begin(), s.logprobs.end());
@@ -583,6 +587,19 @@ TEST(EngineTest, PromptLogprobsAreTheLogprobsDecodingGave) {
         }
       }
     }
+  }
+  // Many such requests at once: at most kPromptLogprobsChunk rows each and
+  // kPromptLogprobsRowsPerStep in all per step, and the same logprobs.
+  std::vector<RequestSpec> many_scored;
+  for (int k = 0; k < 3; ++k) many_scored.insert(many_scored.end(), score.begin(), score.end());
+  const auto alone = run_collecting(model, options(512, 16, 64), score);
+  size_t most_rows = 0;
+  const auto together = run_collecting(model, options(1024, 16, 2048), many_scored, {}, &most_rows);
+  EXPECT_LE(most_rows, static_cast<size_t>(kPromptLogprobsRowsPerStep));
+  EXPECT_GT(most_rows, static_cast<size_t>(kPromptLogprobsChunk));  // several requests share a step
+  for (size_t i = 0; i < many_scored.size(); ++i) {
+    EXPECT_EQ(together[i].prompt_tokens, alone[i % score.size()].prompt_tokens);
+    EXPECT_EQ(together[i].prompt_logprobs, alone[i % score.size()].prompt_logprobs);
   }
   // n > 1 and disaggregated prefill are refused for prompt logprobs.
   RequestSpec many = score[0];
