@@ -1,6 +1,8 @@
 #include "engine/input_processor.h"
 
 #include <algorithm>
+#include <array>
+#include <string_view>
 
 #include "common/text.h"
 #include "tokenizer/chat_encoder.h"
@@ -27,6 +29,23 @@ std::string ids_text(const std::vector<int32_t>& ids) {
   std::string text;
   for (int32_t id : ids) text.append(text.empty() ? "" : " ").append(std::to_string(id));
   return text;
+}
+
+// The model's fill-in-the-middle tokens (prefix, suffix, middle): Qwen2.5-Coder's <|fim_*|> or
+// StarCoder's <fim_*>, as added tokens of its vocabulary; none when it has no complete set.
+std::optional<std::array<int32_t, 3>> fim_tokens(const Vocab& v) {
+  using Names = std::array<std::string_view, 3>;
+  for (const Names& names : {Names{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+                             Names{"<fim_prefix>", "<fim_suffix>", "<fim_middle>"}}) {
+    std::array<int32_t, 3> ids{-1, -1, -1};
+    for (const AddedToken& t : v.added_tokens) {
+      for (size_t k = 0; k < 3; ++k) {
+        if (t.content == names[k]) ids[k] = t.id;
+      }
+    }
+    if (ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0) return ids;
+  }
+  return std::nullopt;
 }
 
 bool is_function_name(const std::string& name) {
@@ -139,6 +158,7 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
     if (w.find_first_not_of(" \t\r\n") == std::string::npos)
       return invalid("bad_words", "'bad_words' entries must not be empty or blank");
   }
+  if (r.suffix && !r.messages.is_null()) return invalid("suffix", "'suffix' is for completions (a prompt)");
   if (r.messages.is_null() && (r.add_generation_prompt || r.continue_final_message))
     return invalid(r.continue_final_message ? "continue_final_message" : "add_generation_prompt",
                    "'add_generation_prompt' and 'continue_final_message' are for chat (messages)");
@@ -283,6 +303,7 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
   } else {
     for (const PromptInput& in : r.prompts) {
       if (in.is_ids) {
+        if (r.suffix) return invalid("suffix", "'suffix' needs text prompts, not token ids");
         if (r.echo)
           out->echo.push_back(tokenizer_ != nullptr ? tokenizer_->decode(in.ids) : ids_text(in.ids) + " ");
         prompts.push_back(in.ids);
@@ -292,6 +313,23 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
       if (tokenizer_ == nullptr)
         return InputError{InputError::Kind::kUnsupported, "prompt",
                           "the model has no tokenizer: give the prompt as token ids"};
+      if (r.suffix) {  // fill in the middle: prefix, suffix, then the model writes the middle
+        const auto fim = fim_tokens(tokenizer_->vocab());
+        if (!fim)
+          return InputError{InputError::Kind::kUnsupported, "suffix",
+                            "'suffix' needs a model with fill-in-the-middle tokens (<|fim_prefix|>, "
+                            "<|fim_suffix|>, <|fim_middle|> or <fim_prefix>, ...); this one has none"};
+        const Vocab& v = tokenizer_->vocab();
+        std::vector<int32_t> ids;
+        if (r.add_special_tokens.value_or(true) && v.add_bos && v.bos_id) ids.push_back(*v.bos_id);
+        ids.push_back((*fim)[0]);
+        for (int32_t t : tokenizer_->encode(in.text, true)) ids.push_back(t);
+        ids.push_back((*fim)[1]);
+        for (int32_t t : tokenizer_->encode(*r.suffix, true)) ids.push_back(t);
+        ids.push_back((*fim)[2]);
+        prompts.push_back(std::move(ids));
+        continue;
+      }
       prompts.push_back(r.add_special_tokens.value_or(true) ? tokenizer_->encode_prompt(in.text, true)
                                                             : tokenizer_->encode(in.text, true));
     }

@@ -78,6 +78,9 @@ struct GenerationRequest {
   std::optional<bool> add_special_tokens;
   // Keep only the prompt's last k tokens (-1: the context window's worth).
   std::optional<int64_t> truncate_prompt_tokens;
+  // Completions: the text after the one to write (fill in the middle): the prompt becomes
+  // <fim_prefix> prompt <fim_suffix> suffix <fim_middle>, in the model's own FIM tokens.
+  std::optional<std::string> suffix;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).

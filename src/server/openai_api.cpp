@@ -254,12 +254,11 @@ constexpr std::string_view kCommonFields[] = {"response_format",
 constexpr std::string_view kChatFields[] = {
     "messages",    "max_completion_tokens", "top_logprobs",          "chat_template_kwargs",  "tools",
     "tool_choice", "parallel_tool_calls",   "add_generation_prompt", "continue_final_message"};
-constexpr std::string_view kCompletionFields[] = {"prompt", "echo"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
 constexpr std::string_view kUnimplementedFields[] = {"functions",
                                                      "function_call",
                                                      "guided_whitespace_pattern",
-                                                     "suffix",
                                                      "best_of",
                                                      "audio",
                                                      "modalities",
@@ -687,6 +686,8 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   parse_structured_output(r, &g);
   r.boolean("include_stop_str_in_output", &g.include_stop_str_in_output);
   if (endpoint == ApiEndpoint::kCompletion) r.boolean("echo", &g.echo);
+  if (std::string suffix; endpoint == ApiEndpoint::kCompletion && r.string("suffix", &suffix))
+    g.suffix = suffix;
   // echo with logprobs (completions): the prompt's tokens come with theirs, as prompt logprobs
   // with the same number of alternatives.
   if (g.echo && g.sampling.logprobs && !g.sampling.prompt_logprobs)

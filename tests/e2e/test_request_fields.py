@@ -235,3 +235,11 @@ def test_echo_with_logprobs_scores_the_prompt_as_decoding_did(server):
     for tid, entry in zip(chat_ids[1:], pl[1:]):
         assert str(tid) in entry and entry[str(tid)]["rank"] >= 1 and entry[str(tid)]["logprob"] <= 0
         assert any(e["rank"] == 1 for e in entry.values())
+
+
+def test_suffix_needs_fill_in_the_middle_tokens(server):
+    # SmolLM2 has no FIM tokens: the request is refused, naming the field and why.
+    cl = client(server)
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="", prompt="def f(x):", suffix="\n    return y", max_tokens=4)
+    assert e.value.body["param"] == "suffix" and "fill-in-the-middle" in e.value.body["message"]

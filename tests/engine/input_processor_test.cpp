@@ -376,5 +376,51 @@ TEST(InputProcessorTest, ChatPromptsThatContinueTheLastMessage) {
   EXPECT_NE(rewritten.error.message.find("continue_final_message"), std::string::npos);
 }
 
+// suffix: fill in the middle in the model's FIM tokens (prefix, prompt, suffix token, suffix,
+// middle token); refused for a model without them, for token-id prompts and for chat.
+TEST(InputProcessorTest, SuffixFillsInTheMiddle) {
+  auto vocab = vocab_from_hf_dir(test::fixture_path("tokenizer/tiny_qwen_style"));
+  ASSERT_TRUE(vocab.has_value()) << vocab.status().message();
+  const auto plain_tok = Tokenizer::create(*vocab);
+  ASSERT_TRUE(plain_tok.has_value());
+  for (const char* name : {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"}) {
+    const auto id = static_cast<int32_t>(vocab->tokens.size());
+    vocab->tokens.emplace_back(name);
+    vocab->added_tokens.push_back({id, name, true});
+  }
+  auto tok = Tokenizer::create(std::move(*vocab));
+  ASSERT_TRUE(tok.has_value()) << tok.status().message();
+  const Tokenizer& t = **tok;
+  const InputProcessor p(&t, nullptr, InputLimits{256, t.vocab_size(), 4});
+  GenerationRequest r;
+  r.prompts.push_back({"def add(a, b):\n    ", {}, false});
+  r.suffix = "\n\nprint(add(1, 2))";
+  InputProcessed in = p.process(r);
+  ASSERT_TRUE(in.input.has_value()) << in.error.message;
+  const auto fim = t.encode("<|fim_prefix|>", true);
+  ASSERT_EQ(fim.size(), 1u);
+  std::vector<int32_t> expected{fim[0]};
+  for (int32_t id : t.encode("def add(a, b):\n    ", true)) expected.push_back(id);
+  expected.push_back(t.encode("<|fim_suffix|>", true).at(0));
+  for (int32_t id : t.encode("\n\nprint(add(1, 2))", true)) expected.push_back(id);
+  expected.push_back(t.encode("<|fim_middle|>", true).at(0));
+  EXPECT_EQ(in.input->requests[0].prompt, expected);
+  EXPECT_EQ(t.decode(in.input->requests[0].prompt),
+            "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))<|fim_middle|>");
+  // A model without FIM tokens, token ids, chat: each a refusal naming suffix.
+  const InputProcessor no_fim(plain_tok->get(), nullptr, InputLimits{256, t.vocab_size(), 4});
+  InputProcessed refused_fim = no_fim.process(r);
+  ASSERT_FALSE(refused_fim.input.has_value());
+  EXPECT_EQ(refused_fim.error.kind, InputError::Kind::kUnsupported);
+  EXPECT_EQ(refused_fim.error.field, "suffix");
+  GenerationRequest ids = ids_request();
+  ids.suffix = "x";
+  EXPECT_EQ(refused(ids).field, "suffix");
+  GenerationRequest chat;
+  chat.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  chat.suffix = "x";
+  EXPECT_EQ(refused(chat).field, "suffix");
+}
+
 }  // namespace
 }  // namespace inferd

@@ -93,6 +93,11 @@ TEST(OpenAiApiTest, ReadsVllmsExtraFields) {
   EXPECT_EQ(
       parse_error(ApiEndpoint::kCompletion, R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})").param,
       "prompt_logprobs");
+  EXPECT_EQ(parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "suffix": "y"})").generation.suffix, "y");
+  EXPECT_EQ(
+      parse_error(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "suffix": "y"})")
+          .param,
+      "suffix");
   auto defaults = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "truncate_prompt_tokens": -1})");
   EXPECT_EQ(defaults.generation.truncate_prompt_tokens, -1);
   EXPECT_TRUE(defaults.generation.skip_special_tokens);
