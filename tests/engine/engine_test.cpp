@@ -485,12 +485,6 @@ TEST(EngineTest, SessionTurnsSurviveAFloodAndPinsNeverStarveARequest) {
   EXPECT_EQ(engine.kv_cache_manager().num_sessions(), 0);
 }
 
-}  // namespace
-}  // namespace inferd
-
-namespace inferd {
-namespace {
-
 // Everything one request's outputs carried: its tokens and logprobs, its prompt logprobs.
 struct Collected {
   std::vector<int32_t> tokens;
