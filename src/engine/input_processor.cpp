@@ -288,11 +288,8 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
     if (tokenizer_ == nullptr || chat_template_ == nullptr)
       return InputError{InputError::Kind::kUnsupported, "messages",
                         "the model has no chat template: give a prompt instead of messages"};
-    ChatOptions chat_options;
-    chat_options.template_kwargs = r.chat_template_kwargs;
-    chat_options.add_generation_prompt = r.add_generation_prompt.value_or(!r.continue_final_message);
-    chat_options.continue_final_message = r.continue_final_message;
-    chat_options.add_special_tokens = r.add_special_tokens.value_or(false);
+    ChatOptions chat_options = chat_options_for(r.add_generation_prompt, r.continue_final_message,
+                                                r.add_special_tokens, r.chat_template_kwargs);
     if (out->tool_calls) chat_options.tools = r.tools;
     auto messages = template_messages(r.messages);
     if (!messages) return invalid("messages", messages.status().message());

@@ -560,12 +560,9 @@ struct HttpServer::Impl {
             req, ApiError{400, "the model has no chat template", "invalid_request_error", "messages", ""});
         co_return co_await send(conn, res);
       }
-      ChatOptions options;
-      options.continue_final_message = p.request->continue_final_message;
-      options.add_generation_prompt =
-          p.request->add_generation_prompt.value_or(!options.continue_final_message);
-      options.add_special_tokens = p.request->add_special_tokens.value_or(false);
-      options.template_kwargs = p.request->chat_template_kwargs;
+      const ChatOptions options =
+          chat_options_for(p.request->add_generation_prompt, p.request->continue_final_message,
+                           p.request->add_special_tokens, p.request->chat_template_kwargs);
       auto chat = encode_chat(*ctx.tokenizer, *ctx.chat_template, p.request->messages, options);
       if (!chat) {
         Response res = error_response(

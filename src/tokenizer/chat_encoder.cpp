@@ -43,6 +43,16 @@ Expected<ordered_json> normalise_message(const ordered_json& m, size_t index,
 
 }  // namespace
 
+ChatOptions chat_options_for(std::optional<bool> add_generation_prompt, bool continue_final_message,
+                             std::optional<bool> add_special_tokens, ordered_json template_kwargs) {
+  ChatOptions o;
+  o.add_generation_prompt = add_generation_prompt.value_or(!continue_final_message);
+  o.continue_final_message = continue_final_message;
+  o.add_special_tokens = add_special_tokens.value_or(false);
+  o.template_kwargs = std::move(template_kwargs);
+  return o;
+}
+
 Expected<ChatPrompt> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                  const ordered_json& messages, const ChatOptions& options) {
   if (!messages.is_array() || messages.empty())

@@ -32,6 +32,11 @@ struct ChatOptions {
   nlohmann::ordered_json template_kwargs;
 };
 
+// A request's chat options with vLLM's defaults for what it left out: a generation prompt unless
+// it continues the final message, no BOS of the tokenizer's (the template writes it).
+ChatOptions chat_options_for(std::optional<bool> add_generation_prompt, bool continue_final_message,
+                             std::optional<bool> add_special_tokens, nlohmann::ordered_json template_kwargs);
+
 struct ChatPrompt {
   std::string text;  // the rendered prompt
   std::vector<int32_t> ids;
