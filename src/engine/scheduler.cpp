@@ -243,7 +243,7 @@ void Scheduler::schedule_running(ScheduledBatch* batch, int64_t* budget, std::op
     if (level && r->priority != *level) continue;
     propose_draft(r, *budget);
     const int64_t n =
-        window_cap(*r, std::min(r->num_uncomputed_tokens(), *budget)) + static_cast<int64_t>(r->draft.size());
+        step_cap(*r, std::min(r->num_uncomputed_tokens(), *budget)) + static_cast<int64_t>(r->draft.size());
     if (n == 0) continue;  // its prompt logprobs wait for the next step's rows
     evict_outside_window(r);
     bool fits = true;
@@ -293,7 +293,7 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
         continue;
       }
     }
-    const int64_t n = window_cap(*r, std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill}));
+    const int64_t n = step_cap(*r, std::min({r->num_uncomputed_tokens(), *budget, prefill_cap - prefill}));
     evict_outside_window(r);
     bool fits = n > 0;  // 0: its prompt logprobs wait for the next step's rows
     // Blocks short: only a strictly lower-priority running request may give way.

@@ -232,10 +232,10 @@ class Scheduler final {
   // A StreamingLLM request: gives back the blocks between its sink and the window of the first
   // token it computes next; caps that step's new tokens at the window.
   void evict_outside_window(Request* r);
-  // Also caps a step of a request that still owes prompt logprobs at kPromptLogprobsChunk tokens
-  // and at the step's rows left (0: it waits for the next step): each such token is a row of
-  // logits (vocabulary-sized), not one per request.
-  int64_t window_cap(const Request& r, int64_t n) const {
+  // The most of its n uncomputed tokens r may compute this step: a StreamingLLM request's window;
+  // a request that still owes prompt logprobs kPromptLogprobsChunk and the step's rows left (0:
+  // it waits for the next step), each such token being a row of logits (vocabulary-sized).
+  int64_t step_cap(const Request& r, int64_t n) const {
     if (r.wants_prompt_logprobs()) n = std::min({n, kPromptLogprobsChunk, prompt_rows_left_});
     return r.streaming.enabled() ? std::min(n, r.streaming.window_tokens) : n;
   }
