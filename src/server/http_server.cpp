@@ -923,6 +923,7 @@ struct HttpServer::Impl {
                         prepared.lora_name.empty() ? options.served_model_name : prepared.lora_name,
                         ctx.tokenizer, api.logprobs, split);
     answer.set_tokens_as_ids(api.return_tokens_as_token_ids);
+    answer.set_legacy_functions(api.legacy_functions);
     answer.set_prompt_logprobs(api.prompt_logprobs_field, api.generation.echo && api.logprobs);
 
     auto channel = std::make_shared<Channel>(io.get_executor());

@@ -135,6 +135,32 @@ bool parse_object(std::string_view body, json* out, ApiError* error) {
   return true;
 }
 
+// OpenAI's older function calling in a conversation, as chat templates take tool calls: an
+// assistant's function_call becomes its one tool call (with an id of its own), and a "function"
+// message the "tool" message answering it.
+json legacy_function_messages(const json& messages) {
+  json out = messages;
+  std::string last_call_id;
+  for (size_t i = 0; i < out.size(); ++i) {
+    json& msg = out[i];
+    if (auto fc = msg.find("function_call"); fc != msg.end()) {
+      if (!fc->is_null()) {
+        last_call_id = "call_fn" + std::to_string(i);
+        msg["tool_calls"] =
+            json::array({{{"id", last_call_id},
+                          {"type", "function"},
+                          {"function", {{"name", (*fc)["name"]}, {"arguments", (*fc)["arguments"]}}}}});
+      }
+      msg.erase("function_call");
+    }
+    if (msg["role"] == "function") {
+      msg["role"] = "tool";
+      if (!last_call_id.empty() && !msg.contains("tool_call_id")) msg["tool_call_id"] = last_call_id;
+    }
+  }
+  return out;
+}
+
 void parse_messages(Reader& r, const json& body, GenerationRequest* req) {
   const json* m = r.find("messages");
   if (m == nullptr) return r.fail("messages", "'messages' is required");
@@ -147,9 +173,23 @@ void parse_messages(Reader& r, const json& body, GenerationRequest* req) {
     if (role == msg.end() || !role->is_string())
       return r.fail(where + ".role", where + ".role must be a string");
     const std::string rs = role->get<std::string>();
-    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
-      return r.fail(where + ".role",
-                    where + ".role '" + rs + "' is not one of system, user, assistant, tool, developer");
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer" &&
+        rs != "function")
+      return r.fail(
+          where + ".role",
+          where + ".role '" + rs + "' is not one of system, user, assistant, tool, developer, function");
+    if (rs == "function" && (!msg.contains("name") || !msg["name"].is_string()))
+      return r.fail(where + ".name", where + ".name (the function whose result this is) must be a string");
+    if (auto fc = msg.find("function_call"); fc != msg.end() && !fc->is_null()) {
+      if (rs != "assistant")
+        return r.fail(where + ".function_call", where + ".function_call is for assistant messages");
+      if (!fc->is_object() || !fc->contains("name") || !(*fc)["name"].is_string() ||
+          !fc->contains("arguments") || !(*fc)["arguments"].is_string())
+        return r.fail(where + ".function_call",
+                      where + ".function_call must be {\"name\": string, \"arguments\": string}");
+      if (msg.contains("tool_calls") && !msg["tool_calls"].is_null())
+        return r.fail(where + ".function_call", where + " has both function_call and tool_calls");
+    }
     auto content = msg.find("content");
     if (content == msg.end() || content->is_null()) {
       if (rs != "assistant") return r.fail(where + ".content", where + ".content is required");
@@ -168,7 +208,7 @@ void parse_messages(Reader& r, const json& body, GenerationRequest* req) {
     }
   }
   (void)body;
-  req->messages = *m;
+  req->messages = legacy_function_messages(*m);
 }
 
 void parse_prompt(Reader& r, GenerationRequest* req) {
@@ -252,13 +292,12 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "return_tokens_as_token_ids",
                                               "prompt_logprobs"};
 constexpr std::string_view kChatFields[] = {
-    "messages",    "max_completion_tokens", "top_logprobs",          "chat_template_kwargs",  "tools",
-    "tool_choice", "parallel_tool_calls",   "add_generation_prompt", "continue_final_message"};
+    "messages",     "max_completion_tokens", "top_logprobs",          "chat_template_kwargs",   "tools",
+    "tool_choice",  "parallel_tool_calls",   "add_generation_prompt", "continue_final_message", "functions",
+    "function_call"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
-constexpr std::string_view kUnimplementedFields[] = {"functions",
-                                                     "function_call",
-                                                     "guided_whitespace_pattern",
+constexpr std::string_view kUnimplementedFields[] = {"guided_whitespace_pattern",
                                                      "best_of",
                                                      "audio",
                                                      "modalities",
@@ -321,6 +360,48 @@ void parse_tools(Reader& r, GenerationRequest* g) {
     choice.name = (*f)["name"].get<std::string>();
   }
   g->tool_choice = choice;
+}
+
+// OpenAI's older function calling: `functions` are tools of type function, `function_call` the
+// tool choice ("none", "auto" or {"name"}), and the answer one call at most (in the message's
+// function_call). Returns whether the request uses it.
+bool parse_functions(Reader& r, GenerationRequest* g) {
+  const json* f = r.find("functions");
+  const json* c = r.find("function_call");
+  if (f == nullptr && c == nullptr) return false;
+  if (f == nullptr) {
+    r.fail("function_call", "'function_call' needs 'functions'");
+    return false;
+  }
+  if (r.find("tools") != nullptr || r.find("tool_choice") != nullptr) {
+    r.fail("functions", "'functions' cannot go with 'tools' or 'tool_choice' (use one or the other)");
+    return false;
+  }
+  if (const json* p = r.find("parallel_tool_calls"); p != nullptr && p->is_boolean() && p->get<bool>()) {
+    r.fail("parallel_tool_calls", "'parallel_tool_calls' is for 'tools': 'functions' answer with one call");
+    return false;
+  }
+  if (!f->is_array()) {
+    r.fail("functions", "'functions' must be an array of {\"name\", \"description\", \"parameters\"}");
+    return false;
+  }
+  json tools = json::array();
+  for (const auto& fn : *f) tools.push_back({{"type", "function"}, {"function", fn}});
+  g->tools = std::move(tools);
+  g->parallel_tool_calls = false;
+  if (c == nullptr) return true;
+  ToolChoice choice;
+  if (c->is_string() && (*c == "auto" || *c == "none")) {
+    choice.kind = *c == "auto" ? ToolChoice::Kind::kAuto : ToolChoice::Kind::kNone;
+  } else if (c->is_object() && c->size() == 1 && c->contains("name") && (*c)["name"].is_string()) {
+    choice.kind = ToolChoice::Kind::kNamed;
+    choice.name = (*c)["name"].get<std::string>();
+  } else {
+    r.fail("function_call", "'function_call' must be \"none\", \"auto\" or {\"name\": ...}");
+    return false;
+  }
+  g->tool_choice = choice;
+  return true;
 }
 
 // A JSON schema given as an object or as its JSON text (vLLM takes both).
@@ -682,7 +763,10 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   r.string("session_id", &g.session_id);
   r.string("slo_class", &req.slo_class);
   parse_logit_bias(r, &g.sampling);
-  if (endpoint == ApiEndpoint::kChat) parse_tools(r, &g);
+  if (endpoint == ApiEndpoint::kChat) {
+    req.legacy_functions = parse_functions(r, &g);
+    if (!req.legacy_functions) parse_tools(r, &g);
+  }
   parse_structured_output(r, &g);
   r.boolean("include_stop_str_in_output", &g.include_stop_str_in_output);
   if (endpoint == ApiEndpoint::kCompletion) r.boolean("echo", &g.echo);
@@ -874,9 +958,10 @@ nlohmann::json OpenAiAnswer::chunk(size_t index, nlohmann::json delta_or_text, c
 }
 
 // OpenAI's finish_reason: "tool_calls" when the model stopped after calling tools.
-const char* OpenAiAnswer::finish_name(const OutputProcessor& choice) {
+const char* OpenAiAnswer::finish_name(const OutputProcessor& choice) const {
   const FinishReason reason = choice.finish_reason().value_or(FinishReason::kAborted);
-  if (reason == FinishReason::kStop && !choice.tool_calls().empty()) return "tool_calls";
+  if (reason == FinishReason::kStop && !choice.tool_calls().empty())
+    return legacy_functions_ ? "function_call" : "tool_calls";
   return finish_reason_name(reason);
 }
 
@@ -899,6 +984,12 @@ std::string OpenAiAnswer::stream_events(size_t index, const ChoiceDelta& d, cons
   }
   // Each tool call: a first delta with its id, type and name, then fragments of its arguments.
   for (const ToolCallDelta& call : d.tool_calls) {
+    if (legacy_functions_) {  // {"function_call": {"name", "arguments": ""}}, then arguments
+      nlohmann::json function = {{"arguments", call.arguments}};
+      if (call.name) function["name"] = *call.name;
+      events += sse(chunk(index, {{"function_call", function}}, nullptr, nullptr));
+      continue;
+    }
     nlohmann::json entry = {{"index", call.index}};
     nlohmann::json function = nlohmann::json::object();
     if (call.id) {
@@ -942,7 +1033,11 @@ std::string OpenAiAnswer::body(const std::vector<OutputProcessor>& choices, cons
     nlohmann::json choice = {{"index", i}};
     if (chat) {
       nlohmann::json message = {{"role", "assistant"}, {"content", c.text()}};
-      if (!c.tool_calls().empty()) {
+      if (!c.tool_calls().empty() && legacy_functions_) {
+        if (c.text().empty()) message["content"] = nullptr;
+        const ToolCall& t = c.tool_calls().front();  // one at most: no parallel calls
+        message["function_call"] = {{"name", t.name}, {"arguments", t.arguments}};
+      } else if (!c.tool_calls().empty()) {
         if (c.text().empty()) message["content"] = nullptr;
         nlohmann::json calls = nlohmann::json::array();
         for (const ToolCall& t : c.tool_calls())

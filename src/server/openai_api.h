@@ -56,6 +56,9 @@ struct GenerateRequest {
   std::string slo_class;  // inferd's extension: the SLO class (--slo-class) the request runs in
   bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:N" (vLLM's option)
   bool prompt_logprobs_field = false;       // the body asked for vLLM's prompt_logprobs field
+  // OpenAI's older function calling (functions, function_call): the answer's call goes in the
+  // message's function_call, with finish_reason "function_call".
+  bool legacy_functions = false;
 };
 
 // Parses a request body: JSON types and shapes, OpenAI's rules between fields (top_logprobs
@@ -113,6 +116,10 @@ class OpenAiAnswer final {
     echo_logprobs_ = echo;
   }
 
+  // OpenAI's older function calling: a call is the message's function_call (one at most), and
+  // the choice finishes with "function_call".
+  void set_legacy_functions(bool on) { legacy_functions_ = on; }
+
   const std::string& id() const { return id_; }
   // The events one output of choice `index` produces: the role chunk first (chat, when
   // `first_output`), the delta (text, reasoning, logprobs) if any, the finish chunk when the
@@ -134,7 +141,7 @@ class OpenAiAnswer final {
                                const OutputProcessor* prompt = nullptr) const;
   nlohmann::json prompt_logprobs_json(const OutputProcessor& choice) const;
   nlohmann::json token_entry(int32_t id, float logprob) const;
-  static const char* finish_name(const OutputProcessor& choice);
+  const char* finish_name(const OutputProcessor& choice) const;
 
   ApiEndpoint endpoint_;
   std::string id_;
@@ -143,6 +150,7 @@ class OpenAiAnswer final {
   const Tokenizer* tokenizer_;
   bool tokens_as_ids_ = false;
   bool prompt_field_ = false, echo_logprobs_ = false;
+  bool legacy_functions_ = false;
   bool logprobs_;
   bool split_reasoning_;
 };

@@ -266,6 +266,43 @@ def test_parallel_tool_calls_in_one_answer(tool_server):
     assert multi >= 2, "no answer with two or more tool calls among six seeds"
 
 
+def test_legacy_functions_round_trip(tool_server):
+    # OpenAI's older function calling, as the openai client still sends it: the call comes back in
+    # message.function_call (finish_reason "function_call"), streamed as function_call deltas, and
+    # the conversation goes on with a "function" message.
+    cl = client(tool_server)
+    functions = [WEATHER["function"], TIME["function"]]
+    kw = dict(model="", messages=ASK, functions=functions, function_call={"name": "get_weather"}, max_tokens=100,
+              temperature=1, seed=11)
+    choice = cl.chat.completions.create(**kw).choices[0]
+    assert choice.finish_reason == "function_call" and choice.message.tool_calls is None
+    call = choice.message.function_call
+    assert call.name == "get_weather"
+    check_call(call.name, call.arguments)
+    name, arguments, finish = None, "", None
+    for c in cl.chat.completions.create(stream=True, **kw):
+        if not c.choices:
+            continue
+        finish = c.choices[0].finish_reason or finish
+        d = c.choices[0].delta
+        assert not d.tool_calls
+        if d.function_call:
+            if d.function_call.name:
+                assert name is None
+                name = d.function_call.name
+            arguments += d.function_call.arguments or ""
+    assert (name, arguments, finish) == (call.name, call.arguments, "function_call")
+    history = ASK + [{"role": "assistant", "content": None, "function_call": {"name": call.name,
+                                                                              "arguments": call.arguments}},
+                     {"role": "function", "name": call.name, "content": "18 degrees, sunny"}]
+    answer = cl.chat.completions.create(model="", messages=history, functions=functions, function_call="none",
+                                        max_tokens=20, temperature=0).choices[0]
+    assert answer.message.content and answer.message.function_call is None
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="", messages=ASK, functions=functions, tools=[WEATHER], max_tokens=5)
+    assert e.value.body["param"] == "functions"
+
+
 def test_malformed_tools_are_400(tool_server):
     cl = client(tool_server)
     bad = {"type": "function", "function": {"name": "no spaces allowed"}}

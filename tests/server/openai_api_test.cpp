@@ -550,6 +550,116 @@ TEST(OpenAiApiTest, ToolCallsInTheBodyAndTheStream) {
   EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
 }
 
+// OpenAI's older function calling: functions become tools, function_call the tool choice, one
+// call at most; a conversation's function_call and "function" messages become tool calls and
+// their "tool" answers.
+TEST(OpenAiApiTest, ReadsLegacyFunctions) {
+  auto r = parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "content": null, "function_call": {"name": "f", "arguments": "{\"a\": 1}"}},
+      {"role": "function", "name": "f", "content": "42"}],
+    "functions": [{"name": "f", "parameters": {"type": "object"}}], "function_call": {"name": "f"}})");
+  EXPECT_TRUE(r.legacy_functions);
+  ASSERT_EQ(r.generation.tools.size(), 1u);
+  EXPECT_EQ(r.generation.tools[0]["type"], "function");
+  EXPECT_EQ(r.generation.tools[0]["function"]["name"], "f");
+  ASSERT_TRUE(r.generation.tool_choice.has_value());
+  EXPECT_EQ(r.generation.tool_choice->kind, ToolChoice::Kind::kNamed);
+  EXPECT_EQ(r.generation.tool_choice->name, "f");
+  EXPECT_FALSE(r.generation.parallel_tool_calls);
+  const auto& m = r.generation.messages;
+  EXPECT_FALSE(m[1].contains("function_call"));
+  ASSERT_EQ(m[1]["tool_calls"].size(), 1u);
+  EXPECT_EQ(m[1]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(m[1]["tool_calls"][0]["function"]["arguments"], "{\"a\": 1}");
+  EXPECT_EQ(m[2]["role"], "tool");
+  EXPECT_EQ(m[2]["tool_call_id"], m[1]["tool_calls"][0]["id"]);
+  EXPECT_EQ(m[2]["name"], "f");
+  for (auto [text, kind] :
+       {std::pair{"auto", ToolChoice::Kind::kAuto}, std::pair{"none", ToolChoice::Kind::kNone}}) {
+    auto c = parse_ok(ApiEndpoint::kChat, std::string(R"({"messages": [{"role": "user", "content": "x"}],
+      "functions": [{"name": "f"}], "function_call": ")") +
+                                              text + "\"}");
+    EXPECT_EQ(c.generation.tool_choice->kind, kind);
+  }
+  EXPECT_FALSE(parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}]})")
+                   .legacy_functions);
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("function_call": "auto")", "function_call"},
+      {R"("functions": [{"name": "f"}], "function_call": "required")", "function_call"},
+      {R"("functions": {"name": "f"})", "functions"},
+      {R"("functions": [{"name": "f"}], "tools": [{"type": "function", "function": {"name": "f"}}])",
+       "functions"},
+      {R"("functions": [{"name": "f"}], "parallel_tool_calls": true)", "parallel_tool_calls"},
+  };
+  for (auto [fields, param] : bad) {
+    EXPECT_EQ(parse_error(ApiEndpoint::kChat,
+                          std::string(R"({"messages": [{"role": "user", "content": "x"}], )") + fields + "}")
+                  .param,
+              param)
+        << fields;
+  }
+  EXPECT_EQ(parse_error(ApiEndpoint::kChat, R"({"messages": [{"role": "function", "content": "1"}]})").param,
+            "messages[0].name");
+  EXPECT_EQ(parse_error(ApiEndpoint::kChat,
+                        R"({"messages": [{"role": "assistant", "function_call": {"name": "f"}}]})")
+                .param,
+            "messages[0].function_call");
+}
+
+// The answer to a request with functions: the call in message.function_call, finish_reason
+// "function_call"; streamed as a function_call delta with the name, then argument fragments.
+TEST(OpenAiApiTest, LegacyFunctionCallInTheBodyAndTheStream) {
+  auto tok = test::tiny_qwen_style_tokenizer();
+  OutputOptions o;
+  o.tool_calls = ToolCallFormat::kHermes;
+  o.max_tool_calls = 1;
+  auto ids = tok->encode(
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", false);
+  ids.push_back(*tok->vocab().eos_id);
+  std::vector<OutputProcessor> choices{OutputProcessor(tok.get(), o)};
+  OpenAiAnswer answer(ApiEndpoint::kChat, "chatcmpl-1", 0, "m", tok.get(), false, false);
+  answer.set_legacy_functions(true);
+  std::string events;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    StepOutput out;
+    out.new_tokens = {ids[i]};
+    out.finished = i + 1 == ids.size();
+    if (out.finished) out.finish_reason = FinishReason::kStop;
+    const ChoiceDelta d = choices[0].apply(out, OutputProcessor::Clock::now());
+    events += answer.stream_events(0, d, choices[0], i == 0);
+  }
+  std::string arguments, name, finish;
+  for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
+    const size_t end = events.find("\n\n", at);
+    const auto chunk = nlohmann::json::parse(events.substr(at + 6, end - at - 6));
+    at = end;
+    const auto& choice = chunk["choices"][0];
+    if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+    const auto& delta = choice["delta"];
+    EXPECT_FALSE(delta.contains("tool_calls"));
+    if (!delta.contains("function_call")) continue;
+    const auto& call = delta["function_call"];
+    if (call.contains("name")) {
+      EXPECT_TRUE(name.empty()) << "the name comes once";
+      name = call["name"];
+    } else {
+      EXPECT_FALSE(name.empty()) << "the name comes first";
+    }
+    arguments += call["arguments"].get<std::string>();
+  }
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(finish, "function_call");
+  const auto body = nlohmann::json::parse(answer.body(choices, Usage{1, 1}));
+  const auto& message = body["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_FALSE(message.contains("tool_calls"));
+  EXPECT_EQ(message["function_call"]["name"], "get_weather");
+  EXPECT_EQ(message["function_call"]["arguments"], arguments);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "function_call");
+}
+
 TEST(OpenAiApiTest, RandomBodiesNeverCrashTheParser) {
   std::mt19937 rng(3);
   const std::string seed =
