@@ -51,6 +51,9 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--chat-template", f->chat_template,
                   "a Jinja chat template file to use instead of the model's")
       ->check(CLI::ExistingFile);
+  cmd->add_flag("--trust-request-chat-template", s.trust_request_chat_template,
+                "let requests bring their own chat template (chat_template; rendered in inferd's sandboxed, "
+                "bounded Jinja interpreter)");
   cmd->add_option("--max-body", f->max_body, "largest request body (e.g. 8MiB)");
   cmd->add_option("--header-timeout", s.header_timeout_seconds,
                   "seconds to receive a request once it started")

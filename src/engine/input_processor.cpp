@@ -173,6 +173,23 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
   if (r.sampling.prompt_logprobs && r.n != 1)
     return invalid("prompt_logprobs", "'prompt_logprobs' (or echo with logprobs) needs n = 1");
   if (r.echo && !r.messages.is_null()) return invalid("echo", "'echo' is for completions (a prompt)");
+  if (r.messages.is_null() && (r.chat_template || !r.documents.is_null() || r.reasoning_effort))
+    return invalid(
+        r.chat_template ? "chat_template" : (r.reasoning_effort ? "reasoning_effort" : "documents"),
+        "'chat_template', 'documents' and 'reasoning_effort' are for chat (messages)");
+  if (!r.documents.is_null()) {
+    auto strings = [](const auto& d) {
+      return d.is_object() && std::all_of(d.begin(), d.end(), [](const auto& v) { return v.is_string(); });
+    };
+    if (!r.documents.is_array() || !std::all_of(r.documents.begin(), r.documents.end(), strings))
+      return invalid("documents", "'documents' must be a list of objects of strings (e.g. title, text)");
+  }
+  if (r.reasoning_effort) {
+    static constexpr std::string_view kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+    if (std::find(std::begin(kEfforts), std::end(kEfforts), *r.reasoning_effort) == std::end(kEfforts))
+      return invalid("reasoning_effort",
+                     "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh");
+  }
   if (!r.chat_template_kwargs.is_null() && !r.chat_template_kwargs.is_object())
     return invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object");
   if (r.messages.is_null() && r.prompts.empty())
@@ -281,22 +298,74 @@ std::optional<InputError> InputProcessor::plan_structured_output(const Generatio
                    out);
 }
 
+std::optional<InputError> InputProcessor::render_chat(const GenerationRequest& r, bool offer_tools,
+                                                      ChatPrompt* out) const {
+  if (tokenizer_ == nullptr)
+    return InputError{InputError::Kind::kUnsupported, "messages",
+                      "the model has no tokenizer: give token ids instead of messages"};
+  // The request's own template: chat_template, or chat_template_kwargs.chat_template (vLLM
+  // takes either).
+  std::optional<std::string> source = r.chat_template;
+  const char* source_field = "chat_template";
+  nlohmann::ordered_json kwargs = r.chat_template_kwargs;
+  if (kwargs.is_object() && kwargs.contains("chat_template")) {
+    if (source || !kwargs["chat_template"].is_string())
+      return invalid("chat_template_kwargs",
+                     source ? "'chat_template' is given twice (and in chat_template_kwargs)"
+                            : "'chat_template_kwargs.chat_template' must be a string");
+    source = kwargs["chat_template"].get<std::string>();
+    source_field = "chat_template_kwargs";
+    kwargs.erase("chat_template");
+  }
+  std::optional<ChatTemplate> own;
+  if (source) {
+    if (!limits_.trust_request_chat_template)
+      return InputError{InputError::Kind::kUnsupported, source_field,
+                        "a chat template in the request needs the server started with "
+                        "--trust-request-chat-template"};
+    auto compiled = ChatTemplate::compile(*source);
+    if (!compiled) return invalid(source_field, compiled.status().message());
+    own = std::move(*compiled);
+  } else if (chat_template_ == nullptr) {
+    return InputError{InputError::Kind::kUnsupported, "messages",
+                      "the model has no chat template: give a prompt instead of messages"};
+  }
+  const ChatTemplate& chat_template = own ? *own : *chat_template_;
+  // Variables only some templates read: one the template never names would change nothing.
+  auto put = [&](const char* name, const nlohmann::ordered_json& value) -> std::optional<InputError> {
+    if (!chat_template.mentions(name))
+      return invalid(name, std::string("'") + name + "': the chat template does not use " + name);
+    if (!kwargs.is_object()) kwargs = nlohmann::ordered_json::object();
+    if (kwargs.contains(name))
+      return invalid(name, std::string("'") + name + "' is given twice (and in chat_template_kwargs)");
+    kwargs[name] = value;
+    return std::nullopt;
+  };
+  if (!r.documents.is_null()) {
+    if (auto e = put("documents", r.documents)) return e;
+  }
+  if (r.reasoning_effort) {
+    if (auto e = put("reasoning_effort", *r.reasoning_effort)) return e;
+  }
+  ChatOptions chat_options = chat_options_for(r.add_generation_prompt, r.continue_final_message,
+                                              r.add_special_tokens, std::move(kwargs));
+  if (offer_tools) chat_options.tools = r.tools;
+  auto messages = template_messages(r.messages);
+  if (!messages) return invalid("messages", messages.status().message());
+  auto chat = encode_chat(*tokenizer_, chat_template, *messages, chat_options);
+  if (!chat) return invalid(source ? source_field : "messages", chat.status().message());
+  *out = std::move(*chat);
+  return std::nullopt;
+}
+
 std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, ProcessedInput* out) const {
   std::vector<std::vector<int32_t>> prompts;
   const char* field = r.messages.is_null() ? "prompt" : "messages";
   if (!r.messages.is_null()) {
-    if (tokenizer_ == nullptr || chat_template_ == nullptr)
-      return InputError{InputError::Kind::kUnsupported, "messages",
-                        "the model has no chat template: give a prompt instead of messages"};
-    ChatOptions chat_options = chat_options_for(r.add_generation_prompt, r.continue_final_message,
-                                                r.add_special_tokens, r.chat_template_kwargs);
-    if (out->tool_calls) chat_options.tools = r.tools;
-    auto messages = template_messages(r.messages);
-    if (!messages) return invalid("messages", messages.status().message());
-    auto chat = encode_chat(*tokenizer_, *chat_template_, *messages, chat_options);
-    if (!chat) return invalid("messages", chat.status().message());
-    out->prompt_opens_think = opens_think(chat->text);
-    prompts.push_back(std::move(chat->ids));
+    ChatPrompt chat;
+    if (auto e = render_chat(r, out->tool_calls.has_value(), &chat)) return e;
+    out->prompt_opens_think = opens_think(chat.text);
+    prompts.push_back(std::move(chat.ids));
   } else {
     for (const PromptInput& in : r.prompts) {
       if (in.is_ids) {

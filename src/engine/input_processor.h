@@ -18,6 +18,7 @@
 #include "engine/tool_call_parser.h"
 #include "grammar/grammar_vocab.h"
 #include "jinja/chat_template.h"
+#include "tokenizer/chat_encoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd {
@@ -81,6 +82,12 @@ struct GenerationRequest {
   // Completions: the text after the one to write (fill in the middle): the prompt becomes
   // <fim_prefix> prompt <fim_suffix> suffix <fim_middle>, in the model's own FIM tokens.
   std::optional<std::string> suffix;
+  // Chat, vLLM's fields: a Jinja chat template for this request instead of the model's (only
+  // where the server trusts them), documents for a template that renders them (RAG templates),
+  // and the reasoning effort for a template that reads `reasoning_effort`.
+  std::optional<std::string> chat_template;
+  nlohmann::ordered_json documents;  // null, or a list of objects of strings
+  std::optional<std::string> reasoning_effort;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).
@@ -127,6 +134,8 @@ struct InputLimits {
   // it may decide itself to call one (tool_choice "auto").
   std::optional<ToolCallFormat> tool_call_parser;
   bool enable_auto_tool_choice = false;
+  // vLLM's --trust-request-chat-template: requests may bring their own chat template.
+  bool trust_request_chat_template = false;
 };
 
 class InputProcessor final {
@@ -140,6 +149,11 @@ class InputProcessor final {
   InputProcessed process(GenerationRequest request) const;
 
   const InputLimits& limits() const { return limits_; }
+
+  // A chat request's conversation rendered (with its chat_template, documents, reasoning_effort,
+  // chat options, and `tools` when offer_tools) and tokenized: what process() does for
+  // messages, for /tokenize. The error names the field at fault.
+  std::optional<InputError> render_chat(const GenerationRequest& r, bool offer_tools, ChatPrompt* out) const;
 
  private:
   std::optional<InputError> check_fields(const GenerationRequest& r) const;

@@ -1,9 +1,11 @@
 #include "jinja/chat_template.h"
 
+#include <algorithm>
 #include <exception>
 #include <nlohmann/json.hpp>
 
 #include "jinja/jinja_interpreter.h"
+#include "jinja/jinja_lexer.h"
 #include "jinja/jinja_parser.h"
 
 namespace inferd {
@@ -38,8 +40,20 @@ Expected<ChatTemplate> ChatTemplate::compile(const std::string& source, const Ch
   return guarded([&]() -> Expected<ChatTemplate> {
     INFERD_RETURN_IF_ERROR(limits.validate());
     INFERD_ASSIGN_OR_RETURN(jinja::Program program, jinja::parse_template(source));
-    return ChatTemplate(std::make_shared<const jinja::Program>(std::move(program)), limits);
+    INFERD_ASSIGN_OR_RETURN(std::vector<jinja::Token> tokens, jinja::tokenize(source));
+    std::vector<std::string> names;
+    for (jinja::Token& t : tokens) {
+      if (t.kind == jinja::TokenKind::kName) names.push_back(std::move(t.text));
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return ChatTemplate(std::make_shared<const jinja::Program>(std::move(program)),
+                        std::make_shared<const std::vector<std::string>>(std::move(names)), limits);
   });
+}
+
+bool ChatTemplate::mentions(std::string_view name) const {
+  return std::binary_search(names_->begin(), names_->end(), name);
 }
 
 template <typename Json>

@@ -7,6 +7,8 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -43,14 +45,20 @@ class ChatTemplate final {
   // Same for a nlohmann::json context (its objects iterate in sorted key order).
   Expected<std::string> render(const nlohmann::json& context) const;
 
+  // Whether `name` occurs as a name in the template's tags and expressions (a variable, an
+  // attribute, a macro): false means a context variable of that name cannot change the text.
+  bool mentions(std::string_view name) const;
+
  private:
-  ChatTemplate(std::shared_ptr<const jinja::Program> program, const ChatTemplateLimits& limits)
-      : program_(std::move(program)), limits_(limits) {}
+  ChatTemplate(std::shared_ptr<const jinja::Program> program,
+               std::shared_ptr<const std::vector<std::string>> names, const ChatTemplateLimits& limits)
+      : program_(std::move(program)), names_(std::move(names)), limits_(limits) {}
 
   template <typename Json>
   Expected<std::string> render_json(const Json& context) const;
 
   std::shared_ptr<const jinja::Program> program_;
+  std::shared_ptr<const std::vector<std::string>> names_;  // sorted, unique
   ChatTemplateLimits limits_;
 };
 

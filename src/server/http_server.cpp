@@ -554,22 +554,13 @@ struct HttpServer::Impl {
       co_return co_await send(conn, res);
     }
     std::vector<int32_t> ids;
-    if (!p.request->messages.is_null()) {
-      if (ctx.chat_template == nullptr) {
-        Response res = error_response(
-            req, ApiError{400, "the model has no chat template", "invalid_request_error", "messages", ""});
+    if (const GenerationRequest& chat = p.request->chat; !chat.messages.is_null()) {
+      ChatPrompt prompt;
+      if (auto e = inputs->render_chat(chat, !chat.tools.is_null(), &prompt)) {
+        Response res = error_response(req, ApiError{400, e->message, "invalid_request_error", e->field, ""});
         co_return co_await send(conn, res);
       }
-      const ChatOptions options =
-          chat_options_for(p.request->add_generation_prompt, p.request->continue_final_message,
-                           p.request->add_special_tokens, p.request->chat_template_kwargs);
-      auto chat = encode_chat(*ctx.tokenizer, *ctx.chat_template, p.request->messages, options);
-      if (!chat) {
-        Response res = error_response(
-            req, ApiError{400, chat.status().message(), "invalid_request_error", "messages", ""});
-        co_return co_await send(conn, res);
-      }
-      ids = std::move(chat->ids);
+      ids = std::move(prompt.ids);
     } else {
       ids = p.request->add_special_tokens.value_or(true)
                 ? ctx.tokenizer->encode_prompt(p.request->prompt, true)
@@ -1215,6 +1206,7 @@ void HttpServer::set_ready(const ServingContext& context) {
     InputLimits limits{context.max_model_len, context.vocab_size, impl->options.max_prompts};
     limits.tool_call_parser = impl->options.tool_call_parser;
     limits.enable_auto_tool_choice = impl->options.enable_auto_tool_choice;
+    limits.trust_request_chat_template = impl->options.trust_request_chat_template;
     impl->inputs = std::make_shared<const InputProcessor>(context.tokenizer, context.chat_template, limits);
     impl->metrics = std::make_unique<ServerMetrics>(impl->options.metrics_prefix,
                                                     impl->options.served_model_name, context.max_model_len);

@@ -34,6 +34,7 @@ struct ServerOptions {
   std::optional<ReasoningParser> reasoning_parser;  // chat: the reasoning -> reasoning_content
   std::optional<ToolCallFormat> tool_call_parser;   // chat: the output's tool calls -> tool_calls
   bool enable_auto_tool_choice = false;             // tool_choice "auto" allowed
+  bool trust_request_chat_template = false;         // requests may bring their own chat_template
   int64_t max_body_bytes = 8 << 20;
   int64_t max_header_bytes = 16 << 10;
   double header_timeout_seconds = 10;  // to receive a whole request once its first byte arrived

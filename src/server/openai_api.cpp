@@ -291,24 +291,25 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "add_special_tokens",
                                               "return_tokens_as_token_ids",
                                               "prompt_logprobs"};
-constexpr std::string_view kChatFields[] = {
-    "messages",     "max_completion_tokens", "top_logprobs",          "chat_template_kwargs",   "tools",
-    "tool_choice",  "parallel_tool_calls",   "add_generation_prompt", "continue_final_message", "functions",
-    "function_call"};
+constexpr std::string_view kChatFields[] = {"messages",
+                                            "max_completion_tokens",
+                                            "top_logprobs",
+                                            "chat_template_kwargs",
+                                            "tools",
+                                            "tool_choice",
+                                            "parallel_tool_calls",
+                                            "add_generation_prompt",
+                                            "continue_final_message",
+                                            "functions",
+                                            "function_call",
+                                            "chat_template",
+                                            "documents",
+                                            "reasoning_effort"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
-constexpr std::string_view kUnimplementedFields[] = {"guided_whitespace_pattern",
-                                                     "best_of",
-                                                     "audio",
-                                                     "modalities",
-                                                     "prediction",
-                                                     "reasoning_effort",
-                                                     "web_search_options",
-                                                     "use_beam_search",
-                                                     "length_penalty",
-                                                     "documents",
-                                                     "chat_template",
-                                                     "mm_processor_kwargs"};
+constexpr std::string_view kUnimplementedFields[] = {
+    "guided_whitespace_pattern", "best_of",         "audio",          "modalities",         "prediction",
+    "web_search_options",        "use_beam_search", "length_penalty", "mm_processor_kwargs"};
 
 template <size_t N>
 bool contains(const std::string_view (&names)[N], std::string_view key) {
@@ -730,6 +731,22 @@ void parse_kv_transfer(Reader& r, GenerateRequest* req) {
   if (p.do_remote_decode || p.remote) req->kv_transfer = std::move(p);
 }
 
+// The fields that shape the rendered chat (chat requests and /tokenize): their JSON types here,
+// their values InputProcessor's.
+void parse_chat_template_fields(Reader& r, GenerationRequest* g) {
+  if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {
+    if (!kw->is_object()) r.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    g->chat_template_kwargs = *kw;
+  }
+  if (std::string t; r.string("chat_template", &t)) g->chat_template = std::move(t);
+  if (std::string e; r.string("reasoning_effort", &e)) g->reasoning_effort = std::move(e);
+  if (const json* d = r.find("documents"); d != nullptr && !r.failed()) {
+    if (!d->is_array())
+      r.fail("documents", "'documents' must be a list of objects of strings (e.g. title, text)");
+    g->documents = *d;
+  }
+}
+
 }  // namespace
 
 ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body) {
@@ -786,10 +803,7 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
     r.fail("streaming_llm", "'streaming_llm' is not supported with kv_transfer_params");
   if (req.kv_transfer && req.kv_transfer->do_remote_decode && req.stream)
     r.fail("stream", "'stream' must be false with kv_transfer_params.do_remote_decode");
-  if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {
-    if (!kw->is_object()) r.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    g.chat_template_kwargs = *kw;
-  }
+  if (endpoint == ApiEndpoint::kChat) parse_chat_template_fields(r, &g);
   if (r.failed()) {
     out.error = r.take_error();
     return out;
@@ -804,10 +818,9 @@ ParsedTokenize parse_tokenize_request(std::string_view body) {
   if (!parse_object(body, &j, &out.error)) return out;
   Reader r(j);
   TokenizeRequest t;
-  GenerationRequest chat;
+  GenerationRequest& chat = t.chat;
   if (r.find("messages") != nullptr) {
     parse_messages(r, j, &chat);
-    t.messages = chat.messages;
   } else if (!r.string("prompt", &t.prompt) && !r.failed()) {
     r.fail("prompt", "'prompt' (a string) or 'messages' is required");
   }
@@ -818,22 +831,28 @@ ParsedTokenize parse_tokenize_request(std::string_view body) {
                                                    "add_special_tokens",
                                                    "add_generation_prompt",
                                                    "continue_final_message",
-                                                   "chat_template_kwargs"};
+                                                   "chat_template_kwargs",
+                                                   "chat_template",
+                                                   "documents",
+                                                   "reasoning_effort",
+                                                   "tools"};
     if (!contains(kFields, key)) {
       r.fail(key, "unknown field '" + key + "' for /tokenize");
       break;
     }
   }
   bool flag = false;
-  if (r.boolean("add_special_tokens", &flag)) t.add_special_tokens = flag;
-  if (r.boolean("add_generation_prompt", &flag)) t.add_generation_prompt = flag;
-  r.boolean("continue_final_message", &t.continue_final_message);
-  if (const json* kw = r.find("chat_template_kwargs"); kw != nullptr && !r.failed()) {
-    if (!kw->is_object()) r.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    t.chat_template_kwargs = *kw;
+  if (r.boolean("add_special_tokens", &flag)) t.add_special_tokens = chat.add_special_tokens = flag;
+  if (r.boolean("add_generation_prompt", &flag)) chat.add_generation_prompt = flag;
+  r.boolean("continue_final_message", &chat.continue_final_message);
+  parse_chat_template_fields(r, &chat);
+  if (const json* tools = r.find("tools"); tools != nullptr && !r.failed()) chat.tools = *tools;
+  if (chat.messages.is_null()) {
+    for (const char* key : {"add_generation_prompt", "continue_final_message", "chat_template_kwargs",
+                            "chat_template", "documents", "reasoning_effort", "tools"}) {
+      if (r.find(key) != nullptr && !r.failed()) r.fail(key, std::string("'") + key + "' is for messages");
+    }
   }
-  if (t.messages.is_null() && (t.add_generation_prompt || t.continue_final_message))
-    r.fail("add_generation_prompt", "'add_generation_prompt' and 'continue_final_message' are for messages");
   if (r.failed()) {
     out.error = r.take_error();
     return out;

@@ -73,13 +73,12 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
 // /tokenize and /detokenize bodies.
 struct TokenizeRequest {
   std::string prompt;
-  nlohmann::ordered_json messages;  // instead of prompt: render with the chat template
-  // The chat options of a generation request, with the same defaults (add_special_tokens: absent
-  // means yes for a prompt, no for messages).
-  std::optional<bool> add_special_tokens;
-  std::optional<bool> add_generation_prompt;
-  bool continue_final_message = false;
-  nlohmann::ordered_json chat_template_kwargs;
+  std::optional<bool> add_special_tokens;  // a prompt's BOS (absent: yes)
+  // Instead of a prompt, a conversation rendered as a chat request renders it: chat.messages
+  // with the same chat options and defaults (add_generation_prompt, continue_final_message,
+  // add_special_tokens, chat_template, chat_template_kwargs, documents, reasoning_effort), and
+  // chat.tools offered to the template when given.
+  GenerationRequest chat;
 };
 struct ParsedTokenize {
   std::optional<TokenizeRequest> request;

@@ -243,3 +243,46 @@ def test_suffix_needs_fill_in_the_middle_tokens(server):
     with pytest.raises(openai.BadRequestError) as e:
         cl.completions.create(model="", prompt="def f(x):", suffix="\n    return y", max_tokens=4)
     assert e.value.body["param"] == "suffix" and "fill-in-the-middle" in e.value.body["message"]
+
+
+RAG_TEMPLATE = ("{% for d in documents | default([]) %}<|im_start|>system\nDocument {{ d.title }}: {{ d.text }}"
+                "<|im_end|>\n{% endfor %}{% if reasoning_effort is defined %}<|im_start|>system\nReasoning: "
+                "{{ reasoning_effort }}<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                "{{ m.content }}<|im_end|>\n{% endfor %}{{ '<|im_start|>assistant\\n' }}")
+DOCS = [{"title": "Colours", "text": "Teal is a colour."}]
+
+
+def test_request_chat_template_documents_and_reasoning_effort(server, make_server):
+    # vLLM's fields: a request's own chat template on a server that trusts them, documents and
+    # reasoning_effort for a template that renders them. The prompt is exactly what the template
+    # renders (/tokenize of the same text), and generation uses it (usage.prompt_tokens).
+    with pytest.raises(openai.BadRequestError) as e:
+        client(server).chat.completions.create(model="", messages=MESSAGES, max_tokens=1,
+                                               extra_body={"chat_template": RAG_TEMPLATE})
+    assert e.value.body["param"] == "chat_template" and "--trust-request-chat-template" in e.value.body["message"]
+    # SmolLM2's own template renders neither documents nor a reasoning effort: refused, not ignored.
+    for field, value in (("documents", DOCS), ("reasoning_effort", "low")):
+        with pytest.raises(openai.BadRequestError) as e:
+            client(server).chat.completions.create(model="", messages=MESSAGES, max_tokens=1,
+                                                   extra_body={field: value})
+        assert e.value.body["param"] == field and "does not use" in e.value.body["message"]
+
+    trusting = make_server("--trust-request-chat-template")
+    cl = client(trusting)
+    text = ("<|im_start|>system\nDocument Colours: Teal is a colour.<|im_end|>\n<|im_start|>system\nReasoning: low"
+            "<|im_end|>\n<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n")
+    expected = post(trusting, "/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
+    fields = {"chat_template": RAG_TEMPLATE, "documents": DOCS, "reasoning_effort": "low"}
+    assert post(trusting, "/tokenize", {"messages": MESSAGES, **fields})["tokens"] == expected
+    answer = cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=3, temperature=0,
+                                        extra_body=fields)
+    assert answer.usage.prompt_tokens == len(expected)
+    plain = cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=3, temperature=0)
+    assert plain.usage.prompt_tokens != answer.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=1,
+                                   extra_body={"chat_template": "{% if %}"})
+    assert e.value.body["param"] == "chat_template" and "line 1" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=1, reasoning_effort="extreme")
+    assert e.value.body["param"] == "reasoning_effort"

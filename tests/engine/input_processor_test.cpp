@@ -376,6 +376,80 @@ TEST(InputProcessorTest, ChatPromptsThatContinueTheLastMessage) {
   EXPECT_NE(rewritten.error.message.find("continue_final_message"), std::string::npos);
 }
 
+// vLLM's chat_template (where the server trusts requests' templates), documents and
+// reasoning_effort: rendered by the template that reads them; refused, naming the field, where
+// nothing would change (the template does not use them) or the server does not trust templates.
+TEST(InputProcessorTest, RequestTemplatesDocumentsAndReasoningEffort) {
+  auto tok = test::tiny_qwen_style_tokenizer();
+  auto model_template = ChatTemplate::compile(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
+  ASSERT_TRUE(model_template.has_value());
+  InputLimits limits{256, tok->vocab_size(), 4};
+  const InputProcessor untrusting(tok.get(), &*model_template, limits);
+  limits.trust_request_chat_template = true;
+  const InputProcessor trusting(tok.get(), &*model_template, limits);
+  auto prompt_text = [&](const InputProcessor& p, const GenerationRequest& r) {
+    InputProcessed in = p.process(r);
+    EXPECT_TRUE(in.input.has_value()) << in.error.message;
+    return in.input ? tok->decode(in.input->requests[0].prompt) : std::string();
+  };
+  auto error_of = [&](const InputProcessor& p, const GenerationRequest& r) {
+    InputProcessed in = p.process(r);
+    EXPECT_FALSE(in.input.has_value());
+    return in.error;
+  };
+  GenerationRequest r;
+  r.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(prompt_text(untrusting, r), "<|im_start|>user\nhi<|im_end|>\n");
+  const std::string rag =
+      "{% if reasoning_effort is defined %}[effort {{ reasoning_effort }}]{% endif %}"
+      "{% for d in documents | default([]) %}[doc {{ d.title }}: {{ d.text }}]{% endfor %}"
+      "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
+  r.chat_template = rag;
+  const InputError untrusted = error_of(untrusting, r);
+  EXPECT_EQ(untrusted.field, "chat_template");
+  EXPECT_NE(untrusted.message.find("--trust-request-chat-template"), std::string::npos);
+  EXPECT_EQ(prompt_text(trusting, r), "user: hi\n");
+  r.documents = nlohmann::ordered_json::array(
+      {{{"title", "A"}, {"text", "alpha"}}, {{"title", "B"}, {"text", "beta"}}});
+  r.reasoning_effort = "low";
+  EXPECT_EQ(prompt_text(trusting, r), "[effort low][doc A: alpha][doc B: beta]user: hi\n");
+  // The same template through chat_template_kwargs (vLLM takes it there too).
+  GenerationRequest k = r;
+  k.chat_template.reset();
+  k.chat_template_kwargs = {{"chat_template", rag}};
+  EXPECT_EQ(prompt_text(trusting, k), "[effort low][doc A: alpha][doc B: beta]user: hi\n");
+  EXPECT_EQ(error_of(untrusting, k).field, "chat_template_kwargs");
+  // The model's template reads neither documents nor reasoning_effort.
+  GenerationRequest plain = r;
+  plain.chat_template.reset();
+  plain.reasoning_effort.reset();
+  EXPECT_EQ(error_of(trusting, plain).field, "documents");
+  plain.documents = nullptr;
+  plain.reasoning_effort = "high";
+  EXPECT_EQ(error_of(trusting, plain).field, "reasoning_effort");
+  // Values: the effort's names, documents as objects of strings; a template that does not
+  // compile names the field; completions take none of them.
+  GenerationRequest bad = r;
+  bad.reasoning_effort = "extreme";
+  EXPECT_EQ(error_of(trusting, bad).field, "reasoning_effort");
+  bad = r;
+  bad.documents = nlohmann::ordered_json::array({{{"title", 1}}});
+  EXPECT_EQ(error_of(trusting, bad).field, "documents");
+  bad = r;
+  bad.chat_template = "{% for %}";
+  const InputError broken = error_of(trusting, bad);
+  EXPECT_EQ(broken.field, "chat_template");
+  EXPECT_NE(broken.message.find("line 1"), std::string::npos) << broken.message;
+  bad.documents = nullptr;
+  bad.reasoning_effort.reset();
+  bad.chat_template = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+  EXPECT_EQ(error_of(trusting, bad).field, "chat_template");  // the render's loop limit
+  GenerationRequest completion = ids_request();
+  completion.reasoning_effort = "low";
+  EXPECT_EQ(refused(completion).field, "reasoning_effort");
+}
+
 // suffix: fill in the middle in the model's FIM tokens (prefix, prompt, suffix token, suffix,
 // middle token); refused for a model without them, for token-id prompts and for chat.
 TEST(InputProcessorTest, SuffixFillsInTheMiddle) {

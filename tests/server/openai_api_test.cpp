@@ -388,18 +388,26 @@ TEST(OpenAiApiTest, ErrorBodyHasOpenAisShape) {
 
 TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {
   EXPECT_EQ(parse_tokenize_request(R"({"prompt": "hi"})").request->prompt, "hi");
-  EXPECT_EQ(
-      parse_tokenize_request(R"({"messages": [{"role": "user", "content": "x"}]})").request->messages.size(),
-      1u);
+  EXPECT_EQ(parse_tokenize_request(R"({"messages": [{"role": "user", "content": "x"}]})")
+                .request->chat.messages.size(),
+            1u);
   EXPECT_FALSE(parse_tokenize_request(R"({"prompt": 3})").request.has_value());
   const auto chat = parse_tokenize_request(
       R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": false,
-          "continue_final_message": true, "add_special_tokens": true, "chat_template_kwargs": {"a": 1}})");
+          "continue_final_message": true, "add_special_tokens": true, "chat_template_kwargs": {"a": 1},
+          "chat_template": "{{ messages[0].content }}", "documents": [{"text": "d"}], "reasoning_effort": "low",
+          "tools": [{"type": "function", "function": {"name": "f"}}]})");
   ASSERT_TRUE(chat.request.has_value()) << chat.error.message;
-  EXPECT_EQ(chat.request->add_generation_prompt, false);
-  EXPECT_TRUE(chat.request->continue_final_message);
-  EXPECT_EQ(chat.request->add_special_tokens, true);
-  EXPECT_EQ(chat.request->chat_template_kwargs["a"], 1);
+  const GenerationRequest& g = chat.request->chat;
+  EXPECT_EQ(g.add_generation_prompt, false);
+  EXPECT_TRUE(g.continue_final_message);
+  EXPECT_EQ(g.add_special_tokens, true);
+  EXPECT_EQ(g.chat_template_kwargs["a"], 1);
+  EXPECT_EQ(g.chat_template, "{{ messages[0].content }}");
+  EXPECT_EQ(g.documents[0]["text"], "d");
+  EXPECT_EQ(g.reasoning_effort, "low");
+  EXPECT_EQ(g.tools[0]["function"]["name"], "f");
+  EXPECT_EQ(parse_tokenize_request(R"({"prompt": "x", "documents": []})").error.param, "documents");
   // A field /tokenize would not honour is refused, naming it, never ignored.
   EXPECT_EQ(parse_tokenize_request(R"({"prompt": "x", "return_token_strs": true})").error.param,
             "return_token_strs");
@@ -548,6 +556,25 @@ TEST(OpenAiApiTest, ToolCallsInTheBodyAndTheStream) {
   EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
   EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], arguments);
   EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(OpenAiApiTest, ReadsTheChatTemplateFields) {
+  auto r = parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+    "chat_template": "{{ 1 }}", "documents": [{"title": "t", "text": "d"}], "reasoning_effort": "high"})");
+  EXPECT_EQ(r.generation.chat_template, "{{ 1 }}");
+  EXPECT_EQ(r.generation.documents[0]["title"], "t");
+  EXPECT_EQ(r.generation.reasoning_effort, "high");
+  EXPECT_EQ(parse_error(ApiEndpoint::kChat,
+                        R"({"messages": [{"role": "user", "content": "x"}], "chat_template": 1})")
+                .param,
+            "chat_template");
+  EXPECT_EQ(
+      parse_error(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "documents": {}})")
+          .param,
+      "documents");
+  // Completions have no chat: the fields are unknown there.
+  EXPECT_EQ(parse_error(ApiEndpoint::kCompletion, R"({"prompt": "x", "reasoning_effort": "low"})").param,
+            "reasoning_effort");
 }
 
 // OpenAI's older function calling: functions become tools, function_call the tool choice, one
