@@ -85,6 +85,24 @@ TEST(ChatTemplateFixtures, EveryTemplateCompiles) {
   }
 }
 
+// mentions(): the names of tags and expressions, not text or string literals. The server
+// refuses a request variable (documents, reasoning_effort) its template never mentions.
+TEST(ChatTemplateFixtures, MentionsTheNamesItsExpressionsUse) {
+  auto tpl = ChatTemplate::compile(
+      "documents {{ 'reasoning_effort' }}{% for d in documents %}{{ d.title }}{% endfor %}"
+      "{% if enable_thinking is defined %}x{% endif %}");
+  ASSERT_TRUE(tpl.has_value());
+  for (const char* name : {"documents", "d", "title", "enable_thinking", "defined"})
+    EXPECT_TRUE(tpl->mentions(name)) << name;
+  for (const char* name : {"reasoning_effort", "x", "tools", ""}) EXPECT_FALSE(tpl->mentions(name)) << name;
+  auto qwen3 = ChatTemplate::compile(test::read_text(test::fixture_path("chat_templates/qwen3.jinja")));
+  ASSERT_TRUE(qwen3.has_value());
+  EXPECT_TRUE(qwen3->mentions("enable_thinking"));
+  EXPECT_TRUE(qwen3->mentions("tools"));
+  EXPECT_FALSE(qwen3->mentions("documents"));
+  EXPECT_FALSE(qwen3->mentions("reasoning_effort"));
+}
+
 TEST(ChatTemplateFixtures, RendersConcurrentlyFromOneCompiledTemplate) {
   auto tpl = ChatTemplate::compile(test::read_text(test::fixture_path("chat_templates/qwen3.jinja")));
   ASSERT_TRUE(tpl.has_value());
