@@ -170,6 +170,11 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
     return invalid("truncate_prompt_tokens",
                    "'truncate_prompt_tokens' must be -1 (the context window) or in [1, " +
                        std::to_string(limits_.max_model_len) + "]");
+  if (r.best_of && (*r.best_of < r.n || *r.best_of > kMaxSamples))
+    return invalid("best_of", "'best_of' must be in [n, " + std::to_string(kMaxSamples) + "] (n is " +
+                                  std::to_string(r.n) + ")");
+  if (r.sampling.prompt_logprobs && r.best_of.value_or(1) != 1)
+    return invalid("best_of", "'best_of' must be 1 with prompt_logprobs (or echo with logprobs)");
   if (r.sampling.prompt_logprobs && r.n != 1)
     return invalid("prompt_logprobs", "'prompt_logprobs' (or echo with logprobs) needs n = 1");
   if (r.echo && !r.messages.is_null()) return invalid("echo", "'echo' is for completions (a prompt)");
@@ -497,7 +502,9 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     spec.limits.stop_token_ids = stop_ids;
     spec.limits.ignore_eos = r.ignore_eos;
     spec.priority = r.priority;
-    spec.n = r.n;
+    spec.n = r.best_of.value_or(r.n);
+    // best_of ranks the samples by their tokens' log-probabilities: the chosen token's at least.
+    if (r.best_of && !spec.sampling.logprobs) spec.sampling.logprobs = 0;
     spec.session_id = r.session_id;
     spec.streaming = r.streaming;
   }
@@ -505,6 +512,7 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
   in.include_stop_str_in_output = r.include_stop_str_in_output;
   in.skip_special_tokens = r.skip_special_tokens;
   in.min_tokens = r.sampling.min_tokens;
+  if (r.best_of) in.answered = r.n;
   result.input = std::move(in);
   return result;
 }

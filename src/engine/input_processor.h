@@ -88,6 +88,9 @@ struct GenerationRequest {
   std::optional<std::string> chat_template;
   nlohmann::ordered_json documents;  // null, or a list of objects of strings
   std::optional<std::string> reasoning_effort;
+  // OpenAI's best_of: this many samples per prompt (>= n), of which the n with the highest mean
+  // log-probability per token are answered.
+  std::optional<int32_t> best_of;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).
@@ -114,7 +117,10 @@ struct ProcessedInput {
   bool prompt_opens_think = false;           // chat: the rendered prompt ends in an open <think>
   bool skip_special_tokens = true;           // for the output side
   int32_t min_tokens = 0;                    // stop strings count only from this many tokens on
-  int64_t num_prompt_tokens = 0;             // all prompts together
+  // best_of: each prompt's requests[i].n samples are candidates, of which the `answered` best are
+  // the answer (0: every sample is answered).
+  int32_t answered = 0;
+  int64_t num_prompt_tokens = 0;  // all prompts together
   int64_t num_sequences() const {
     return static_cast<int64_t>(requests.size()) * (requests.empty() ? 0 : requests[0].n);
   }

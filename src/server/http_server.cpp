@@ -974,6 +974,12 @@ struct HttpServer::Impl {
     Usage usage{input.num_prompt_tokens, 0};
     for (const auto& c : choices) usage.completion_tokens += static_cast<int64_t>(c.token_ids().size());
     log_finished(answer.id(), choices, arrival, usage, prepared);
+    if (input.answered > 0) {  // best_of: every candidate's tokens count in usage, as OpenAI bills them
+      std::vector<OutputProcessor> best;
+      for (size_t i : best_of_choices(choices, n, static_cast<size_t>(input.answered)))
+        best.push_back(std::move(choices[i]));
+      choices = std::move(best);
+    }
     const std::optional<json> handle = kv_handle(prepared, choices);
     const json* extra = handle ? &*handle : nullptr;
     co_return co_await answer_request(*conn, req, api, answer, choices, usage, stream_ok, ids, extra, triton);

@@ -1,5 +1,6 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <limits>
 #include <tuple>
 
@@ -290,7 +291,8 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "truncate_prompt_tokens",
                                               "add_special_tokens",
                                               "return_tokens_as_token_ids",
-                                              "prompt_logprobs"};
+                                              "prompt_logprobs",
+                                              "best_of"};
 constexpr std::string_view kChatFields[] = {"messages",
                                             "max_completion_tokens",
                                             "top_logprobs",
@@ -308,7 +310,7 @@ constexpr std::string_view kChatFields[] = {"messages",
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
 constexpr std::string_view kUnimplementedFields[] = {
-    "guided_whitespace_pattern", "best_of",         "audio",          "modalities",         "prediction",
+    "guided_whitespace_pattern", "audio",           "modalities",     "prediction",
     "web_search_options",        "use_beam_search", "length_penalty", "mm_processor_kwargs"};
 
 template <size_t N>
@@ -773,6 +775,7 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
   parse_stops(r, &g);
   parse_vllm_extras(r, endpoint, &req);
   r.integer("n", &g.n, kInt32Min, kInt32Max);
+  if (int32_t best_of = 0; r.integer("best_of", &best_of, kInt32Min, kInt32Max)) g.best_of = best_of;
   parse_answer_shape(r, endpoint, &req);
   r.boolean("ignore_eos", &g.ignore_eos);
   r.integer("priority", &g.priority, kInt32Min, kInt32Max);
@@ -797,7 +800,11 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
     r.fail(
         g.echo && req.logprobs ? "echo" : "prompt_logprobs",
         "prompt log-probabilities (prompt_logprobs, or echo with logprobs) are not supported with 'stream'");
+  if (g.best_of && req.stream)
+    r.fail("best_of", "'best_of' cannot go with 'stream' (the best are known when all have finished)");
   parse_kv_transfer(r, &req);
+  if (req.kv_transfer && g.best_of.value_or(1) != 1)
+    r.fail("best_of", "'best_of' must be 1 with kv_transfer_params");
   parse_streaming_llm(r, &g);
   if (g.streaming.enabled() && req.kv_transfer)
     r.fail("streaming_llm", "'streaming_llm' is not supported with kv_transfer_params");
@@ -877,6 +884,28 @@ ParsedDetokenize parse_detokenize_request(std::string_view body) {
 }
 
 // ---- answers ----------------------------------------------------------------------------------
+
+std::vector<size_t> best_of_choices(const std::vector<OutputProcessor>& candidates, size_t per_prompt,
+                                    size_t answered) {
+  std::vector<size_t> out;
+  if (per_prompt == 0) return out;
+  auto score = [&](size_t i) {
+    const auto& lp = candidates[i].logprobs();
+    if (lp.empty()) return -std::numeric_limits<double>::infinity();
+    double sum = 0;
+    for (const TokenLogprob& e : lp) sum += e.logprob;
+    return sum / static_cast<double>(lp.size());
+  };
+  for (size_t first = 0; first < candidates.size(); first += per_prompt) {
+    std::vector<std::pair<double, size_t>> ranked;
+    for (size_t i = first; i < std::min(first + per_prompt, candidates.size()); ++i)
+      ranked.emplace_back(score(i), i);
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (size_t k = 0; k < std::min(answered, ranked.size()); ++k) out.push_back(ranked[k].second);
+  }
+  return out;
+}
 
 namespace {
 std::string dump(const nlohmann::json& j) {

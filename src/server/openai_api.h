@@ -96,6 +96,12 @@ struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
 };
 
+// best_of: candidates hold each prompt's `per_prompt` samples in turn; returns the indices of the
+// `answered` best of each prompt's, best first, ranked by mean log-probability per token (OpenAI's
+// definition; a candidate without tokens ranks last; ties keep sample order).
+std::vector<size_t> best_of_choices(const std::vector<OutputProcessor>& candidates, size_t per_prompt,
+                                    size_t answered);
+
 // The JSON of one request's answer, in OpenAI's shapes: stream chunks (SSE events) and the
 // whole body. One per HTTP request; the transport only sends what it builds.
 class OpenAiAnswer final {

@@ -286,3 +286,25 @@ def test_request_chat_template_documents_and_reasoning_effort(server, make_serve
     with pytest.raises(openai.BadRequestError) as e:
         cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=1, reasoning_effort="extreme")
     assert e.value.body["param"] == "reasoning_effort"
+
+
+def test_best_of_answers_the_likeliest_samples(server):
+    # best_of=6, n=2 answers the two of six samples with the highest mean log-probability per token:
+    # the same six samples as n=6 with the same seed (sampling is seeded per sample), ranked.
+    cl = client(server)
+    kw = dict(model="", prompt="Once upon a time", max_tokens=8, temperature=1.2, seed=21, logprobs=0,
+              extra_body={"ignore_eos": True})
+    six = cl.completions.create(n=6, **kw)
+    mean = {c.text: sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in six.choices}
+    assert len(mean) >= 3, "the samples should differ"
+    best = cl.completions.create(n=2, best_of=6, **kw)
+    assert [c.text for c in best.choices] == sorted(mean, key=mean.get, reverse=True)[:2]
+    assert [c.index for c in best.choices] == [0, 1]
+    assert best.usage.completion_tokens == 6 * 8  # every candidate's tokens
+    without_logprobs = cl.completions.create(n=2, best_of=6, **{**kw, "logprobs": None})
+    assert [c.text for c in without_logprobs.choices] == [c.text for c in best.choices]
+    assert all(c.logprobs is None for c in without_logprobs.choices)
+    for bad in (dict(n=3, best_of=2), dict(best_of=2, stream=True), dict(best_of=129)):
+        with pytest.raises(openai.BadRequestError) as e:
+            cl.completions.create(model="", prompt="x", max_tokens=2, **bad)
+        assert e.value.body["param"] == "best_of"

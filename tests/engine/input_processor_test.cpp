@@ -450,6 +450,29 @@ TEST(InputProcessorTest, RequestTemplatesDocumentsAndReasoningEffort) {
   EXPECT_EQ(refused(completion).field, "reasoning_effort");
 }
 
+// best_of: each prompt is sampled best_of times, with the chosen tokens' logprobs to rank them.
+TEST(InputProcessorTest, BestOfSamplesMoreThanItAnswers) {
+  GenerationRequest r = ids_request();
+  r.n = 2;
+  r.best_of = 5;
+  InputProcessed in = processor().process(r);
+  ASSERT_TRUE(in.input.has_value()) << in.error.message;
+  EXPECT_EQ(in.input->requests[0].n, 5);
+  EXPECT_EQ(in.input->answered, 2);
+  EXPECT_EQ(in.input->requests[0].sampling.logprobs, 0);
+  r.sampling.logprobs = 3;  // the client's own logprobs are kept
+  EXPECT_EQ(processor().process(r).input->requests[0].sampling.logprobs, 3);
+  EXPECT_EQ(processor().process(ids_request()).input->answered, 0);
+  r.best_of = 1;  // below n
+  EXPECT_EQ(refused(r).field, "best_of");
+  r.best_of = kMaxSamples + 1;
+  EXPECT_EQ(refused(r).field, "best_of");
+  r = ids_request();
+  r.best_of = 2;
+  r.sampling.prompt_logprobs = 1;
+  EXPECT_EQ(refused(r).field, "best_of");
+}
+
 // suffix: fill in the middle in the model's FIM tokens (prefix, prompt, suffix token, suffix,
 // middle token); refused for a model without them, for token-id prompts and for chat.
 TEST(InputProcessorTest, SuffixFillsInTheMiddle) {

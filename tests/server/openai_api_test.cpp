@@ -687,6 +687,38 @@ TEST(OpenAiApiTest, LegacyFunctionCallInTheBodyAndTheStream) {
   EXPECT_EQ(body["choices"][0]["finish_reason"], "function_call");
 }
 
+// best_of: the field's rules, and the choice of the answered samples (the highest mean
+// log-probability per token of each prompt's candidates).
+TEST(OpenAiApiTest, BestOfKeepsTheLikeliestSamplesPerPrompt) {
+  EXPECT_EQ(parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "n": 2, "best_of": 5})").generation.best_of,
+            5);
+  EXPECT_EQ(parse_error(ApiEndpoint::kCompletion, R"({"prompt": "x", "best_of": 3, "stream": true})").param,
+            "best_of");
+  EXPECT_EQ(parse_error(ApiEndpoint::kCompletion, R"({"prompt": "x", "best_of": "3"})").param, "best_of");
+  EXPECT_EQ(parse_error(ApiEndpoint::kCompletion,
+                        R"({"prompt": "x", "best_of": 2, "kv_transfer_params": {"do_remote_decode": true}})")
+                .param,
+            "best_of");
+  auto tok = test::tiny_qwen_style_tokenizer();
+  // Two prompts of three candidates; mean logprobs -1, -0.5, -2 and -3, (no tokens), -0.25.
+  const std::vector<std::vector<float>> lps = {{-1, -1}, {-0.25f, -0.75f}, {-2}, {-3, -3, -3}, {}, {-0.25f}};
+  std::vector<OutputProcessor> candidates;
+  for (const auto& lp : lps) {
+    candidates.emplace_back(tok.get(), OutputOptions{});
+    StepOutput out;
+    out.new_tokens.assign(lp.size(), 5);
+    out.logprobs = lp;
+    out.top_logprobs.resize(lp.size());
+    out.finished = true;
+    out.finish_reason = FinishReason::kLength;
+    candidates.back().apply(out, OutputProcessor::Clock::now());
+  }
+  EXPECT_EQ(best_of_choices(candidates, 3, 1), (std::vector<size_t>{1, 5}));
+  EXPECT_EQ(best_of_choices(candidates, 3, 2), (std::vector<size_t>{1, 0, 5, 3}));
+  EXPECT_EQ(best_of_choices(candidates, 3, 3), (std::vector<size_t>{1, 0, 2, 5, 3, 4}));
+  EXPECT_EQ(best_of_choices(candidates, 6, 2), (std::vector<size_t>{5, 1}));
+}
+
 TEST(OpenAiApiTest, RandomBodiesNeverCrashTheParser) {
   std::mt19937 rng(3);
   const std::string seed =
