@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string_view>
 
 #include "common/text.h"
@@ -173,6 +174,7 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
   if (r.best_of && (*r.best_of < r.n || *r.best_of > kMaxSamples))
     return invalid("best_of", "'best_of' must be in [n, " + std::to_string(kMaxSamples) + "] (n is " +
                                   std::to_string(r.n) + ")");
+  if (auto e = check_beam_search(r)) return e;
   if (r.sampling.prompt_logprobs && r.best_of.value_or(1) != 1)
     return invalid("best_of", "'best_of' must be 1 with prompt_logprobs (or echo with logprobs)");
   if (r.sampling.prompt_logprobs && r.n != 1)
@@ -208,6 +210,46 @@ std::optional<InputError> InputProcessor::check_fields(const GenerationRequest& 
   if (static_cast<int64_t>(r.prompts.size()) > limits_.max_prompts)
     return invalid("prompt", "the request has " + std::to_string(r.prompts.size()) + " prompts; at most " +
                                  std::to_string(limits_.max_prompts) + " are accepted in one request");
+  return std::nullopt;
+}
+
+// Beam search ranks continuations by the model's own log-probabilities and samples nothing: a
+// field that would shape sampling or the output's tokens is refused with it, not ignored.
+std::optional<InputError> InputProcessor::check_beam_search(const GenerationRequest& r) const {
+  if (!r.use_beam_search) {
+    if (r.length_penalty) return invalid("length_penalty", "'length_penalty' is for use_beam_search");
+    return std::nullopt;
+  }
+  if (r.length_penalty && !std::isfinite(*r.length_penalty))
+    return invalid("length_penalty", "'length_penalty' must be a finite number");
+  const SamplingParams& s = r.sampling;
+  const SamplingParams plain;
+  const std::pair<bool, const char*> conflicts[] = {
+      {s.temperature != plain.temperature, "temperature"},
+      {s.top_p != plain.top_p, "top_p"},
+      {s.top_k != plain.top_k, "top_k"},
+      {s.min_p != plain.min_p, "min_p"},
+      {s.repetition_penalty != plain.repetition_penalty, "repetition_penalty"},
+      {s.presence_penalty != plain.presence_penalty, "presence_penalty"},
+      {s.frequency_penalty != plain.frequency_penalty, "frequency_penalty"},
+      {!s.logit_bias.empty(), "logit_bias"},
+      {s.min_tokens != 0, "min_tokens"},
+      {!s.allowed_token_ids.empty(), "allowed_token_ids"},
+      {!r.bad_words.empty(), "bad_words"},
+      {s.prompt_logprobs.has_value(), "prompt_logprobs"},
+      {r.best_of.has_value(), "best_of"},
+      {!r.stop.empty(), "stop"},
+      {r.structured_output.has_value(), r.structured_output ? r.structured_output->field.c_str() : ""},
+      {r.tools.is_array() && !r.tools.empty(), "tools"},
+      {r.streaming.enabled(), "streaming_llm"},
+      {!r.session_id.empty(), "session_id"},
+  };
+  for (const auto& [set, field] : conflicts) {
+    if (set)
+      return invalid(field, std::string("'") + field +
+                                "' cannot go with use_beam_search (beam search ranks by the model's own "
+                                "log-probabilities and samples nothing)");
+  }
   return std::nullopt;
 }
 
@@ -513,6 +555,7 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
   in.skip_special_tokens = r.skip_special_tokens;
   in.min_tokens = r.sampling.min_tokens;
   if (r.best_of) in.answered = r.n;
+  if (r.use_beam_search) in.beam_length_penalty = r.length_penalty.value_or(1.0f);
   result.input = std::move(in);
   return result;
 }

@@ -91,6 +91,9 @@ struct GenerationRequest {
   // OpenAI's best_of: this many samples per prompt (>= n), of which the n with the highest mean
   // log-probability per token are answered.
   std::optional<int32_t> best_of;
+  // vLLM's beam search: n beams (BeamSearch), ranked with this length penalty (absent: 1).
+  bool use_beam_search = false;
+  std::optional<float> length_penalty;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).
@@ -120,6 +123,9 @@ struct ProcessedInput {
   // best_of: each prompt's requests[i].n samples are candidates, of which the `answered` best are
   // the answer (0: every sample is answered).
   int32_t answered = 0;
+  // Beam search instead of sampling: each prompt's requests[i] (n beams, max_tokens, stop tokens)
+  // is run by a BeamSearch with this length penalty, not submitted as it is.
+  std::optional<float> beam_length_penalty;
   int64_t num_prompt_tokens = 0;  // all prompts together
   int64_t num_sequences() const {
     return static_cast<int64_t>(requests.size()) * (requests.empty() ? 0 : requests[0].n);
@@ -164,6 +170,7 @@ class InputProcessor final {
  private:
   std::optional<InputError> check_fields(const GenerationRequest& r) const;
   std::optional<InputError> check_tools(const GenerationRequest& r) const;
+  std::optional<InputError> check_beam_search(const GenerationRequest& r) const;
   std::optional<InputError> plan_tool_calls(const GenerationRequest& r, ProcessedInput* out) const;
   std::optional<InputError> plan_structured_output(const GenerationRequest& r, ProcessedInput* out) const;
   // The tokenizer's vocabulary as grammars see it, built on first use.

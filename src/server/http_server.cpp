@@ -29,6 +29,7 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "engine/beam_search.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "server/triton_api.h"
@@ -131,6 +132,8 @@ struct HttpServer::Impl {
   // The front end's input side, once the model is loaded; shared with the input workers.
   std::shared_ptr<const InputProcessor> inputs;
   std::unordered_set<RequestId> active;  // engine requests in flight
+  // Beam searches in flight (each runs a changing set of engine requests of its own).
+  std::unordered_set<std::shared_ptr<BeamSearch>> beam_searches;
   int64_t in_flight_http = 0;
 
   using Response = http::response<http::string_body>;
@@ -820,6 +823,56 @@ struct HttpServer::Impl {
     return ids;
   }
 
+  // Beam search instead of submitting: one BeamSearch per prompt; at its end each beam becomes
+  // one finished output of its prompt (index = rank), as if the engine had sampled it.
+  std::vector<std::shared_ptr<BeamSearch>> start_beam_searches(ProcessedInput& input, float length_penalty,
+                                                               const std::shared_ptr<Channel>& channel) {
+    std::vector<std::shared_ptr<BeamSearch>> searches;
+    auto ex = io.get_executor();
+    AsyncEngine* engine = ctx.engine;
+    for (size_t p = 0; p < input.requests.size(); ++p) {
+      RequestSpec& spec = input.requests[p];
+      BeamSearchParams params;
+      params.width = spec.n;
+      params.max_tokens = spec.limits.max_tokens;
+      params.length_penalty = length_penalty;
+      if (!spec.limits.ignore_eos) params.stop_token_ids = spec.limits.stop_token_ids;
+      params.logprobs = spec.sampling.logprobs;
+      const int32_t width = spec.n;
+      auto done = [channel, p, ex, width](std::vector<Beam> beams, const std::string& error, bool internal) {
+        {
+          std::lock_guard<std::mutex> lock(channel->mutex);
+          for (int32_t k = 0; k < width; ++k) {
+            StepOutput out;
+            out.index = k;
+            out.finished = true;
+            if (!error.empty() || static_cast<size_t>(k) >= beams.size()) {
+              out.error = error.empty() ? "beam search ended with fewer beams than n" : error;
+              out.internal = internal || error.empty();
+            } else {
+              Beam& beam = beams[static_cast<size_t>(k)];
+              out.new_tokens = std::move(beam.tokens);
+              out.logprobs = std::move(beam.token_logprobs);
+              out.top_logprobs = std::move(beam.top_logprobs);
+              out.finish_reason = beam.complete ? FinishReason::kStop : FinishReason::kLength;
+            }
+            channel->items.push_back({p, std::move(out), Clock::now()});
+          }
+        }
+        net::post(ex, [channel] { channel->wake.cancel(); });
+      };
+      auto search = BeamSearch::start(
+          std::move(spec), params,
+          [engine](RequestSpec step, BeamSearch::OutputCallback cb) {
+            return engine->submit(std::move(step), std::move(cb));
+          },
+          [engine](RequestId id) { engine->abort(id); }, std::move(done));
+      beam_searches.insert(search);
+      searches.push_back(std::move(search));
+    }
+    return searches;
+  }
+
   // Writes the stream's head; false when the client is gone.
   awaitable<bool> start_stream(Connection& conn, const http::request<http::string_body>& req) {
     http::response<http::empty_body> head{http::status::ok, req.version()};
@@ -918,11 +971,13 @@ struct HttpServer::Impl {
     answer.set_prompt_logprobs(api.prompt_logprobs_field, api.generation.echo && api.logprobs);
 
     auto channel = std::make_shared<Channel>(io.get_executor());
-    const std::vector<RequestId> ids = submit(input, channel);
+    std::vector<std::shared_ptr<BeamSearch>> searches;
+    if (input.beam_length_penalty) searches = start_beam_searches(input, *input.beam_length_penalty, channel);
+    const std::vector<RequestId> ids = searches.empty() ? submit(input, channel) : std::vector<RequestId>{};
     metrics->add_prompt_tokens(input.num_prompt_tokens);
     // Watch for the client hanging up while we wait: abort at once so its blocks free.
     auto stop_watch = std::make_shared<bool>(false);
-    net::co_spawn(io, watch_disconnect(conn, channel, ids, stop_watch), net::detached);
+    net::co_spawn(io, watch_disconnect(conn, channel, ids, searches, stop_watch), net::detached);
     bool stream_ok = true;
     if (api.stream) stream_ok = co_await start_stream(*conn, req);
 
@@ -970,6 +1025,7 @@ struct HttpServer::Impl {
     boost::system::error_code ignored;
     if (conn->socket.is_open()) conn->socket.cancel(ignored);  // ends the disconnect watch
     for (RequestId rid : ids) active.erase(rid);
+    for (const auto& search : searches) beam_searches.erase(search);
 
     Usage usage{input.num_prompt_tokens, 0};
     for (const auto& c : choices) usage.completion_tokens += static_cast<int64_t>(c.token_ids().size());
@@ -1130,7 +1186,9 @@ struct HttpServer::Impl {
   // Waits until the client's side of the socket reports end of stream (it hung up) while the
   // request is in flight; then aborts the request's engine requests and wakes the handler.
   awaitable<void> watch_disconnect(std::shared_ptr<Connection> conn, std::shared_ptr<Channel> channel,
-                                   std::vector<RequestId> ids, std::shared_ptr<bool> stop) {
+                                   std::vector<RequestId> ids,
+                                   std::vector<std::shared_ptr<BeamSearch>> searches,
+                                   std::shared_ptr<bool> stop) {
     for (;;) {
       boost::system::error_code ec;
       co_await conn->socket.async_wait(tcp::socket::wait_read, net::redirect_error(use_awaitable, ec));
@@ -1145,6 +1203,7 @@ struct HttpServer::Impl {
       }
       conn->client_gone = true;
       for (RequestId id : ids) ctx.engine->abort(id);
+      for (const auto& search : searches) search->cancel();
       channel->wake.cancel();
       co_return;
     }
@@ -1163,16 +1222,17 @@ struct HttpServer::Impl {
     net::steady_timer timer(io);
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(options.shutdown_grace_seconds));
-    while (!active.empty() && Clock::now() < deadline) {
+    while ((!active.empty() || !beam_searches.empty()) && Clock::now() < deadline) {
       timer.expires_after(std::chrono::milliseconds(50));
       co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
     }
-    if (!active.empty()) {
+    if (!active.empty() || !beam_searches.empty()) {
       log_warning("grace period over: aborting requests",
-                  {{"requests", static_cast<int64_t>(active.size())}});
+                  {{"requests", static_cast<int64_t>(active.size() + beam_searches.size())}});
       for (RequestId id : active) ctx.engine->abort(id);
+      for (const auto& search : beam_searches) search->cancel();
       const auto hard = Clock::now() + std::chrono::seconds(5);
-      while (!active.empty() && Clock::now() < hard) {
+      while ((!active.empty() || !beam_searches.empty()) && Clock::now() < hard) {
         timer.expires_after(std::chrono::milliseconds(20));
         co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
       }

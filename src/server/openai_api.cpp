@@ -292,7 +292,9 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "add_special_tokens",
                                               "return_tokens_as_token_ids",
                                               "prompt_logprobs",
-                                              "best_of"};
+                                              "best_of",
+                                              "use_beam_search",
+                                              "length_penalty"};
 constexpr std::string_view kChatFields[] = {"messages",
                                             "max_completion_tokens",
                                             "top_logprobs",
@@ -310,8 +312,8 @@ constexpr std::string_view kChatFields[] = {"messages",
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
 constexpr std::string_view kUnimplementedFields[] = {
-    "guided_whitespace_pattern", "audio",           "modalities",     "prediction",
-    "web_search_options",        "use_beam_search", "length_penalty", "mm_processor_kwargs"};
+    "guided_whitespace_pattern", "audio", "modalities", "prediction", "web_search_options",
+    "mm_processor_kwargs"};
 
 template <size_t N>
 bool contains(const std::string_view (&names)[N], std::string_view key) {
@@ -800,11 +802,17 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
     r.fail(
         g.echo && req.logprobs ? "echo" : "prompt_logprobs",
         "prompt log-probabilities (prompt_logprobs, or echo with logprobs) are not supported with 'stream'");
+  r.boolean("use_beam_search", &g.use_beam_search);
+  if (float penalty = 1.0f; r.number("length_penalty", &penalty)) g.length_penalty = penalty;
+  if (g.use_beam_search && req.stream)
+    r.fail("use_beam_search", "'use_beam_search' cannot go with 'stream' (the beams are ranked at the end)");
   if (g.best_of && req.stream)
     r.fail("best_of", "'best_of' cannot go with 'stream' (the best are known when all have finished)");
   parse_kv_transfer(r, &req);
   if (req.kv_transfer && g.best_of.value_or(1) != 1)
     r.fail("best_of", "'best_of' must be 1 with kv_transfer_params");
+  if (req.kv_transfer && g.use_beam_search)
+    r.fail("use_beam_search", "'use_beam_search' cannot go with kv_transfer_params");
   parse_streaming_llm(r, &g);
   if (g.streaming.enabled() && req.kv_transfer)
     r.fail("streaming_llm", "'streaming_llm' is not supported with kv_transfer_params");

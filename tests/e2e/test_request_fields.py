@@ -308,3 +308,42 @@ def test_best_of_answers_the_likeliest_samples(server):
         with pytest.raises(openai.BadRequestError) as e:
             cl.completions.create(model="", prompt="x", max_tokens=2, **bad)
         assert e.value.body["param"] == "best_of"
+
+
+def test_beam_search(server):
+    # vLLM's use_beam_search: one beam is greedy decoding; n beams come back distinct, ranked by
+    # cumulative log-probability / length^length_penalty (the logprobs each beam reports).
+    cl = client(server)
+    prompt = "The three primary colours are"
+    greedy = cl.completions.create(model="", prompt=prompt, max_tokens=12, temperature=0, logprobs=0)
+    one = cl.completions.create(model="", prompt=prompt, max_tokens=12, logprobs=0,
+                                extra_body={"use_beam_search": True})
+    assert one.choices[0].text == greedy.choices[0].text
+    assert one.choices[0].logprobs.token_logprobs == pytest.approx(greedy.choices[0].logprobs.token_logprobs,
+                                                                   abs=1e-4)
+    for penalty in (1.0, 0.0):
+        beams = cl.completions.create(model="", prompt=prompt, max_tokens=12, n=4, logprobs=2,
+                                      extra_body={"use_beam_search": True, "length_penalty": penalty})
+        texts = [c.text for c in beams.choices]
+        assert len(set(texts)) == 4, texts
+
+        def score(c):
+            lps = c.logprobs.token_logprobs
+            # A beam that ended on the stop token (finish "stop") has one token more than its text.
+            length = max(1, len(lps) - (1 if c.finish_reason == "stop" else 0))
+            return sum(lps) / length ** penalty
+
+        scores = [score(c) for c in beams.choices]
+        assert scores == sorted(scores, reverse=True), scores
+        assert all(len(c.logprobs.top_logprobs[0]) == 2 for c in beams.choices)
+    chat = cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=8, n=2,
+                                      extra_body={"use_beam_search": True})
+    assert len({c.message.content for c in chat.choices}) == 2
+    for bad, param in ((dict(temperature=0.8), "temperature"), (dict(stop=["."]), "stop"),
+                       (dict(stream=True), "use_beam_search")):
+        with pytest.raises(openai.BadRequestError) as e:
+            cl.completions.create(model="", prompt=prompt, max_tokens=4, extra_body={"use_beam_search": True}, **bad)
+        assert e.value.body["param"] == param
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="", prompt=prompt, max_tokens=4, extra_body={"length_penalty": 0.5})
+    assert e.value.body["param"] == "length_penalty"

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "test_support.h"
 #include "tokenizer/vocab.h"
 
@@ -471,6 +473,41 @@ TEST(InputProcessorTest, BestOfSamplesMoreThanItAnswers) {
   r.best_of = 2;
   r.sampling.prompt_logprobs = 1;
   EXPECT_EQ(refused(r).field, "best_of");
+}
+
+// Beam search: what would shape sampling is refused with it; length_penalty needs it.
+TEST(InputProcessorTest, BeamSearchRefusesWhatItWouldIgnore) {
+  GenerationRequest r = ids_request();
+  r.use_beam_search = true;
+  r.n = 3;
+  r.length_penalty = 0.5f;
+  r.sampling.logprobs = 2;
+  InputProcessed in = processor().process(r);
+  ASSERT_TRUE(in.input.has_value()) << in.error.message;
+  EXPECT_EQ(in.input->beam_length_penalty, 0.5f);
+  EXPECT_EQ(in.input->requests[0].n, 3);
+  EXPECT_FALSE(processor().process(ids_request()).input->beam_length_penalty.has_value());
+  auto conflict = [&](auto set, const char* field) {
+    GenerationRequest c = r;
+    set(c);
+    EXPECT_EQ(refused(c).field, field);
+  };
+  conflict([](GenerationRequest& c) { c.sampling.temperature = 0.7f; }, "temperature");
+  conflict([](GenerationRequest& c) { c.sampling.top_p = 0.9f; }, "top_p");
+  conflict([](GenerationRequest& c) { c.sampling.top_k = 5; }, "top_k");
+  conflict([](GenerationRequest& c) { c.sampling.repetition_penalty = 1.2f; }, "repetition_penalty");
+  conflict([](GenerationRequest& c) { c.sampling.logit_bias = {{1, 5.0f}}; }, "logit_bias");
+  conflict([](GenerationRequest& c) { c.stop = {"."}; }, "stop");
+  conflict([](GenerationRequest& c) { c.best_of = 4; }, "best_of");
+  conflict([](GenerationRequest& c) { c.session_id = "s"; }, "session_id");
+  conflict([](GenerationRequest& c) { c.length_penalty = std::numeric_limits<float>::infinity(); },
+           "length_penalty");
+  conflict(
+      [](GenerationRequest& c) {
+        c.use_beam_search = false;
+        c.sampling.logprobs.reset();
+      },
+      "length_penalty");
 }
 
 // suffix: fill in the middle in the model's FIM tokens (prefix, prompt, suffix token, suffix,

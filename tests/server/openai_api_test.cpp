@@ -719,6 +719,23 @@ TEST(OpenAiApiTest, BestOfKeepsTheLikeliestSamplesPerPrompt) {
   EXPECT_EQ(best_of_choices(candidates, 6, 2), (std::vector<size_t>{5, 1}));
 }
 
+TEST(OpenAiApiTest, ReadsBeamSearchFields) {
+  auto r = parse_ok(ApiEndpoint::kCompletion,
+                    R"({"prompt": "x", "n": 3, "use_beam_search": true, "length_penalty": 0.5})");
+  EXPECT_TRUE(r.generation.use_beam_search);
+  EXPECT_EQ(r.generation.length_penalty, 0.5f);
+  EXPECT_EQ(
+      parse_error(
+          ApiEndpoint::kChat,
+          R"({"messages": [{"role": "user", "content": "x"}], "use_beam_search": true, "stream": true})")
+          .param,
+      "use_beam_search");
+  EXPECT_EQ(parse_error(ApiEndpoint::kCompletion, R"({"prompt": "x", "use_beam_search": 1})").param,
+            "use_beam_search");
+  EXPECT_EQ(parse_error(ApiEndpoint::kCompletion, R"({"prompt": "x", "length_penalty": "1"})").param,
+            "length_penalty");
+}
+
 TEST(OpenAiApiTest, RandomBodiesNeverCrashTheParser) {
   std::mt19937 rng(3);
   const std::string seed =
