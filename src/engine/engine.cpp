@@ -120,6 +120,7 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   }
   r->session_id = std::move(spec.session_id);
   r->streaming = spec.streaming;
+  r->prediction = std::move(spec.prediction);
   r->arrival_order = next_arrival_++;
   r->group = r->id;
   r->num_samples = spec.n;
@@ -203,6 +204,8 @@ StepOutput& StepOutputs::add() {
   o.prompt_ranks.clear();
   o.prompt_top_logprobs.clear();
   o.first_scheduled.reset();
+  o.predicted_tokens = 0;
+  o.accepted_predicted_tokens = 0;
   o.finished = false;
   o.finish_reason.reset();
   o.error.clear();
@@ -235,6 +238,8 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits) {
     r->deadline = parent.deadline;
     r->session_id = parent.session_id;
     r->streaming = parent.streaming;
+    r->prediction = parent.prediction;
+    r->prediction_cursor = parent.prediction_cursor;
     r->lora = parent.lora;
     r->arrival_order = parent.arrival_order;
     r->first_scheduled = parent.first_scheduled;
@@ -286,7 +291,8 @@ std::span<const StepOutput> Engine::step() {
   // later one that samples its first token.
   const SpeculativeOptions& spec = options_.scheduler.speculative;
   outputs_.reserve(static_cast<size_t>(scheduler_.num_running()),
-                   1 + static_cast<size_t>(spec.enabled ? spec.ngram.num_speculative_tokens : 0));
+                   1 + static_cast<size_t>(std::max(spec.enabled ? spec.ngram.num_speculative_tokens : 0,
+                                                    kPredictionDraftTokens)));
   if (drafter_) {
     const int64_t passes = drafter_->forward_passes();
     drafter_->propose(&batch);
@@ -365,6 +371,10 @@ std::span<const StepOutput> Engine::step() {
         ++stats_.spec_drafts;
         stats_.spec_draft_tokens += static_cast<int64_t>(r.draft.size());
         stats_.spec_accepted_tokens += static_cast<int64_t>(j);
+        if (r.draft_from_prediction) {
+          o.predicted_tokens = static_cast<int32_t>(r.draft.size());
+          o.accepted_predicted_tokens = static_cast<int32_t>(j);
+        }
       }
       // Before update(): a sample that finishes at once must not free the prompt's blocks first.
       if (r.num_samples > 1 && !r.forked && r.output.empty()) fork_samples(r, runner_.logits_row(k));

@@ -87,6 +87,10 @@ struct StepOutput {
   std::vector<int64_t> prompt_ranks;
   std::vector<std::vector<std::pair<int32_t, float>>> prompt_top_logprobs;
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;  // when the request first ran
+  // Drafts of the request's prediction (RequestSpec::prediction) this step verified, and how
+  // many of them it kept.
+  int32_t predicted_tokens = 0;
+  int32_t accepted_predicted_tokens = 0;
   bool finished = false;                      // this sample is done; with n > 1 each sample finishes once
   std::optional<FinishReason> finish_reason;  // set exactly when finished
   std::string error;
@@ -139,6 +143,10 @@ struct RequestSpec {
   // (this request's first output, emitted at the next step).
   std::optional<RemoteKvRef> remote_kv;
   int32_t first_token = -1;
+  // OpenAI's predicted outputs: text the output is expected to repeat, as tokens. The scheduler
+  // drafts from it (speculative decoding, with or without a speculative config): the output is
+  // what it would be without, only sooner where the prediction is right.
+  std::shared_ptr<const std::vector<int32_t>> prediction;
 };
 
 inline constexpr int32_t kMaxSamples = 128;

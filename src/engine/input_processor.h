@@ -94,6 +94,9 @@ struct GenerationRequest {
   // vLLM's beam search: n beams (BeamSearch), ranked with this length penalty (absent: 1).
   bool use_beam_search = false;
   std::optional<float> length_penalty;
+  // OpenAI's predicted outputs: text the output is expected to repeat (drafts for speculative
+  // decoding; the output is the same with or without it).
+  std::optional<std::string> prediction;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).

@@ -29,4 +29,30 @@ void propose_ngram(std::span<const int32_t> prompt, std::span<const int32_t> out
   }
 }
 
+void propose_from_prediction(std::span<const int32_t> prediction, std::span<const int32_t> output, int32_t k,
+                             int64_t max_tokens, int64_t* cursor, std::vector<int32_t>* draft) {
+  draft->clear();
+  const int64_t want = std::min<int64_t>(k, max_tokens);
+  const auto len = static_cast<int64_t>(prediction.size());
+  if (want <= 0 || output.empty() || len == 0) return;
+  for (int64_t n = std::min<int64_t>(4, static_cast<int64_t>(output.size())); n >= 1; --n) {
+    const std::span<const int32_t> tail = output.last(static_cast<size_t>(n));
+    auto matches_at = [&](int64_t end) {  // prediction[end - n, end) == tail
+      return std::equal(tail.begin(), tail.end(), prediction.begin() + (end - n));
+    };
+    int64_t found = -1;
+    for (int64_t end = std::max(n, *cursor); end < len && found < 0; ++end) {
+      if (matches_at(end)) found = end;
+    }
+    for (int64_t end = n; end < std::min(len, std::max(n, *cursor)) && found < 0; ++end) {
+      if (matches_at(end)) found = end;
+    }
+    if (found < 0) continue;
+    *cursor = found;
+    for (int64_t j = found; j < len && static_cast<int64_t>(draft->size()) < want; ++j)
+      draft->push_back(prediction[static_cast<size_t>(j)]);
+    return;
+  }
+}
+
 }  // namespace inferd

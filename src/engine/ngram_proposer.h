@@ -23,4 +23,15 @@ struct NgramOptions {
 void propose_ngram(std::span<const int32_t> prompt, std::span<const int32_t> output,
                    const NgramOptions& options, int64_t max_tokens, std::vector<int32_t>* draft);
 
+// Drafts per step from a request's prediction when the server has no speculative config.
+inline constexpr int32_t kPredictionDraftTokens = 8;
+
+// Predicted outputs: appends to `draft` (cleared first) at most min(k, max_tokens) tokens of
+// `prediction` that follow where the output's last tokens (4 down to 1 of them) occur in it,
+// the first such place at or after `*cursor` (where the previous draft was taken), else the
+// first anywhere; `*cursor` becomes the end of the match. None when no token of the output's
+// end occurs. O(len(prediction) x 4) per call, no allocation beyond `draft`'s.
+void propose_from_prediction(std::span<const int32_t> prediction, std::span<const int32_t> output, int32_t k,
+                             int64_t max_tokens, int64_t* cursor, std::vector<int32_t>* draft);
+
 }  // namespace inferd

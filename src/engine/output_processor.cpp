@@ -34,6 +34,8 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
   gaps_.clear();
   if (finished()) return d;
   if (!first_scheduled_) first_scheduled_ = out.first_scheduled;
+  predicted_ += out.predicted_tokens;
+  accepted_predicted_ += out.accepted_predicted_tokens;
   for (size_t k = 0; k < out.prompt_tokens.size(); ++k)
     prompt_logprobs_.push_back(
         {out.prompt_tokens[k], out.prompt_logprobs[k], out.prompt_top_logprobs[k], out.prompt_ranks[k]});

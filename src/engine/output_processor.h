@@ -80,6 +80,9 @@ class OutputProcessor final {
   std::optional<Clock::time_point> last_token_at() const { return last_token_; }
   // When the engine first scheduled the choice's request (absent: never ran).
   std::optional<Clock::time_point> first_scheduled_at() const { return first_scheduled_; }
+  // Predicted outputs: the prediction's drafts verified so far, and those kept.
+  int64_t predicted_tokens() const { return predicted_; }
+  int64_t accepted_predicted_tokens() const { return accepted_predicted_; }
   // Gaps between successive tokens of the last apply() (for the inter-token histogram).
   const std::vector<double>& last_gaps_seconds() const { return gaps_; }
 
@@ -101,6 +104,7 @@ class OutputProcessor final {
   bool internal_error_ = false;
   std::optional<Clock::time_point> first_token_, last_token_, first_scheduled_;
   std::vector<double> gaps_;
+  int64_t predicted_ = 0, accepted_predicted_ = 0;
 };
 
 }  // namespace inferd

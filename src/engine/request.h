@@ -92,6 +92,11 @@ struct Request {
   // next all-rejected draft sets (doubling, up to 32; reset by an accepted draft).
   int32_t spec_skip = 0;
   int32_t spec_backoff = 0;
+  // Predicted outputs (RequestSpec::prediction): the tokens drafts are taken from, where the
+  // last match ended in them, and whether this step's draft is theirs.
+  std::shared_ptr<const std::vector<int32_t>> prediction;
+  int64_t prediction_cursor = 0;
+  bool draft_from_prediction = false;
 
   // No phases: a request just has tokens, some computed. Prefill = many uncomputed tokens.
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }

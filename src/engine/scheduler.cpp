@@ -208,11 +208,17 @@ void Scheduler::queued_prefill_tokens(std::vector<int64_t>* by_priority) const {
 
 void Scheduler::propose_draft(Request* r, int64_t budget) {
   r->draft.clear();
+  r->draft_from_prediction = false;
   const SpeculativeOptions& spec = options_.speculative;
+  // A prediction drafts with or without a speculative config (not beside a draft model, which
+  // drafts every request itself).
+  const bool predicted = r->prediction != nullptr && !r->prediction->empty() &&
+                         !(spec.enabled && spec.method == SpeculativeMethod::kDraftModel);
   // Decoding (its last token the one to compute), past its first token (forking and KV export
   // happen at that one), without a grammar (whose matcher would have to roll back rejections).
   // The draft model keeps a full KV cache of its own: not for a StreamingLLM request.
-  if (!spec.enabled || static_cast<int64_t>(running_.size()) > spec.disable_by_batch_size ||
+  if ((!spec.enabled && !predicted) ||
+      (spec.enabled && static_cast<int64_t>(running_.size()) > spec.disable_by_batch_size) ||
       r->num_uncomputed_tokens() != 1 || r->output.empty() || r->sampling.grammar ||
       (r->streaming.enabled() && spec.method == SpeculativeMethod::kDraftModel))
     return;
@@ -228,7 +234,12 @@ void Scheduler::propose_draft(Request* r, int64_t budget) {
       r->streaming.enabled() ? r->streaming.window_tokens - 1 : options_.max_model_len - r->num_tokens() - 1;
   const int64_t room =
       std::min({r->limits.max_tokens - static_cast<int64_t>(r->output.size()) - 1, context_room, budget - 1});
-  if (spec.method == SpeculativeMethod::kNgram) {
+  if (predicted) {
+    propose_from_prediction(*r->prediction, r->output,
+                            spec.enabled ? spec.ngram.num_speculative_tokens : kPredictionDraftTokens, room,
+                            &r->prediction_cursor, &r->draft);
+    r->draft_from_prediction = !r->draft.empty();
+  } else if (spec.method == SpeculativeMethod::kNgram) {
     propose_ngram(r->prompt, r->output, spec.ngram, room, &r->draft);
   } else if (room > 0) {  // positions the engine's draft model fills in before the step runs
     r->draft.assign(static_cast<size_t>(std::min<int64_t>(spec.ngram.num_speculative_tokens, room)), 0);

@@ -1029,6 +1029,13 @@ struct HttpServer::Impl {
 
     Usage usage{input.num_prompt_tokens, 0};
     for (const auto& c : choices) usage.completion_tokens += static_cast<int64_t>(c.token_ids().size());
+    if (api.generation.prediction) {
+      usage.prediction.emplace(0, 0);
+      for (const auto& c : choices) {
+        usage.prediction->first += c.accepted_predicted_tokens();
+        usage.prediction->second += c.predicted_tokens() - c.accepted_predicted_tokens();
+      }
+    }
     log_finished(answer.id(), choices, arrival, usage, prepared);
     if (input.answered > 0) {  // best_of: every candidate's tokens count in usage, as OpenAI bills them
       std::vector<OutputProcessor> best;

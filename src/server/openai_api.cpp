@@ -294,7 +294,8 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "prompt_logprobs",
                                               "best_of",
                                               "use_beam_search",
-                                              "length_penalty"};
+                                              "length_penalty",
+                                              "prediction"};
 constexpr std::string_view kChatFields[] = {"messages",
                                             "max_completion_tokens",
                                             "top_logprobs",
@@ -311,9 +312,8 @@ constexpr std::string_view kChatFields[] = {"messages",
                                             "reasoning_effort"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
-constexpr std::string_view kUnimplementedFields[] = {
-    "guided_whitespace_pattern", "audio", "modalities", "prediction", "web_search_options",
-    "mm_processor_kwargs"};
+constexpr std::string_view kUnimplementedFields[] = {"guided_whitespace_pattern", "audio", "modalities",
+                                                     "web_search_options", "mm_processor_kwargs"};
 
 template <size_t N>
 bool contains(const std::string_view (&names)[N], std::string_view key) {
@@ -735,6 +735,31 @@ void parse_kv_transfer(Reader& r, GenerateRequest* req) {
   if (p.do_remote_decode || p.remote) req->kv_transfer = std::move(p);
 }
 
+// OpenAI's predicted outputs: {"type": "content", "content": text or [{"type": "text", "text"}]}.
+void parse_prediction(Reader& r, GenerationRequest* g) {
+  const json* p = r.find("prediction");
+  if (p == nullptr || r.failed()) return;
+  const char* shape =
+      "'prediction' must be {\"type\": \"content\", \"content\": a string or an array of text parts}";
+  if (!p->is_object() || p->value("type", "") != "content" || !p->contains("content") || p->size() != 2)
+    return r.fail("prediction", shape);
+  const json& c = (*p)["content"];
+  std::string text;
+  if (c.is_string()) {
+    text = c.get<std::string>();
+  } else if (c.is_array()) {
+    for (const auto& part : c) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string())
+        return r.fail("prediction", shape);
+      text += part["text"].get<std::string>();
+    }
+  } else {
+    return r.fail("prediction", shape);
+  }
+  g->prediction = std::move(text);
+}
+
 // The fields that shape the rendered chat (chat requests and /tokenize): their JSON types here,
 // their values InputProcessor's.
 void parse_chat_template_fields(Reader& r, GenerationRequest* g) {
@@ -802,6 +827,7 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
     r.fail(
         g.echo && req.logprobs ? "echo" : "prompt_logprobs",
         "prompt log-probabilities (prompt_logprobs, or echo with logprobs) are not supported with 'stream'");
+  parse_prediction(r, &g);
   r.boolean("use_beam_search", &g.use_beam_search);
   if (float penalty = 1.0f; r.number("length_penalty", &penalty)) g.length_penalty = penalty;
   if (g.use_beam_search && req.stream)
@@ -1063,16 +1089,23 @@ std::string OpenAiAnswer::stream_events(size_t index, const ChoiceDelta& d, cons
   return events;
 }
 
+nlohmann::json OpenAiAnswer::usage_json(const Usage& u) {
+  nlohmann::json j = {{"prompt_tokens", u.prompt_tokens},
+                      {"completion_tokens", u.completion_tokens},
+                      {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  if (u.prediction)
+    j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.prediction->first},
+                                      {"rejected_prediction_tokens", u.prediction->second}};
+  return j;
+}
+
 std::string OpenAiAnswer::usage_event(const Usage& u) const {
   return sse({{"id", id_},
               {"object", endpoint_ == ApiEndpoint::kChat ? "chat.completion.chunk" : "text_completion"},
               {"created", created_},
               {"model", model_},
               {"choices", nlohmann::json::array()},
-              {"usage",
-               {{"prompt_tokens", u.prompt_tokens},
-                {"completion_tokens", u.completion_tokens},
-                {"total_tokens", u.prompt_tokens + u.completion_tokens}}}});
+              {"usage", usage_json(u)}});
 }
 
 std::string OpenAiAnswer::error_event(const std::string& message, bool internal) {
@@ -1114,15 +1147,9 @@ std::string OpenAiAnswer::body(const std::vector<OutputProcessor>& choices, cons
     if (prompt_field_ && !chat) choice["prompt_logprobs"] = prompt_logprobs_json(c);
     out.push_back(choice);
   }
-  nlohmann::json answer = {{"id", id_},
-                           {"object", chat ? "chat.completion" : "text_completion"},
-                           {"created", created_},
-                           {"model", model_},
-                           {"choices", out},
-                           {"usage",
-                            {{"prompt_tokens", u.prompt_tokens},
-                             {"completion_tokens", u.completion_tokens},
-                             {"total_tokens", u.prompt_tokens + u.completion_tokens}}}};
+  nlohmann::json answer = {{"id", id_},           {"object", chat ? "chat.completion" : "text_completion"},
+                           {"created", created_}, {"model", model_},
+                           {"choices", out},      {"usage", usage_json(u)}};
   if (prompt_field_ && chat && !choices.empty()) answer["prompt_logprobs"] = prompt_logprobs_json(choices[0]);
   return dump(answer);
 }

@@ -94,6 +94,9 @@ ParsedDetokenize parse_detokenize_request(std::string_view body);
 // Token counts of an answer.
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // With a prediction: the prediction's drafts the output kept and those it did not (OpenAI's
+  // completion_tokens_details).
+  std::optional<std::pair<int64_t, int64_t>> prediction;
 };
 
 // best_of: candidates hold each prompt's `per_prompt` samples in turn; returns the indices of the
@@ -146,6 +149,7 @@ class OpenAiAnswer final {
                                const OutputProcessor* prompt = nullptr) const;
   nlohmann::json prompt_logprobs_json(const OutputProcessor& choice) const;
   nlohmann::json token_entry(int32_t id, float logprob) const;
+  static nlohmann::json usage_json(const Usage& u);
   const char* finish_name(const OutputProcessor& choice) const;
 
   ApiEndpoint endpoint_;

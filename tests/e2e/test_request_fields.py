@@ -347,3 +347,28 @@ def test_beam_search(server):
     with pytest.raises(openai.BadRequestError) as e:
         cl.completions.create(model="", prompt=prompt, max_tokens=4, extra_body={"length_penalty": 0.5})
     assert e.value.body["param"] == "length_penalty"
+
+
+def test_prediction_drafts_and_changes_nothing(server):
+    # OpenAI's predicted outputs: the answer is the one without a prediction; a right prediction
+    # has its tokens accepted (usage.completion_tokens_details), a wrong one rejected.
+    cl = client(server)
+    messages = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    plain = cl.chat.completions.create(model="", messages=messages, max_tokens=48, temperature=0)
+    text = plain.choices[0].message.content
+    assert plain.usage.completion_tokens_details is None
+    right = cl.chat.completions.create(model="", messages=messages, max_tokens=48, temperature=0,
+                                       prediction={"type": "content", "content": text})
+    assert right.choices[0].message.content == text
+    details = right.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens >= right.usage.completion_tokens // 2, details
+    wrong = cl.chat.completions.create(model="", messages=messages, max_tokens=48, temperature=0,
+                                       prediction={"type": "content", "content": "A haiku about the sea, nothing else."})
+    assert wrong.choices[0].message.content == text
+    streamed = "".join(c.choices[0].delta.content or "" for c in cl.chat.completions.create(
+        model="", messages=messages, max_tokens=48, temperature=0, stream=True,
+        prediction={"type": "content", "content": text}) if c.choices)
+    assert streamed == text
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="", messages=messages, max_tokens=4, prediction={"type": "content"})
+    assert e.value.body["param"] == "prediction"

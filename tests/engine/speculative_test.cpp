@@ -45,6 +45,41 @@ TEST(NgramProposerTest, NoDraftBelowTheMinimumOrPastTheLimits) {
   EXPECT_TRUE(propose({7}, {}, NgramOptions{5, 1, 4}).empty());
 }
 
+std::vector<int32_t> from_prediction(const std::vector<int32_t>& prediction,
+                                     const std::vector<int32_t>& output, int64_t* cursor, int32_t k = 3,
+                                     int64_t max_tokens = 100) {
+  std::vector<int32_t> draft{99};  // cleared by the proposer
+  propose_from_prediction(prediction, output, k, max_tokens, cursor, &draft);
+  return draft;
+}
+
+// Predicted outputs: the prediction's tokens after the longest match of the output's end (4
+// tokens down to 1), the first at or after the cursor, else the first anywhere.
+TEST(PredictionProposerTest, FollowsThePredictionFromWhereTheOutputMatchesIt) {
+  const std::vector<int32_t> prediction = {1, 2, 3, 4, 5, 1, 2, 7, 8, 9};
+  int64_t cursor = 0;
+  EXPECT_EQ(from_prediction(prediction, {1}, &cursor), (std::vector<int32_t>{2, 3, 4}));
+  EXPECT_EQ(cursor, 1);
+  EXPECT_EQ(from_prediction(prediction, {1, 2, 3, 4}, &cursor), (std::vector<int32_t>{5, 1, 2}));
+  EXPECT_EQ(cursor, 4);
+  // "1 2" occurs at 0 and at 5: from the cursor on, the second.
+  EXPECT_EQ(from_prediction(prediction, {6, 1, 2}, &cursor), (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(cursor, 7);
+  // The longer match wins over the cursor: "5 1 2" only at 4..7.
+  cursor = 9;
+  EXPECT_EQ(from_prediction(prediction, {5, 1, 2}, &cursor), (std::vector<int32_t>{7, 8, 9}));
+  // Behind the cursor when nothing matches after it; the draft stops at the prediction's end.
+  cursor = 8;
+  EXPECT_EQ(from_prediction(prediction, {3}, &cursor), (std::vector<int32_t>{4, 5, 1}));
+  EXPECT_EQ(cursor, 3);
+  EXPECT_EQ(from_prediction(prediction, {8}, &cursor), (std::vector<int32_t>{9}));
+  // No token of the output's end in the prediction, no room, or no output yet: no draft.
+  EXPECT_TRUE(from_prediction(prediction, {42}, &cursor).empty());
+  EXPECT_TRUE(from_prediction(prediction, {1}, &cursor, 3, 0).empty());
+  EXPECT_TRUE(from_prediction(prediction, {}, &cursor).empty());
+  EXPECT_EQ(from_prediction(prediction, {1}, &cursor, 5, 2).size(), 2u);
+}
+
 TEST(SpeculativeConfigTest, ParsesVllmsFieldsAndRefusesWhatItDoesNotDo) {
   auto off = parse_speculative_config("");
   ASSERT_TRUE(off.has_value());
@@ -101,6 +136,7 @@ struct Outcome {
   std::vector<std::vector<float>> logprobs;
   EngineStats stats;
   int64_t preemptions = 0;
+  int64_t predicted = 0, accepted_predicted = 0;  // drafts from predictions, and those kept
 };
 
 // Runs the specs all at once (or one after another) and collects each one's tokens.
@@ -118,6 +154,8 @@ Outcome run(Transformer& model, const EngineOptions& o, const std::vector<Reques
         const size_t i = index.at(s.id);
         r.tokens[i].insert(r.tokens[i].end(), s.new_tokens.begin(), s.new_tokens.end());
         r.logprobs[i].insert(r.logprobs[i].end(), s.logprobs.begin(), s.logprobs.end());
+        r.predicted += s.predicted_tokens;
+        r.accepted_predicted += s.accepted_predicted_tokens;
         EXPECT_TRUE(s.error.empty()) << s.error;
       }
     }
@@ -261,6 +299,39 @@ TEST_P(SpeculativeEngineTest, NoDraftsAboveTheBatchSizeLimit) {
   o.scheduler.speculative.disable_by_batch_size = 8;
   const Outcome at = expect_same_as_without(specs, o);
   EXPECT_EQ(above.tokens, at.tokens);
+}
+
+// OpenAI's predicted outputs: a prediction drafts with or without a speculative config, and the
+// tokens (and logprobs) are those of decoding without it: a right prediction has its drafts kept
+// (fewer steps), a wrong one rejected; greedy and seeded sampling.
+TEST_P(SpeculativeEngineTest, PredictionsDraftAndLeaveTheTokensAsTheyWere) {
+  for (bool seeded : {false, true}) {
+    auto specs = workload(6, 8, 32);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (!seeded) continue;
+      specs[i].sampling.temperature = 0.1f;
+      specs[i].sampling.seed = 7 + i;
+      specs[i].sampling.logprobs = 1;
+    }
+    const Outcome plain = run(*model_, options(false), specs, /*together=*/false);
+    EXPECT_EQ(plain.predicted, 0);
+    auto predicted = specs;
+    for (size_t i = 0; i < predicted.size(); ++i) {
+      std::vector<int32_t> p = plain.tokens[i];
+      if (i % 2 == 1) {  // half of them wrong from the middle on
+        for (size_t k = p.size() / 2; k < p.size(); ++k) p[k] = (p[k] + 1) % 256;
+      }
+      predicted[i].prediction = std::make_shared<const std::vector<int32_t>>(std::move(p));
+    }
+    for (bool speculate : {false, true}) {  // without a speculative config, and beside prompt lookup
+      const Outcome with = run(*model_, options(speculate), predicted, /*together=*/false);
+      EXPECT_EQ(with.tokens, plain.tokens);
+      EXPECT_EQ(with.logprobs, plain.logprobs);
+      EXPECT_GT(with.accepted_predicted, 0);
+      EXPECT_GT(with.predicted, with.accepted_predicted);  // the wrong halves' drafts were rejected
+      EXPECT_LT(with.stats.steps, plain.stats.steps);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, SpeculativeEngineTest, ::testing::Values("llama_untied", "qwen2", "qwen3"));

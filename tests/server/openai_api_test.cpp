@@ -736,6 +736,38 @@ TEST(OpenAiApiTest, ReadsBeamSearchFields) {
             "length_penalty");
 }
 
+// OpenAI's predicted outputs: the content as text (parts joined); the usage's details of how
+// many drafted prediction tokens were kept and rejected.
+TEST(OpenAiApiTest, ReadsAPredictionAndReportsItsTokens) {
+  EXPECT_EQ(parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "prediction": {"type": "content", "content": "abc"}})")
+                .generation.prediction,
+            "abc");
+  EXPECT_EQ(parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "prediction": {"type": "content",
+      "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}})")
+                .generation.prediction,
+            "ab");
+  for (const char* bad :
+       {R"("abc")", R"({"type": "text", "content": "a"})", R"({"type": "content"})",
+        R"({"type": "content", "content": 3})", R"({"type": "content", "content": "a", "x": 1})",
+        R"({"type": "content", "content": [{"type": "image_url"}]})"}) {
+    EXPECT_EQ(
+        parse_error(ApiEndpoint::kCompletion, std::string(R"({"prompt": "x", "prediction": )") + bad + "}")
+            .param,
+        "prediction")
+        << bad;
+  }
+  const OpenAiAnswer answer(ApiEndpoint::kCompletion, "cmpl-1", 0, "m", nullptr, false, false);
+  Usage u{3, 10};
+  EXPECT_FALSE(nlohmann::json::parse(answer.body({}, u))["usage"].contains("completion_tokens_details"));
+  u.prediction.emplace(7, 2);
+  const auto usage = nlohmann::json::parse(answer.body({}, u))["usage"];
+  EXPECT_EQ(usage["completion_tokens_details"]["accepted_prediction_tokens"], 7);
+  EXPECT_EQ(usage["completion_tokens_details"]["rejected_prediction_tokens"], 2);
+  const std::string event = answer.usage_event(u);
+  EXPECT_NE(event.find("\"accepted_prediction_tokens\":7"), std::string::npos) << event;
+}
+
 TEST(OpenAiApiTest, RandomBodiesNeverCrashTheParser) {
   std::mt19937 rng(3);
   const std::string seed =
