@@ -121,6 +121,7 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   r->session_id = std::move(spec.session_id);
   r->streaming = spec.streaming;
   r->prediction = std::move(spec.prediction);
+  r->cache_salt = spec.cache_salt;
   r->arrival_order = next_arrival_++;
   r->group = r->id;
   r->num_samples = spec.n;
@@ -239,6 +240,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits) {
     r->session_id = parent.session_id;
     r->streaming = parent.streaming;
     r->prediction = parent.prediction;
+    r->cache_salt = parent.cache_salt;
     r->prediction_cursor = parent.prediction_cursor;
     r->lora = parent.lora;
     r->arrival_order = parent.arrival_order;

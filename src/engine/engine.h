@@ -147,6 +147,9 @@ struct RequestSpec {
   // drafts from it (speculative decoding, with or without a speculative config): the output is
   // what it would be without, only sooner where the prediction is right.
   std::shared_ptr<const std::vector<int32_t>> prediction;
+  // vLLM's cache_salt (cache_salt_key()): its prefix-cache blocks are shared only with requests of
+  // the same salt. Zero: none.
+  BlockHash cache_salt;
 };
 
 inline constexpr int32_t kMaxSamples = 128;

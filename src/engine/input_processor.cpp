@@ -563,6 +563,7 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     spec.session_id = r.session_id;
     spec.streaming = r.streaming;
     spec.prediction = prediction;
+    spec.cache_salt = cache_salt_key(r.cache_salt);
   }
   in.stop = std::move(r.stop);
   in.include_stop_str_in_output = r.include_stop_str_in_output;

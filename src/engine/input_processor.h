@@ -97,6 +97,9 @@ struct GenerationRequest {
   // OpenAI's predicted outputs: text the output is expected to repeat (drafts for speculative
   // decoding; the output is the same with or without it).
   std::optional<std::string> prediction;
+  // vLLM's cache_salt: the prompt's cached KV blocks are shared only with requests of the same
+  // salt (multi-tenant isolation of the prefix cache). Empty: none.
+  std::string cache_salt;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).

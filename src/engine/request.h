@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +97,7 @@ struct Request {
   // last match ended in them, and whether this step's draft is theirs.
   std::shared_ptr<const std::vector<int32_t>> prediction;
   int64_t prediction_cursor = 0;
+  BlockHash cache_salt;  // mixed into its blocks' hash-chain root (zero: none)
   bool draft_from_prediction = false;
 
   // No phases: a request just has tokens, some computed. Prefill = many uncomputed tokens.

@@ -214,9 +214,12 @@ class Scheduler final {
   void insert_waiting(Request* r);
   // Its tokens, and the root of their blocks' keys: the adapter's fingerprint, mixed with the
   // sliding window's sizes for a StreamingLLM request (whose K/V past the window differ from
-  // full attention's), so requests share blocks only where their K/V are the same.
+  // full attention's), so requests share blocks only where their K/V are the same; and with the
+  // request's cache salt, so they share them only with requests of the same salt.
   static KVCacheManager::Tokens tokens_of(const Request& r) {
     BlockHash root = r.lora ? BlockHash{r.lora->fingerprint_lo, r.lora->fingerprint_hi} : BlockHash{};
+    root.lo ^= r.cache_salt.lo;
+    root.hi ^= r.cache_salt.hi;
     if (r.streaming.enabled()) {
       root.lo ^= mix64(0x53545245414d4c4cULL ^ static_cast<uint64_t>(r.streaming.window_tokens));
       root.hi ^= mix64(0x53494e4b544f4b4eULL ^ static_cast<uint64_t>(r.streaming.sink_tokens));

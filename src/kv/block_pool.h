@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace inferd {
@@ -18,6 +19,10 @@ struct BlockHash {
   uint64_t lo = 0, hi = 0;
   bool operator==(const BlockHash&) const = default;
 };
+// The key a cache salt (vLLM's cache_salt) mixes into a request's hash-chain root: requests
+// share cached blocks only with requests of the same salt. Empty: zero (no salt).
+BlockHash cache_salt_key(std::string_view salt);
+
 struct BlockHashHasher {
   size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo); }
 };

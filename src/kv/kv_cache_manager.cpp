@@ -15,6 +15,14 @@ KVCacheManager::KVCacheManager(BlockPool& pool, int32_t block_size, bool prefix_
   INFERD_CHECK(block_size > 0);
 }
 
+BlockHash cache_salt_key(std::string_view salt) {
+  if (salt.empty()) return BlockHash{};
+  // A domain of its own: no token run hashes to it.
+  const std::string input = std::string("inferd cache salt\0", 18) + std::string(salt);
+  const XXH128_hash_t h = XXH3_128bits(input.data(), input.size());
+  return BlockHash{h.low64, h.high64};
+}
+
 BlockHash KVCacheManager::hash_block(const BlockHash* parent, const Tokens& tokens, int64_t block) {
   // Input: the parent's 16-byte key (zeros for the first block), then the block's token ids.
   scratch_.resize(4 + static_cast<size_t>(block_size_));

@@ -739,6 +739,7 @@ struct HttpServer::Impl {
   // `triton`: the body is a Triton generate body for that model (triton_to_completion()).
   static ReadGeneration read_generate(const InputProcessor& inputs, ApiEndpoint endpoint,
                                       const std::string& body, const std::string& session_header,
+                                      const std::string& request_id_header,
                                       const std::optional<TritonAnswer>& triton) {
     ReadGeneration out;
     std::string completion;
@@ -756,6 +757,15 @@ struct HttpServer::Impl {
       return out;
     }
     out.api = std::move(*parsed.request);
+    // The answer's id: the body's request_id, or the X-Request-Id header.
+    if (out.api.request_id.empty() && !request_id_header.empty()) {
+      if (!is_request_id(request_id_header)) {
+        out.error = ApiError{400, "the X-Request-Id header must be 1-128 letters, digits or . _ : -",
+                             "invalid_request_error", "X-Request-Id", ""};
+        return out;
+      }
+      out.api.request_id = request_id_header;
+    }
     GenerationRequest generation = out.api.generation;
     // The session context pool: the body's session_id, or the header.
     if (generation.session_id.empty()) generation.session_id = session_header;
@@ -902,14 +912,16 @@ struct HttpServer::Impl {
     Prepared prepared;
     std::string session_header;
     if (auto h = req.find("X-Session-Id"); h != req.end()) session_header = std::string(h->value());
+    std::string request_id_header;
+    if (auto h = req.find("X-Request-Id"); h != req.end()) request_id_header = std::string(h->value());
     // The body is copied for the worker (milliseconds for megabytes): this coroutine's frame may
     // be gone, at shutdown, before the worker is done with it.
     std::optional<TritonAnswer> triton_body;
     if (triton != nullptr) triton_body = *triton;
-    auto read =
-        start_on(input_workers, [inputs = inputs, endpoint, body = req.body(), session_header, triton_body] {
-          return read_generate(*inputs, endpoint, body, session_header, triton_body);
-        });
+    auto read = start_on(input_workers, [inputs = inputs, endpoint, body = req.body(), session_header,
+                                         request_id_header, triton_body] {
+      return read_generate(*inputs, endpoint, body, session_header, request_id_header, triton_body);
+    });
     co_await until_done(*read);
     if (triton != nullptr) triton->id = read->result->triton_id;
     std::optional<ApiError> error = read->result->error;
@@ -962,7 +974,8 @@ struct HttpServer::Impl {
       for (size_t k = 0; k < n; ++k) choices.emplace_back(ctx.tokenizer, output_options);
     }
     std::vector<bool> seen(choices.size(), false);
-    OpenAiAnswer answer(endpoint, random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-"),
+    const char* id_prefix = endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-";
+    OpenAiAnswer answer(endpoint, api.request_id.empty() ? random_id(id_prefix) : id_prefix + api.request_id,
                         unix_now(),
                         prepared.lora_name.empty() ? options.served_model_name : prepared.lora_name,
                         ctx.tokenizer, api.logprobs, split);

@@ -295,7 +295,11 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "best_of",
                                               "use_beam_search",
                                               "length_penalty",
-                                              "prediction"};
+                                              "prediction",
+                                              "cache_salt",
+                                              "request_id",
+                                              "modalities",
+                                              "mm_processor_kwargs"};
 constexpr std::string_view kChatFields[] = {"messages",
                                             "max_completion_tokens",
                                             "top_logprobs",
@@ -312,8 +316,9 @@ constexpr std::string_view kChatFields[] = {"messages",
                                             "reasoning_effort"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
-constexpr std::string_view kUnimplementedFields[] = {"guided_whitespace_pattern", "audio", "modalities",
-                                                     "web_search_options", "mm_processor_kwargs"};
+constexpr std::string_view kUnimplementedFields[] = {
+    "guided_whitespace_pattern", "audio",      "web_search_options",
+    "logits_processors",         "vllm_xargs", "structural_tag"};
 
 template <size_t N>
 bool contains(const std::string_view (&names)[N], std::string_view key) {
@@ -735,6 +740,17 @@ void parse_kv_transfer(Reader& r, GenerateRequest* req) {
   if (p.do_remote_decode || p.remote) req->kv_transfer = std::move(p);
 }
 
+}  // namespace
+
+bool is_request_id(std::string_view id) {
+  return !id.empty() && id.size() <= 128 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
+  });
+}
+
+namespace {
+
 // OpenAI's predicted outputs: {"type": "content", "content": text or [{"type": "text", "text"}]}.
 void parse_prediction(Reader& r, GenerationRequest* g) {
   const json* p = r.find("prediction");
@@ -828,6 +844,21 @@ ParsedRequest parse_generate_request(ApiEndpoint endpoint, std::string_view body
         g.echo && req.logprobs ? "echo" : "prompt_logprobs",
         "prompt log-probabilities (prompt_logprobs, or echo with logprobs) are not supported with 'stream'");
   parse_prediction(r, &g);
+  if (r.string("cache_salt", &g.cache_salt) && g.cache_salt.empty())
+    r.fail("cache_salt", "'cache_salt' must not be empty");
+  if (r.string("request_id", &req.request_id) && !is_request_id(req.request_id))
+    r.fail("request_id", "'request_id' must be 1-128 letters, digits or . _ : -");
+  // Text is the only modality in and out: these fields are read, and refused where they would ask
+  // for more.
+  if (const json* m = r.find("modalities"); m != nullptr && !r.failed()) {
+    if (!m->is_array() || m->empty() ||
+        !std::all_of(m->begin(), m->end(), [](const json& x) { return x == "text"; }))
+      r.fail("modalities", "'modalities' must be [\"text\"]: this server writes text only");
+  }
+  if (const json* k = r.find("mm_processor_kwargs"); k != nullptr && !r.failed()) {
+    if (!k->is_object() || !k->empty())
+      r.fail("mm_processor_kwargs", "'mm_processor_kwargs' must be {} (this server takes text only)");
+  }
   r.boolean("use_beam_search", &g.use_beam_search);
   if (float penalty = 1.0f; r.number("length_penalty", &penalty)) g.length_penalty = penalty;
   if (g.use_beam_search && req.stream)

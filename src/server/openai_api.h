@@ -59,7 +59,12 @@ struct GenerateRequest {
   // OpenAI's older function calling (functions, function_call): the answer's call goes in the
   // message's function_call, with finish_reason "function_call".
   bool legacy_functions = false;
+  // vLLM's request_id (or the X-Request-Id header): the answer's id is "chatcmpl-" / "cmpl-" and
+  // it, instead of a random one, so a client can find its request in the server's log.
+  std::string request_id;
 };
+// A request id a client may choose: 1-128 letters, digits or . _ : -.
+bool is_request_id(std::string_view id);
 
 // Parses a request body: JSON types and shapes, OpenAI's rules between fields (top_logprobs
 // needs logprobs, stream_options needs stream). Value bounds are InputProcessor's, checked once

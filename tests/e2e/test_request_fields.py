@@ -372,3 +372,37 @@ def test_prediction_drafts_and_changes_nothing(server):
     with pytest.raises(openai.BadRequestError) as e:
         cl.chat.completions.create(model="", messages=messages, max_tokens=4, prediction={"type": "content"})
     assert e.value.body["param"] == "prediction"
+
+
+def prefix_hits(server):
+    import re
+    req = urllib.request.Request(server.base + "/metrics", headers={"Authorization": "Bearer " + server.api_key})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    return float(re.search(r"^inferd:prefix_cache_hits_total(?:\{[^}]*\})? (\S+)$", text, re.M).group(1))
+
+
+def test_request_id_and_cache_salt(server):
+    # vLLM's request_id (or X-Request-Id) names the answer; cache_salt keeps a prompt's cached KV to
+    # the requests of the same salt, and changes no answer.
+    cl = client(server)
+    r = cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=2, extra_body={"request_id": "job-42"})
+    assert r.id == "chatcmpl-job-42"
+    r = cl.completions.create(model="", prompt="x", max_tokens=2, extra_headers={"X-Request-Id": "trace.7"})
+    assert r.id == "cmpl-trace.7"
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="", prompt="x", max_tokens=2, extra_headers={"X-Request-Id": "a b"})
+    assert e.value.body["param"] == "X-Request-Id"
+    prompt = "A long shared context about salted caches. " * 12
+
+    def run(salt):
+        before = prefix_hits(server)
+        extra = {"cache_salt": salt} if salt else {}
+        text = cl.completions.create(model="", prompt=prompt, max_tokens=4, temperature=0, extra_body=extra).choices[0].text
+        return prefix_hits(server) - before, text
+
+    hits_a1, text = run("tenant-a-3f9c2e")
+    hits_a2, text_a2 = run("tenant-a-3f9c2e")
+    hits_b, text_b = run("tenant-b-81d0aa")
+    assert hits_a2 >= 64 and hits_b == 0, (hits_a1, hits_a2, hits_b)
+    assert text == text_a2 == text_b

@@ -485,6 +485,37 @@ TEST(EngineTest, SessionTurnsSurviveAFloodAndPinsNeverStarveARequest) {
   EXPECT_EQ(engine.kv_cache_manager().num_sessions(), 0);
 }
 
+// vLLM's cache_salt: a prompt's cached blocks serve a later request only under the same salt
+// (none counts as a salt of its own); the tokens are the same either way.
+TEST(EngineTest, ACacheSaltSharesBlocksOnlyWithTheSameSalt) {
+  auto weights = load_model(test::fixture_path("tiny/qwen2"));
+  ASSERT_TRUE(weights.has_value());
+  ThreadPool pool(2);
+  Transformer model(**weights, pool);
+  Engine engine(model, options(64, 4, 64));
+  auto run = [&](const std::string& salt) {
+    RequestSpec r = prompt_of(33, 4, 1);
+    r.cache_salt = cache_salt_key(salt);
+    const int64_t before = engine.kv_cache_manager().prefix_hit_tokens();
+    std::vector<int32_t> out;
+    engine.add(r);
+    while (engine.has_work()) {
+      for (const auto& s : engine.step()) out.insert(out.end(), s.new_tokens.begin(), s.new_tokens.end());
+    }
+    return std::pair{engine.kv_cache_manager().prefix_hit_tokens() - before, out};
+  };
+  const auto first = run("tenant-a");
+  EXPECT_EQ(first.first, 0);
+  const auto same = run("tenant-a");
+  EXPECT_EQ(same.first, 32);  // 8 full blocks of 4
+  EXPECT_EQ(run("tenant-b").first, 0);
+  EXPECT_EQ(run("").first, 0);
+  EXPECT_EQ(run("").first, 32);
+  EXPECT_EQ(same.second, first.second);
+  EXPECT_EQ(cache_salt_key(""), BlockHash{});
+  EXPECT_NE(cache_salt_key("a"), cache_salt_key("b"));
+}
+
 // Everything one request's outputs carried: its tokens and logprobs, its prompt logprobs.
 struct Collected {
   std::vector<int32_t> tokens;

@@ -768,6 +768,35 @@ TEST(OpenAiApiTest, ReadsAPredictionAndReportsItsTokens) {
   EXPECT_NE(event.find("\"accepted_prediction_tokens\":7"), std::string::npos) << event;
 }
 
+// vLLM's request_id and cache_salt; modalities and mm_processor_kwargs only where they ask for
+// text alone.
+TEST(OpenAiApiTest, ReadsRequestIdCacheSaltAndTheTextOnlyFields) {
+  auto r = parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "request_id": "job-7.a:b_c", "cache_salt": "s3cr3t", "modalities": ["text"], "mm_processor_kwargs": {}})");
+  EXPECT_EQ(r.request_id, "job-7.a:b_c");
+  EXPECT_EQ(r.generation.cache_salt, "s3cr3t");
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("request_id": "")", "request_id"},
+      {R"("request_id": "a b")", "request_id"},
+      {R"("request_id": "x\r\nSet-Cookie: y")", "request_id"},
+      {R"("cache_salt": "")", "cache_salt"},
+      {R"("cache_salt": 5)", "cache_salt"},
+      {R"("modalities": ["text", "audio"])", "modalities"},
+      {R"("modalities": [])", "modalities"},
+      {R"("mm_processor_kwargs": {"num_crops": 4})", "mm_processor_kwargs"},
+      {R"("logits_processors": ["x"])", "logits_processors"},
+  };
+  for (auto [fields, param] : bad) {
+    EXPECT_EQ(parse_error(ApiEndpoint::kChat,
+                          std::string(R"({"messages": [{"role": "user", "content": "x"}], )") + fields + "}")
+                  .param,
+              param)
+        << fields;
+  }
+  EXPECT_FALSE(is_request_id(std::string(129, 'a')));
+  EXPECT_TRUE(is_request_id(std::string(128, 'a')));
+}
+
 TEST(OpenAiApiTest, RandomBodiesNeverCrashTheParser) {
   std::mt19937 rng(3);
   const std::string seed =
