@@ -46,6 +46,7 @@ struct StructuredOutput {
   std::string text;                  // kRegex, kGrammar (GBNF)
   std::vector<std::string> choices;  // kChoice
   std::string field;                 // the request field it came from (for errors)
+  JsonGrammarOptions json;           // kJsonSchema, kJsonObject: whitespace, additionalProperties
 };
 
 // Everything a front end may ask of one generation, before validation. Either `messages` (a

@@ -77,8 +77,8 @@ Expected<std::shared_ptr<const Grammar>> compile_structured_output(const Structu
                                                                    GrammarCache& cache) {
   using Kind = StructuredOutput::Kind;
   switch (so.kind) {
-    case Kind::kJsonObject: return cache.get({GrammarKind::kJsonObject, ""});
-    case Kind::kJsonSchema: return cache.get({GrammarKind::kJsonSchema, so.schema.dump()});
+    case Kind::kJsonObject: return cache.get({GrammarKind::kJsonObject, "", so.json});
+    case Kind::kJsonSchema: return cache.get({GrammarKind::kJsonSchema, so.schema.dump(), so.json});
     case Kind::kRegex: return cache.get({GrammarKind::kRegex, so.text});
     case Kind::kGrammar: return cache.get({GrammarKind::kGbnf, so.text});
     case Kind::kChoice: return cache.get({GrammarKind::kChoice, nlohmann::json(so.choices).dump()});

@@ -108,13 +108,36 @@ class Grammar final {
 // `root`. Characters are code points, matched as their UTF-8 bytes. Errors name line and column.
 Expected<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view text);
 
+// How JSON output is laid out (vLLM's structured-output options; docs/grammar.md).
+struct JsonGrammarOptions {
+  enum class Whitespace : uint8_t {
+    kCompact,  // inferd's policy: an optional single space after ':' and ','
+    kNone,     // none at all (vLLM's disable_any_whitespace)
+    kPattern,  // `whitespace_pattern` (a regex) before and after every ':' and ',', after every
+               // '{' and '[' and before every '}' and ']' (outlines' positions)
+  };
+  Whitespace whitespace = Whitespace::kCompact;
+  std::string whitespace_pattern;
+  // An object schema without additionalProperties: no other keys (inferd's default, OpenAI's
+  // strict mode) or any others, JSON Schema's own default (vLLM's disable_additional_properties
+  // false).
+  bool additional_properties_by_default = false;
+  bool operator==(const JsonGrammarOptions&) const = default;
+  // A short text naming the options, for cache keys ("" for the defaults).
+  std::string key() const;
+};
+
 // The GBNF a JSON schema compiles to (docs/grammar.md lists the keywords); an unsupported keyword
 // is an error naming it and its JSON pointer, never a silently looser grammar.
-Expected<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
-Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const nlohmann::ordered_json& schema);
+Expected<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                          const JsonGrammarOptions& options = {});
+Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const nlohmann::ordered_json& schema,
+                                                                  const JsonGrammarOptions& options = {});
 
 // Any JSON object (OpenAI response_format json_object); compiled once, shared.
 std::shared_ptr<const Grammar> any_json_grammar();
+// The same in other layouts (a whitespace pattern that does not compile is an error).
+Expected<std::shared_ptr<const Grammar>> any_json_grammar(const JsonGrammarOptions& options);
 
 // The GBNF expression of a regex (vLLM guided_regex: the whole output matches). Supported: literals,
 // escapes (\d \w \s \D \W \S \n \t \r \f \v \xHH \uHHHH, escaped punctuation), classes, `.`,

@@ -7,7 +7,7 @@ namespace inferd {
 Expected<std::shared_ptr<const Grammar>> compile_grammar(const GrammarSpec& spec) {
   switch (spec.kind) {
     case GrammarKind::kGbnf: return parse_gbnf(spec.text);
-    case GrammarKind::kJsonObject: return any_json_grammar();
+    case GrammarKind::kJsonObject: return any_json_grammar(spec.json);
     case GrammarKind::kRegex: return grammar_from_regex(spec.text);
     case GrammarKind::kJsonSchema:
     case GrammarKind::kChoice: {
@@ -19,7 +19,7 @@ Expected<std::shared_ptr<const Grammar>> compile_grammar(const GrammarSpec& spec
             std::string(spec.kind == GrammarKind::kChoice ? "guided_choice" : "json_schema") +
             ": not JSON: " + e.what());
       }
-      if (spec.kind == GrammarKind::kJsonSchema) return grammar_from_json_schema(j);
+      if (spec.kind == GrammarKind::kJsonSchema) return grammar_from_json_schema(j, spec.json);
       if (!j.is_array()) return invalid_argument("guided_choice: not an array of strings");
       std::vector<std::string> choices;
       for (const auto& c : j) {
@@ -36,6 +36,7 @@ GrammarCache::GrammarCache(size_t capacity) : capacity_(capacity == 0 ? 1 : capa
 
 Expected<std::shared_ptr<const Grammar>> GrammarCache::get(const GrammarSpec& spec) {
   std::string key(1, static_cast<char>('0' + static_cast<int>(spec.kind)));
+  key += spec.json.key();
   key += '\n';
   key += spec.text;
   {

@@ -26,6 +26,7 @@ enum class GrammarKind : uint8_t {
 struct GrammarSpec {
   GrammarKind kind = GrammarKind::kGbnf;
   std::string text;
+  JsonGrammarOptions json;  // kJsonSchema, kJsonObject: the output's layout
 };
 
 // Compiles a spec without caching (what GrammarCache calls on a miss). Errors as the compilers'.

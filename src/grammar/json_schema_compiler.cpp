@@ -97,6 +97,7 @@ std::string JsonSchemaCompiler::add_rule(const std::string& hint, const std::str
 }
 
 Expected<std::string> JsonSchemaCompiler::compile() {
+  INFERD_RETURN_IF_ERROR(check_options());
   names_.insert("root");
   INFERD_ASSIGN_OR_RETURN(std::string expr, visit(root_, "", "root"));
   std::string out = "root ::= " + expr + "\n";
@@ -104,8 +105,10 @@ Expected<std::string> JsonSchemaCompiler::compile() {
   return out;
 }
 
-std::string JsonSchemaCompiler::any_object_gbnf() {
-  JsonSchemaCompiler c(nlohmann::ordered_json::object());
+Expected<std::string> JsonSchemaCompiler::any_object_gbnf(const JsonGrammarOptions& options) {
+  static const nlohmann::ordered_json kEmpty = nlohmann::ordered_json::object();
+  JsonSchemaCompiler c(kEmpty, options);
+  INFERD_RETURN_IF_ERROR(c.check_options());
   const std::string object = c.primitive("json-object");
   std::string out = "root ::= " + object + "\n";
   for (const auto& [name, body] : c.rules_) out += name + " ::= " + body + "\n";
@@ -298,29 +301,29 @@ Expected<std::string> JsonSchemaCompiler::object_expr(const Json& schema, const 
       props.push_back({key, primitive("json-value"), true});
     }
   }
-  // Extra keys: only with additionalProperties true or a schema (absent: none, docs/grammar.md).
+  // Extra keys: only with additionalProperties true or a schema (absent: none, docs/grammar.md,
+  // unless the options make absent mean true).
   std::string extra;
-  if (schema.contains("additionalProperties")) {
-    const Json& a = schema["additionalProperties"];
-    if (!a.is_boolean() || a.get<bool>()) {
-      std::vector<std::string> names;
-      for (const Property& p : props) names.push_back(p.key);
-      INFERD_ASSIGN_OR_RETURN(std::string v, visit(a, path + "/additionalProperties", name + "-additional"));
-      extra = add_rule(name + "-additional-kv",
-                       key_not_in(names, name + "-key") + " \":\" " + primitive("ws") + " " + v);
-    }
+  static const Json kAnyValue = true;
+  const Json* a = schema.contains("additionalProperties")     ? &schema["additionalProperties"]
+                  : options_.additional_properties_by_default ? &kAnyValue
+                                                              : nullptr;
+  if (a != nullptr && (!a->is_boolean() || a->get<bool>())) {
+    std::vector<std::string> names;
+    for (const Property& p : props) names.push_back(p.key);
+    INFERD_ASSIGN_OR_RETURN(std::string v, visit(*a, path + "/additionalProperties", name + "-additional"));
+    extra = add_rule(name + "-additional-kv", key_not_in(names, name + "-key") + " " + colon() + " " + v);
   }
-  const std::string ws = primitive("ws");
+  const std::string sep = comma();
   std::string first_tail, rest_tail;  // after the properties: nothing written yet / something written
   if (!extra.empty()) {
-    rest_tail = add_rule(name + "-rest", "( \",\" " + ws + " " + extra + " )*");
+    rest_tail = add_rule(name + "-rest", "( " + sep + " " + extra + " )*");
     first_tail = "( " + extra + " " + rest_tail + " )?";
   }
   for (size_t i = props.size(); i-- > 0;) {
     const Property& p = props[i];
-    const std::string kv =
-        gbnf_literal(nlohmann::ordered_json(p.key).dump()) + " \":\" " + ws + " " + p.value;
-    const std::string rest_here = "\",\" " + ws + " " + kv + (rest_tail.empty() ? "" : " " + rest_tail);
+    const std::string kv = gbnf_literal(nlohmann::ordered_json(p.key).dump()) + " " + colon() + " " + p.value;
+    const std::string rest_here = sep + " " + kv + (rest_tail.empty() ? "" : " " + rest_tail);
     const std::string first_here = kv + (rest_tail.empty() ? "" : " " + rest_tail);
     std::string rest_body = rest_here, first_body = first_here;
     if (!p.required) {
@@ -330,7 +333,8 @@ Expected<std::string> JsonSchemaCompiler::object_expr(const Json& schema, const 
     rest_tail = add_rule(name + "-after-" + p.key, rest_body);
     first_tail = add_rule(name + "-from-" + p.key, first_body);
   }
-  return "\"{\" " + (first_tail.empty() ? "" : first_tail + " ") + "\"}\"";
+  if (first_tail.empty()) return open('{') + " \"}\"";
+  return open('{') + " " + first_tail + " " + close('}');
 }
 
 Expected<std::string> JsonSchemaCompiler::array_expr(const Json& schema, const std::string& path,
@@ -380,16 +384,16 @@ Expected<std::string> JsonSchemaCompiler::array_expr(const Json& schema, const s
                          "asks for more items than the schema allows (" + std::to_string(*max) + ")");
   }
   const int64_t explicit_count = max ? std::min(std::max(k, min), *max) : std::max(k, min);
-  const std::string ws = primitive("ws");
+  const std::string comma_expr = comma();
   auto element = [&](int64_t j) { return j < k ? prefix[static_cast<size_t>(j)] : *item; };
-  auto sep = [&](int64_t j) { return j == 0 ? std::string() : "\",\" " + ws + " "; };
+  auto sep = [&](int64_t j) { return j == 0 ? std::string() : comma_expr + " "; };
   // The repeated tail after the explicit elements.
   std::string tail;
   const std::optional<int64_t> extra = max ? std::optional<int64_t>(*max - explicit_count) : std::nullopt;
   if (item && (!extra || *extra > 0)) {
     const std::string reps =
         extra ? "{0," + std::to_string(*extra - (explicit_count == 0 ? 1 : 0)) + "}" : "*";
-    const std::string more = "( \",\" " + ws + " " + *item + " )" + reps;
+    const std::string more = "( " + comma_expr + " " + *item + " )" + reps;
     tail = explicit_count == 0 ? "( " + *item + " " + more + " )?" : more;
   }
   std::string body = tail;
@@ -397,7 +401,8 @@ Expected<std::string> JsonSchemaCompiler::array_expr(const Json& schema, const s
     body = "( " + sep(j) + element(j) + (body.empty() ? "" : " " + body) + " )?";
   }
   for (int64_t j = min; j-- > 0;) body = sep(j) + element(j) + (body.empty() ? "" : " " + body);
-  return add_rule(name + "-array", "\"[\" " + (body.empty() ? "" : body + " ") + "\"]\"");
+  if (body.empty()) return add_rule(name + "-array", open('[') + " \"]\"");
+  return add_rule(name + "-array", open('[') + " " + body + " " + close(']'));
 }
 
 }  // namespace inferd

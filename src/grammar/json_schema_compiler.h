@@ -13,17 +13,19 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "grammar/grammar.h"
 
 namespace inferd {
 
 class JsonSchemaCompiler final {
  public:
-  explicit JsonSchemaCompiler(const nlohmann::ordered_json& root) : root_(root) {}
+  explicit JsonSchemaCompiler(const nlohmann::ordered_json& root, JsonGrammarOptions options = {})
+      : root_(root), options_(std::move(options)) {}
 
   // The whole grammar, start rule `root`. One use per compiler.
   Expected<std::string> compile();
   // `root ::= json-object` and the primitives: any JSON object.
-  static std::string any_object_gbnf();
+  static Expected<std::string> any_object_gbnf(const JsonGrammarOptions& options = {});
 
  private:
   using Json = nlohmann::ordered_json;
@@ -40,6 +42,16 @@ class JsonSchemaCompiler final {
   Expected<std::string> number_expr(const Json& schema, const std::string& path, bool integer);
   std::string key_not_in(const std::vector<std::string>& names, const std::string& name);
   std::string primitive(const std::string& name);
+  // The primitive's body: the fixed ones, and the structural ones (ws, json-object, json-member,
+  // json-array) in the options' layout.
+  std::string primitive_body(const std::string& name) const;
+  // Punctuation with the whitespace the options allow around it (GBNF expressions).
+  std::string colon();
+  std::string comma();
+  std::string open(char c);   // '{' or '['
+  std::string close(char c);  // '}' or ']'
+  // The options' whitespace pattern as a GBNF expression (kPattern), checked once.
+  Status check_options();
 
   // Adds `name ::= body` under a unique name derived from `hint`; returns the name.
   std::string add_rule(const std::string& hint, const std::string& body);
@@ -49,6 +61,8 @@ class JsonSchemaCompiler final {
   static constexpr int kMaxDepth = 64;  // subschemas nested in one another, $ref chains included
 
   const Json& root_;
+  JsonGrammarOptions options_;
+  std::string ws_expr_;                                     // kPattern: the pattern's GBNF
   std::vector<std::pair<std::string, std::string>> rules_;  // in order of definition
   std::set<std::string> names_;
   std::map<std::string, int> last_suffix_;        // unique_name(): base -> the last suffix it gave

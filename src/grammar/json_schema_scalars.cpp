@@ -20,11 +20,12 @@ namespace {
 // double); exponents at most 2 digits.
 const std::map<std::string, std::string>& primitive_bodies() {
   static const std::map<std::string, std::string> p = {
-      {"ws", "\" \"?"},
+      // ws, json-object, json-member and json-array depend on the layout: primitive_body().
+      {"ws", ""},
       {"json-value", "json-object | json-array | json-string | json-number | json-boolean | json-null"},
-      {"json-object", "\"{\" ( json-member ( \",\" ws json-member )* )? \"}\""},
-      {"json-member", "json-string \":\" ws json-value"},
-      {"json-array", "\"[\" ( json-value ( \",\" ws json-value )* )? \"]\""},
+      {"json-object", ""},
+      {"json-member", ""},
+      {"json-array", ""},
       {"json-string", "\"\\\"\" json-char* \"\\\"\""},
       {"json-char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" json-u-escape )"},
       {"json-u-escape",
@@ -60,10 +61,63 @@ const std::map<std::string, std::string>& formats() {
 
 }  // namespace
 
+std::string JsonSchemaCompiler::primitive_body(const std::string& name) const {
+  using W = JsonGrammarOptions::Whitespace;
+  if (name == "ws") return options_.whitespace == W::kPattern ? ws_expr_ : "\" \"?";
+  // Built from the same pieces as object_expr / array_expr (colon(), comma(), ...) but as text:
+  // these are const and the pieces add the ws rule, which primitive() adds as a dependency.
+  const bool pattern = options_.whitespace == W::kPattern;
+  const std::string ws_after = options_.whitespace == W::kNone ? "" : " ws";
+  const std::string sep = (pattern ? "ws " : "") + std::string("\",\"") + ws_after;
+  const std::string colon = (pattern ? "ws " : "") + std::string("\":\"") + ws_after;
+  const std::string lead = pattern ? " ws" : "", trail = pattern ? "ws " : "";
+  if (name == "json-object")
+    return "\"{\"" + lead + " ( json-member ( " + sep + " json-member )* " + trail + ")? \"}\"";
+  if (name == "json-member") return "json-string " + colon + " json-value";
+  if (name == "json-array")
+    return "\"[\"" + lead + " ( json-value ( " + sep + " json-value )* " + trail + ")? \"]\"";
+  return primitive_bodies().at(name);
+}
+
+std::string JsonSchemaCompiler::colon() {
+  using W = JsonGrammarOptions::Whitespace;
+  if (options_.whitespace == W::kNone) return "\":\"";
+  const std::string ws = primitive("ws");
+  return options_.whitespace == W::kPattern ? ws + " \":\" " + ws : "\":\" " + ws;
+}
+
+std::string JsonSchemaCompiler::comma() {
+  using W = JsonGrammarOptions::Whitespace;
+  if (options_.whitespace == W::kNone) return "\",\"";
+  const std::string ws = primitive("ws");
+  return options_.whitespace == W::kPattern ? ws + " \",\" " + ws : "\",\" " + ws;
+}
+
+std::string JsonSchemaCompiler::open(char c) {
+  const std::string literal = std::string("\"") + c + "\"";
+  return options_.whitespace == JsonGrammarOptions::Whitespace::kPattern ? literal + " " + primitive("ws")
+                                                                         : literal;
+}
+
+std::string JsonSchemaCompiler::close(char c) {
+  const std::string literal = std::string("\"") + c + "\"";
+  return options_.whitespace == JsonGrammarOptions::Whitespace::kPattern ? primitive("ws") + " " + literal
+                                                                         : literal;
+}
+
+Status JsonSchemaCompiler::check_options() {
+  if (options_.whitespace != JsonGrammarOptions::Whitespace::kPattern) return Status::ok();
+  if (options_.whitespace_pattern.empty()) return invalid_argument("whitespace_pattern: must not be empty");
+  auto expr = regex_to_gbnf(options_.whitespace_pattern, /*in_json_string=*/false);
+  if (!expr) return expr.status().with_context("whitespace_pattern");
+  ws_expr_ = "( " + *expr + " )";
+  return Status::ok();
+}
+
 std::string JsonSchemaCompiler::primitive(const std::string& name) {
   if (names_.contains(name)) return name;
   names_.insert(name);
-  const std::string& body = primitive_bodies().at(name);
+  const std::string body = primitive_body(name);
   rules_.emplace_back(name, body);
   // Its dependencies (names in the body that are primitives).
   for (const auto& [dep, unused] : primitive_bodies()) {
@@ -203,13 +257,21 @@ std::string JsonSchemaCompiler::key_not_in(const std::vector<std::string>& names
   return "\"\\\"\" " + rule_names[0] + " \"\\\"\"";
 }
 
-Expected<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  JsonSchemaCompiler compiler(schema);
+std::string JsonGrammarOptions::key() const {
+  if (*this == JsonGrammarOptions{}) return "";
+  return std::to_string(static_cast<int>(whitespace)) + (additional_properties_by_default ? "+" : "-") +
+         whitespace_pattern;
+}
+
+Expected<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                          const JsonGrammarOptions& options) {
+  JsonSchemaCompiler compiler(schema, options);
   return compiler.compile();
 }
 
-Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const nlohmann::ordered_json& schema) {
-  INFERD_ASSIGN_OR_RETURN(std::string gbnf, json_schema_to_gbnf(schema));
+Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const nlohmann::ordered_json& schema,
+                                                                  const JsonGrammarOptions& options) {
+  INFERD_ASSIGN_OR_RETURN(std::string gbnf, json_schema_to_gbnf(schema, options));
   auto g = parse_gbnf(gbnf);
   if (!g) return g.status().with_context("json_schema: the generated grammar");
   return g;
@@ -217,10 +279,20 @@ Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const nlohmann
 
 std::shared_ptr<const Grammar> any_json_grammar() {
   static const std::shared_ptr<const Grammar> g = [] {
-    auto parsed = parse_gbnf(JsonSchemaCompiler::any_object_gbnf());
+    auto gbnf = JsonSchemaCompiler::any_object_gbnf();
+    INFERD_CHECK(gbnf.has_value());
+    auto parsed = parse_gbnf(*gbnf);
     INFERD_CHECK(parsed.has_value());
     return *parsed;
   }();
+  return g;
+}
+
+Expected<std::shared_ptr<const Grammar>> any_json_grammar(const JsonGrammarOptions& options) {
+  if (options == JsonGrammarOptions{}) return any_json_grammar();
+  INFERD_ASSIGN_OR_RETURN(std::string gbnf, JsonSchemaCompiler::any_object_gbnf(options));
+  auto g = parse_gbnf(gbnf);
+  if (!g) return g.status().with_context("json_object: the generated grammar");
   return g;
 }
 

@@ -299,7 +299,8 @@ constexpr std::string_view kCommonFields[] = {"response_format",
                                               "cache_salt",
                                               "request_id",
                                               "modalities",
-                                              "mm_processor_kwargs"};
+                                              "mm_processor_kwargs",
+                                              "guided_whitespace_pattern"};
 constexpr std::string_view kChatFields[] = {"messages",
                                             "max_completion_tokens",
                                             "top_logprobs",
@@ -316,9 +317,8 @@ constexpr std::string_view kChatFields[] = {"messages",
                                             "reasoning_effort"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "suffix"};
 // Fields of OpenAI's or vLLM's APIs that inferd does not implement (yet): the message says so.
-constexpr std::string_view kUnimplementedFields[] = {
-    "guided_whitespace_pattern", "audio",      "web_search_options",
-    "logits_processors",         "vllm_xargs", "structural_tag"};
+constexpr std::string_view kUnimplementedFields[] = {"audio", "web_search_options", "logits_processors",
+                                                     "vllm_xargs", "structural_tag"};
 
 template <size_t N>
 bool contains(const std::string_view (&names)[N], std::string_view key) {
@@ -482,6 +482,32 @@ void parse_structured_output(Reader& r, GenerationRequest* g) {
       return r.fail("response_format", "'response_format.type' must be text, json_object or json_schema");
     }
   }
+  // The JSON layout options (vLLM's), and the field that set them, applied to the constraint
+  // once all are read (they may come before it).
+  JsonGrammarOptions layout;
+  std::string layout_field;
+  auto set_layout = [&](const std::string& field, const json& v) {
+    using W = JsonGrammarOptions::Whitespace;
+    const std::string key = field.substr(field.find('.') + 1);
+    if (key == "whitespace_pattern" || key == "guided_whitespace_pattern") {
+      if (!v.is_string() || v.get_ref<const std::string&>().empty())
+        return r.fail(field, "'" + field + "' must be a non-empty regex");
+      if (layout.whitespace == W::kNone)
+        return r.fail(field, "'" + field + "' cannot go with disable_any_whitespace");
+      layout.whitespace = W::kPattern;
+      layout.whitespace_pattern = v.get<std::string>();
+    } else if (key == "disable_any_whitespace") {
+      if (!v.is_boolean()) return r.fail(field, "'" + field + "' must be a boolean");
+      if (!v.get<bool>()) return;  // the default: inferd's compact whitespace
+      if (layout.whitespace == W::kPattern)
+        return r.fail(field, "'" + field + "' cannot go with a whitespace_pattern");
+      layout.whitespace = W::kNone;
+    } else {  // disable_additional_properties
+      if (!v.is_boolean()) return r.fail(field, "'" + field + "' must be a boolean");
+      layout.additional_properties_by_default = !v.get<bool>();
+    }
+    if (layout != JsonGrammarOptions{} && layout_field.empty()) layout_field = field;
+  };
   if (const json* so = r.find("structured_outputs"); so != nullptr && !r.failed()) {
     if (!so->is_object()) return r.fail("structured_outputs", "'structured_outputs' must be an object");
     for (const auto& [key, v] : so->items()) {
@@ -489,12 +515,21 @@ void parse_structured_output(Reader& r, GenerationRequest* g) {
       const std::string field = "structured_outputs." + key;
       if (key == "json" || key == "regex" || key == "choice" || key == "grammar" || key == "json_object") {
         read_constraint(r, field, key, v, &out);
+      } else if (key == "whitespace_pattern" || key == "disable_any_whitespace" ||
+                 key == "disable_additional_properties") {
+        set_layout(field, v);
+      } else if (key == "disable_fallback") {
+        // One grammar engine, which never falls back to another: either value holds.
+        if (!v.is_boolean()) return r.fail(field, "'" + field + "' must be a boolean");
       } else {
         return r.fail(field, "'" + field + "' is not supported by this server");
       }
       if (r.failed()) return;
     }
   }
+  if (const json* w = r.find("guided_whitespace_pattern"); w != nullptr && !r.failed())
+    set_layout("guided_whitespace_pattern", *w);
+  if (r.failed()) return;
   for (const char* kind : {"json", "regex", "choice", "grammar"}) {
     const std::string field = std::string("guided_") + kind;
     if (const json* v = r.find(field.c_str()); v != nullptr && !r.failed())
@@ -502,6 +537,13 @@ void parse_structured_output(Reader& r, GenerationRequest* g) {
   }
   std::string backend;
   r.string("guided_decoding_backend", &backend);  // one engine here: any name selects it
+  if (!layout_field.empty() && !r.failed()) {
+    using K = StructuredOutput::Kind;
+    if (!out || (out->kind != K::kJsonSchema && out->kind != K::kJsonObject))
+      return r.fail(layout_field,
+                    "'" + layout_field + "' is for a JSON constraint (a schema or json_object)");
+    out->json = layout;
+  }
 }
 
 void parse_logit_bias(Reader& r, SamplingParams* s) {

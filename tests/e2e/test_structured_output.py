@@ -85,6 +85,33 @@ def test_vllm_constraint_fields(server):
     assert e.value.body["param"] == "guided_grammar"
 
 
+def test_json_layout_options(server):
+    # vLLM's layout options: no whitespace at all, or a whitespace pattern (here newlines and
+    # indents) at every structural position; each answer still validates.
+    cl = client(server)
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    r = cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=120, temperature=1, seed=2,
+                                   response_format=fmt, extra_body={"structured_outputs": {"disable_any_whitespace": True}})
+    text = r.choices[0].message.content
+    check_person(text)
+    assert text == json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False), text
+    seen_newline = False
+    for seed in range(4):
+        r = cl.chat.completions.create(model="", messages=MESSAGES, max_tokens=160, temperature=1, seed=seed,
+                                       response_format=fmt, extra_body={"guided_whitespace_pattern": "(\\n {0,4})?"})
+        text = r.choices[0].message.content
+        if r.choices[0].finish_reason == "stop":
+            check_person(text)
+        outside = re.sub(r'"(\\.|[^"\\])*"', '""', text)  # whitespace outside strings: newline + indent only
+        assert not re.search(r"[ ]{5,}|\t|  \n", outside), text
+        seen_newline |= "\n" in outside
+    assert seen_newline, "the pattern's newlines were never used"
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="", prompt="x", max_tokens=4,
+                              extra_body={"guided_regex": "a+", "guided_whitespace_pattern": " *"})
+    assert e.value.body["param"] == "guided_whitespace_pattern"
+
+
 def nested_schema(levels):
     schema = {"type": "integer"}
     for _ in range(levels):

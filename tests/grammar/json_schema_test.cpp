@@ -88,6 +88,74 @@ TEST(GrammarJsonSchemaTest, PropertiesInSchemaOrderAndRequiredOnes) {
   EXPECT_FALSE(test::accepts(open, R"({"a":1,"a":2})"));  // a declared key is not an extra one
 }
 
+// vLLM's layout options: no whitespace at all, a whitespace pattern at every structural
+// position (outlines'), additionalProperties absent meaning any other keys. The defaults give
+// the same grammar as before; random walks in every layout still validate.
+TEST(GrammarJsonSchemaTest, LayoutOptions) {
+  const Json schema = Json::parse(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
+          "required": ["a", "b"]})");
+  JsonGrammarOptions none;
+  none.whitespace = JsonGrammarOptions::Whitespace::kNone;
+  JsonGrammarOptions pattern;
+  pattern.whitespace = JsonGrammarOptions::Whitespace::kPattern;
+  pattern.whitespace_pattern = "[\\n ]{0,4}";
+  JsonGrammarOptions open;
+  open.additional_properties_by_default = true;
+  EXPECT_EQ(*json_schema_to_gbnf(schema, JsonGrammarOptions{}), *json_schema_to_gbnf(schema));
+  EXPECT_EQ(JsonGrammarOptions{}.key(), "");
+  EXPECT_NE(none.key(), pattern.key());
+  auto get = [&](const JsonGrammarOptions& o) {
+    auto g = grammar_from_json_schema(schema, o);
+    EXPECT_TRUE(g.has_value()) << g.status().message();
+    return g.has_value() ? *g : nullptr;
+  };
+  const auto g_none = get(none), g_pattern = get(pattern), g_open = get(open), g_default = get({});
+  EXPECT_TRUE(test::accepts(g_none, R"({"a":1,"b":[1,2]})"));
+  EXPECT_FALSE(test::accepts(g_none, R"({"a": 1,"b":[1,2]})"));
+  EXPECT_TRUE(test::accepts(g_default, R"({"a": 1, "b": [1, 2]})"));
+  EXPECT_FALSE(test::accepts(g_default, "{\n \"a\": 1, \"b\": [1, 2]}"));
+  EXPECT_TRUE(test::accepts(g_pattern, "{\n  \"a\" : 1,\n  \"b\": [ 1 ,2 ]\n}"));
+  EXPECT_TRUE(test::accepts(g_pattern, R"({"a":1,"b":[]})"));
+  EXPECT_TRUE(test::accepts(g_pattern, "{\"a\":1,\"b\":[  ]}"));
+  EXPECT_FALSE(test::accepts(g_pattern, "{\"a\":1,\"b\":[1]     }"));  // five: over {0,4}
+  EXPECT_FALSE(test::accepts(g_pattern, "{\"a\":1,\t\"b\":[1]}"));     // a tab is not in the pattern
+  EXPECT_TRUE(test::accepts(g_open, R"({"a":1,"b":[],"c":{"d":null}})"));
+  EXPECT_FALSE(test::accepts(g_default, R"({"a":1,"b":[],"c":2})"));
+  // json_object in a layout.
+  auto any_none = any_json_grammar(none), any_pattern = any_json_grammar(pattern);
+  ASSERT_TRUE(any_none.has_value() && any_pattern.has_value());
+  EXPECT_TRUE(test::accepts(*any_none, R"({"x":[1,{"y":2}]})"));
+  EXPECT_FALSE(test::accepts(*any_none, R"({"x": 1})"));
+  EXPECT_TRUE(test::accepts(*any_pattern, "{ \"x\" : [ 1 , { } ] }"));
+  EXPECT_EQ(any_json_grammar(JsonGrammarOptions{}).value(), any_json_grammar());
+  // A pattern that does not compile names the option.
+  JsonGrammarOptions broken = pattern;
+  broken.whitespace_pattern = "[ ";
+  EXPECT_NE(json_schema_to_gbnf(schema, broken).status().message().find("whitespace_pattern"),
+            std::string::npos);
+  // Random walks in each layout give documents that parse and validate.
+  std::mt19937 rng(11);
+  auto vocab =
+      test::byte_vocab(test::random_tokens(rng, 300, "{}[]\",: \nabcAZ019.-+eE@Tnulltruefalse\\", 5));
+  for (const JsonGrammarOptions& o : {none, pattern, open}) {
+    for (const std::string& s : schema_corpus()) {
+      auto g = grammar_from_json_schema(Json::parse(s), o);
+      ASSERT_TRUE(g.has_value()) << g.status().message() << "\n" << s;
+      test::JsonSchemaValidator validator(Json::parse(s));
+      for (int w = 0; w < 5; ++w) {
+        const test::WalkResult r = test::random_walk(*g, vocab, rng, 200);
+        ASSERT_TRUE(r.finished) << s << "\nunfinished: " << r.text;
+        Json doc;
+        ASSERT_NO_THROW(doc = Json::parse(r.text)) << r.text;
+        if (!o.additional_properties_by_default) {
+          EXPECT_EQ(validator.check(doc), "") << s << "\n" << r.text;
+        }
+      }
+    }
+  }
+}
+
 TEST(GrammarJsonSchemaTest, IntegerBoundsAreExact) {
   auto g = compile(R"({"type": "integer", "minimum": -12, "maximum": 305})");
   for (int v = -200; v <= 1000; ++v)

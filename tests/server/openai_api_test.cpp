@@ -486,6 +486,45 @@ TEST(OpenAiApiTest, ReadsEveryOutputConstraint) {
   EXPECT_EQ(choice.generation.structured_output->choices, (std::vector<std::string>{"yes", "no"}));
 }
 
+// vLLM's JSON layout options, in structured_outputs or as guided_whitespace_pattern; refused
+// without a JSON constraint and in contradiction.
+TEST(OpenAiApiTest, ReadsTheJsonLayoutOptions) {
+  using W = JsonGrammarOptions::Whitespace;
+  auto r = parse_ok(ApiEndpoint::kCompletion, R"({"prompt": "x", "structured_outputs": {
+      "whitespace_pattern": "[ ]?", "json": {"type": "object"}, "disable_additional_properties": false,
+      "disable_fallback": true}})");
+  const auto& json = r.generation.structured_output->json;
+  EXPECT_EQ(json.whitespace, W::kPattern);
+  EXPECT_EQ(json.whitespace_pattern, "[ ]?");
+  EXPECT_TRUE(json.additional_properties_by_default);
+  auto old =
+      parse_ok(ApiEndpoint::kCompletion,
+               R"({"prompt": "x", "guided_json": {"type": "object"}, "guided_whitespace_pattern": "\\s*"})");
+  EXPECT_EQ(old.generation.structured_output->json.whitespace_pattern, "\\s*");
+  auto compact = parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_object"}, "structured_outputs": {"disable_any_whitespace": true}})");
+  EXPECT_EQ(compact.generation.structured_output->json.whitespace, W::kNone);
+  auto plain = parse_ok(
+      ApiEndpoint::kCompletion,
+      R"({"prompt": "x", "guided_json": {}, "structured_outputs": {"disable_any_whitespace": false}})");
+  EXPECT_EQ(plain.generation.structured_output->json, JsonGrammarOptions{});
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("guided_regex": "a+", "guided_whitespace_pattern": " *")", "guided_whitespace_pattern"},
+      {R"("structured_outputs": {"whitespace_pattern": " *"})", "structured_outputs.whitespace_pattern"},
+      {R"("structured_outputs": {"json": {}, "whitespace_pattern": ""})",
+       "structured_outputs.whitespace_pattern"},
+      {R"("structured_outputs": {"json": {}, "disable_any_whitespace": true, "whitespace_pattern": " "})",
+       "structured_outputs.whitespace_pattern"},
+      {R"("structured_outputs": {"json": {}, "disable_fallback": 1})", "structured_outputs.disable_fallback"},
+      {R"("structured_outputs": {"json": {}, "structural_tag": {}})", "structured_outputs.structural_tag"},
+  };
+  for (auto [fields, param] : bad) {
+    EXPECT_EQ(parse_error(ApiEndpoint::kCompletion, std::string(R"({"prompt": "x", )") + fields + "}").param,
+              param)
+        << fields;
+  }
+}
+
 TEST(OpenAiApiTest, ReadsTools) {
   auto r = parse_ok(ApiEndpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
     "tools": [{"type": "function", "function": {"name": "f"}}],
