@@ -140,9 +140,10 @@ TEST(GrammarJsonSchemaTest, LayoutOptions) {
       test::byte_vocab(test::random_tokens(rng, 300, "{}[]\",: \nabcAZ019.-+eE@Tnulltruefalse\\", 5));
   for (const JsonGrammarOptions& o : {none, pattern, open}) {
     for (const std::string& s : schema_corpus()) {
-      auto g = grammar_from_json_schema(Json::parse(s), o);
+      const Json schema_json = Json::parse(s);  // the validator keeps a reference
+      auto g = grammar_from_json_schema(schema_json, o);
       ASSERT_TRUE(g.has_value()) << g.status().message() << "\n" << s;
-      test::JsonSchemaValidator validator(Json::parse(s));
+      test::JsonSchemaValidator validator(schema_json);
       for (int w = 0; w < 5; ++w) {
         const test::WalkResult r = test::random_walk(*g, vocab, rng, 200);
         ASSERT_TRUE(r.finished) << s << "\nunfinished: " << r.text;
