@@ -237,8 +237,8 @@ def test_unknown_and_unimplemented_fields_are_400_informational_ones_accepted(se
                                 {"messages": MESSAGES, "max_tokens": 2, "frobnicate": {"x": 1}})[::2])
     assert status == 400 and err["param"] == "frobnicate"
     status, err = error_of(*raw(server, "POST", "/v1/completions",
-                                {"prompt": "x", "max_tokens": 2, "best_of": 2})[::2])
-    assert status == 400 and err["param"] == "best_of" and "not supported" in err["message"]
+                                {"prompt": "x", "max_tokens": 2, "logits_processors": ["mod.fn"]})[::2])
+    assert status == 400 and err["param"] == "logits_processors" and "not supported" in err["message"]
     status, _, data = raw(server, "POST", "/v1/chat/completions",
                           {"messages": MESSAGES, "max_tokens": 2, "user": "u1", "metadata": {"a": "b"},
                            "store": False})
