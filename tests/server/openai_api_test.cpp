@@ -543,6 +543,31 @@ TEST(OpenAiApiTest, ReadsTools) {
   }
 }
 
+// A hermes call of get_weather(city: Paris) and the stop token after it, one token per output,
+// through `choice` and `answer`: the JSON of every stream chunk.
+std::vector<nlohmann::json> stream_weather_call(const Tokenizer& tok, OutputProcessor* choice,
+                                                const OpenAiAnswer& answer) {
+  auto ids = tok.encode(
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", false);
+  ids.push_back(*tok.vocab().eos_id);  // the stop token that ends it (kStop)
+  std::string events;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    StepOutput out;
+    out.new_tokens = {ids[i]};
+    out.finished = i + 1 == ids.size();
+    if (out.finished) out.finish_reason = FinishReason::kStop;
+    const ChoiceDelta d = choice->apply(out, OutputProcessor::Clock::now());
+    events += answer.stream_events(0, d, *choice, i == 0);
+  }
+  std::vector<nlohmann::json> chunks;
+  for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
+    const size_t end = events.find("\n\n", at);
+    chunks.push_back(nlohmann::json::parse(events.substr(at + 6, end - at - 6)));
+    at = end;
+  }
+  return chunks;
+}
+
 // An answer with tool calls, in OpenAI's shapes: the body's message.tool_calls with
 // finish_reason "tool_calls", and the stream's id-and-name delta, then argument fragments.
 TEST(OpenAiApiTest, ToolCallsInTheBodyAndTheStream) {
@@ -550,25 +575,10 @@ TEST(OpenAiApiTest, ToolCallsInTheBodyAndTheStream) {
   OutputOptions o;
   o.tool_calls = ToolCallFormat::kHermes;
   o.max_tool_calls = 8;
-  auto ids = tok->encode(
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", false);
-  ids.push_back(*tok->vocab().eos_id);  // the stop token that ends it (kStop)
   std::vector<OutputProcessor> choices{OutputProcessor(tok.get(), o)};
   const OpenAiAnswer answer(ApiEndpoint::kChat, "chatcmpl-1", 0, "m", tok.get(), false, false);
-  std::string events;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    StepOutput out;
-    out.new_tokens = {ids[i]};
-    out.finished = i + 1 == ids.size();
-    if (out.finished) out.finish_reason = FinishReason::kStop;
-    const ChoiceDelta d = choices[0].apply(out, OutputProcessor::Clock::now());
-    events += answer.stream_events(0, d, choices[0], i == 0);
-  }
   std::string arguments, name, id, finish;
-  for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
-    const size_t end = events.find("\n\n", at);
-    const auto chunk = nlohmann::json::parse(events.substr(at + 6, end - at - 6));
-    at = end;
+  for (const nlohmann::json& chunk : stream_weather_call(*tok, &choices[0], answer)) {
     const auto& choice = chunk["choices"][0];
     if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
     const auto& delta = choice["delta"];
@@ -680,26 +690,11 @@ TEST(OpenAiApiTest, LegacyFunctionCallInTheBodyAndTheStream) {
   OutputOptions o;
   o.tool_calls = ToolCallFormat::kHermes;
   o.max_tool_calls = 1;
-  auto ids = tok->encode(
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", false);
-  ids.push_back(*tok->vocab().eos_id);
   std::vector<OutputProcessor> choices{OutputProcessor(tok.get(), o)};
   OpenAiAnswer answer(ApiEndpoint::kChat, "chatcmpl-1", 0, "m", tok.get(), false, false);
   answer.set_legacy_functions(true);
-  std::string events;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    StepOutput out;
-    out.new_tokens = {ids[i]};
-    out.finished = i + 1 == ids.size();
-    if (out.finished) out.finish_reason = FinishReason::kStop;
-    const ChoiceDelta d = choices[0].apply(out, OutputProcessor::Clock::now());
-    events += answer.stream_events(0, d, choices[0], i == 0);
-  }
   std::string arguments, name, finish;
-  for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
-    const size_t end = events.find("\n\n", at);
-    const auto chunk = nlohmann::json::parse(events.substr(at + 6, end - at - 6));
-    at = end;
+  for (const nlohmann::json& chunk : stream_weather_call(*tok, &choices[0], answer)) {
     const auto& choice = chunk["choices"][0];
     if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
     const auto& delta = choice["delta"];
