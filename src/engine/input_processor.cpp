@@ -533,16 +533,21 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
   // A prediction is plain text (a special token's text in it stays text, as in a message).
   std::shared_ptr<const std::vector<int32_t>> prediction;
   if (r.prediction) {
-    if (tokenizer_ == nullptr)
-      return {std::nullopt, InputError{InputError::Kind::kUnsupported, "prediction",
-                                       "'prediction' needs the model's tokenizer"}};
+    if (tokenizer_ == nullptr) {
+      result.error = InputError{InputError::Kind::kUnsupported, "prediction",
+                                "'prediction' needs the model's tokenizer"};
+      return result;
+    }
     auto ids = std::make_shared<std::vector<int32_t>>(tokenizer_->encode(*r.prediction, false));
-    if (static_cast<int64_t>(ids->size()) > limits_.max_model_len)
-      return {std::nullopt, invalid("prediction", "'prediction' has " + std::to_string(ids->size()) +
-                                                      " tokens, more than the context window of " +
-                                                      std::to_string(limits_.max_model_len))};
+    if (static_cast<int64_t>(ids->size()) > limits_.max_model_len) {
+      result.error = invalid("prediction", "'prediction' has " + std::to_string(ids->size()) +
+                                               " tokens, more than the context window of " +
+                                               std::to_string(limits_.max_model_len));
+      return result;
+    }
     prediction = std::move(ids);
   }
+  const BlockHash cache_salt = cache_salt_key(r.cache_salt);  // the same for every prompt
   // The model's own stop tokens end every sample, besides the request's (unless ignore_eos).
   std::vector<int32_t> stop_ids = r.stop_token_ids;
   if (tokenizer_ != nullptr) {
@@ -563,7 +568,7 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     spec.session_id = r.session_id;
     spec.streaming = r.streaming;
     spec.prediction = prediction;
-    spec.cache_salt = cache_salt_key(r.cache_salt);
+    spec.cache_salt = cache_salt;
   }
   in.stop = std::move(r.stop);
   in.include_stop_str_in_output = r.include_stop_str_in_output;
