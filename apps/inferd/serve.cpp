@@ -54,6 +54,11 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_flag("--trust-request-chat-template", s.trust_request_chat_template,
                 "let requests bring their own chat template (chat_template; rendered in inferd's sandboxed, "
                 "bounded Jinja interpreter)");
+  cmd->add_option("--pooling", f->pooling,
+                  "/v1/embeddings: the final hidden state of the last token (decoder embedding models), the "
+                  "mean over the input's tokens, or the first token's (default: the GGUF's pooling_type, "
+                  "else last)")
+      ->check(CLI::IsMember({"last", "mean", "cls"}));
   cmd->add_option("--max-body", f->max_body, "largest request body (e.g. 8MiB)");
   cmd->add_option("--header-timeout", s.header_timeout_seconds,
                   "seconds to receive a request once it started")
@@ -191,6 +196,18 @@ struct Loaded {
   }
 };
 
+// The pooling of /v1/embeddings: the flag's, else the GGUF's `<arch>.pooling_type` (llama.cpp's
+// numbering: 1 mean, 2 cls, 3 last), else last.
+Expected<Pooling> resolve_pooling(const std::string& flag, const ModelWeights& w) {
+  if (flag == "mean") return Pooling::kMean;
+  if (flag == "cls") return Pooling::kCls;
+  if (flag == "last" || w.gguf == nullptr) return Pooling::kLast;
+  INFERD_ASSIGN_OR_RETURN(std::optional<int64_t> type, w.gguf->get_int(w.config.arch_name + ".pooling_type"));
+  if (type == 1) return Pooling::kMean;
+  if (type == 2) return Pooling::kCls;
+  return Pooling::kLast;
+}
+
 Status load_all(const std::string& path, const ServeFlags& flags, int threads,
                 const EngineFlags& engine_flags, Parallel* parallel, Loaded* out, ServingContext* ctx) {
   const std::string& chat_template_file = flags.chat_template;
@@ -292,6 +309,8 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
   ctx->chat_template = out->chat_template.get();
   ctx->max_model_len = options.scheduler.max_model_len;
   ctx->vocab_size = static_cast<int32_t>(out->weights->config.vocab_size);
+  ctx->hidden_size = out->weights->config.hidden_size;
+  INFERD_ASSIGN_OR_RETURN(ctx->pooling, resolve_pooling(flags.pooling, *out->weights));
   return Status::ok();
 }
 

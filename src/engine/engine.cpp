@@ -142,6 +142,18 @@ RequestId Engine::add(RequestSpec spec, std::optional<RequestId> id_in) {
   if (r->error.empty() && r->sampling.prompt_logprobs &&
       (spec.n != 1 || spec.remote_kv || spec.kv_export_id != 0))
     r->error = "prompt_logprobs needs n = 1 and no disaggregated prefill";
+  if (r->error.empty() && spec.pooling != Pooling::kNone) {
+    r->pooling = spec.pooling;
+    r->normalize_embedding = spec.normalize_embedding;
+    r->limits.max_tokens = 0;
+    if (spec.n != 1 || spec.remote_kv || spec.kv_export_id != 0 || r->prediction || r->streaming.enabled() ||
+        r->sampling.prompt_logprobs)
+      r->error =
+          "an embedding request needs n = 1 and no disaggregation, prediction, prompt logprobs or "
+          "StreamingLLM window";
+    else if (options_.step_mirror != nullptr)
+      r->error = "embeddings are not served with tensor or pipeline parallelism";
+  }
   if (r->error.empty() && spec.lora != nullptr) {
     if (!model_.lora_enabled())
       r->error = "LoRA adapters are not enabled on this engine";
@@ -207,6 +219,7 @@ StepOutput& StepOutputs::add() {
   o.first_scheduled.reset();
   o.predicted_tokens = 0;
   o.accepted_predicted_tokens = 0;
+  o.embedding.clear();
   o.finished = false;
   o.finish_reason.reset();
   o.error.clear();
@@ -382,6 +395,7 @@ std::span<const StepOutput> Engine::step() {
       if (r.num_samples > 1 && !r.forked && r.output.empty()) fork_samples(r, runner_.logits_row(k));
     }
     emit_prompt_logprobs(batch);
+    emit_embeddings(batch);
     t3 = Clock::now();
     scheduler_.update(batch, sampled_, accepted_);
     for (auto& [id, error] : dead_ends_) {
@@ -413,6 +427,38 @@ std::span<const StepOutput> Engine::step() {
   if (batch.empty() && outputs_.view().empty() && !scheduler_.has_runnable() && scheduler_.num_kv_loads() > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return std::as_const(outputs_).view();
+}
+
+void Engine::emit_embeddings(const ScheduledBatch& batch) {
+  const auto pools = runner_.pool_rows();
+  for (size_t k = 0; k < pools.size(); ++k) {
+    const ModelRunner::PoolRows& pr = pools[k];
+    Request& r = *batch.items[static_cast<size_t>(pr.item)].request;
+    const auto dim = static_cast<size_t>(model_.config().hidden_size);
+    // A request computed again from its start (preempted) sums its rows again.
+    if ((pr.first_position == 0 && pr.count > 0) || r.pooling == Pooling::kLast) r.pooled.assign(dim, 0.0);
+    for (int64_t j = 0; j < pr.count; ++j) {
+      const std::span<const float> h = runner_.hidden_row(k, static_cast<size_t>(j));
+      for (size_t d = 0; d < dim; ++d) r.pooled[d] += h[d];
+    }
+    const int64_t end = r.num_computed_tokens + batch.items[static_cast<size_t>(pr.item)].num_new_tokens;
+    if (end < r.num_tokens()) continue;  // more of its prompt to come
+    const double count = r.pooling == Pooling::kMean ? static_cast<double>(r.num_tokens()) : 1.0;
+    double norm = 0;
+    for (double& v : r.pooled) {
+      v /= count;
+      norm += v * v;
+    }
+    norm = std::sqrt(norm);
+    // L2 normalization as torch's normalize(p=2, eps=1e-12) does it.
+    const double scale = r.normalize_embedding ? 1.0 / std::max(norm, 1e-12) : 1.0;
+    StepOutput& o = outputs_.add();
+    o.id = r.group;
+    o.index = r.sample_index;
+    o.first_scheduled = r.first_scheduled;
+    o.embedding.resize(dim);
+    for (size_t d = 0; d < dim; ++d) o.embedding[d] = static_cast<float>(r.pooled[d] * scale);
+  }
 }
 
 void Engine::export_prompt_kv(const Request& r) {

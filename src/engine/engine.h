@@ -91,6 +91,8 @@ struct StepOutput {
   // many of them it kept.
   int32_t predicted_tokens = 0;
   int32_t accepted_predicted_tokens = 0;
+  // An embedding request (RequestSpec::pooling): its embedding, in the output that finishes it.
+  std::vector<float> embedding;
   bool finished = false;                      // this sample is done; with n > 1 each sample finishes once
   std::optional<FinishReason> finish_reason;  // set exactly when finished
   std::string error;
@@ -150,6 +152,11 @@ struct RequestSpec {
   // vLLM's cache_salt (cache_salt_key()): its prefix-cache blocks are shared only with requests of
   // the same salt. Zero: none.
   BlockHash cache_salt;
+  // An embedding request instead of a generation: the prompt's final hidden states pooled so
+  // (StepOutput::embedding), L2-normalized when normalize_embedding; no token is sampled.
+  // Needs n = 1, no disaggregation, prediction or StreamingLLM window, and one process.
+  Pooling pooling = Pooling::kNone;
+  bool normalize_embedding = true;
 };
 
 inline constexpr int32_t kMaxSamples = 128;
@@ -227,6 +234,9 @@ class Engine final {
   void collect_finished();
   // This step's prompt logprobs (ModelRunner::prompt_rows) into the requests' outputs.
   void emit_prompt_logprobs(const ScheduledBatch& batch);
+  // This step's pooled hidden states (ModelRunner::pool_rows) into the embedding requests' sums;
+  // the embedding of each whose prompt this step completed into its output.
+  void emit_embeddings(const ScheduledBatch& batch);
   // Seals the blocks of r's prompt into the export store under r.kv_export_id.
   void export_prompt_kv(const Request& r);
   // Forks samples 1..n-1 of `parent` after its prompt was computed, sampling each one's first

@@ -465,6 +465,20 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
         return invalid(field, "token id " + std::to_string(t) + " is outside the vocabulary of " +
                                   std::to_string(limits_.vocab_size));
     }
+    if (r.pooling != Pooling::kNone) {  // an embedding: the prompt alone, no output
+      if (len > limits_.max_model_len)
+        return InputError{InputError::Kind::kContextLength, r.messages.is_null() ? "input" : "messages",
+                          "this model's maximum context length is " + std::to_string(limits_.max_model_len) +
+                              " tokens, but the input has " + std::to_string(len) + " tokens"};
+      RequestSpec spec;
+      spec.prompt = std::move(ids);
+      spec.limits.max_tokens = 0;
+      spec.pooling = r.pooling;
+      spec.normalize_embedding = r.normalize_embedding;
+      out->num_prompt_tokens += len;
+      out->requests.push_back(std::move(spec));
+      continue;
+    }
     // A StreamingLLM window holds at most its sink and window: the prompt and the output may run
     // past the context (without max_tokens: up to a context's worth of output).
     const int64_t want = r.max_tokens.value_or(
@@ -569,6 +583,8 @@ InputProcessed InputProcessor::process(GenerationRequest r) const {
     spec.streaming = r.streaming;
     spec.prediction = prediction;
     spec.cache_salt = cache_salt;
+    spec.pooling = r.pooling;
+    spec.normalize_embedding = r.normalize_embedding;
   }
   in.stop = std::move(r.stop);
   in.include_stop_str_in_output = r.include_stop_str_in_output;

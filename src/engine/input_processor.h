@@ -101,6 +101,10 @@ struct GenerationRequest {
   // vLLM's cache_salt: the prompt's cached KV blocks are shared only with requests of the same
   // salt (multi-tenant isolation of the prefix cache). Empty: none.
   std::string cache_salt;
+  // An embedding instead of a generation (/v1/embeddings): each prompt's final hidden states
+  // pooled so, L2-normalized when normalize_embedding; the prompt may fill the context window.
+  Pooling pooling = Pooling::kNone;
+  bool normalize_embedding = true;
 };
 
 // Why a request was refused: the field at fault (empty when it is the request as a whole).

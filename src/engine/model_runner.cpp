@@ -15,6 +15,8 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
   sample_items_.clear();
   sample_first_row_.clear();
   prompt_rows_.clear();
+  hidden_rows_.clear();
+  pool_rows_.clear();
   slots_.clear();
   sequences_.clear();
   sequence_lora_.clear();
@@ -50,6 +52,20 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
         for (int64_t p = from; p < to; ++p) logit_rows_.push_back(static_cast<int32_t>(base + p));
       }
     }
+    if (r.pooling != Pooling::kNone) {
+      // An embedding: the hidden states its pooling reads, and no token to sample.
+      int64_t from = first, to = first + n;
+      if (r.pooling == Pooling::kLast) from = std::max(first, r.num_tokens() - 1);
+      if (r.pooling == Pooling::kCls) to = std::min(to, int64_t{1});
+      to = std::max(from, to);
+      if (from < to || first + n == r.num_tokens()) {  // rows to pool, or its end (cls: none then)
+        pool_rows_.push_back(
+            {static_cast<int32_t>(i), from, to - from, static_cast<int32_t>(hidden_rows_.size())});
+        const auto base = static_cast<int64_t>(ids_.size()) - n - first;  // ids_ index of position 0
+        for (int64_t p = from; p < to; ++p) hidden_rows_.push_back(static_cast<int32_t>(base + p));
+      }
+      continue;
+    }
     const auto drafts = static_cast<int64_t>(r.draft.size());
     if (first + n == r.num_tokens() + drafts) {
       sample_first_row_.push_back(static_cast<int32_t>(logit_rows_.size()));
@@ -59,10 +75,12 @@ Status ModelRunner::execute(const ScheduledBatch& batch) {
   }
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   if (logits_.size() < logit_rows_.size() * vocab) logits_.resize(logit_rows_.size() * vocab);
-  ForwardBatch fb{ids_, positions_, slots_, token_sequence_, sequences_, logit_rows_, {}};
+  const auto dim = static_cast<size_t>(model_.config().hidden_size);
+  if (hidden_.size() < hidden_rows_.size() * dim) hidden_.resize(hidden_rows_.size() * dim);
+  ForwardBatch fb{ids_, positions_, slots_, token_sequence_, sequences_, logit_rows_, {}, hidden_rows_};
   if (any_lora) fb.sequence_lora = sequence_lora_;
   if (mirror_ != nullptr) INFERD_RETURN_IF_ERROR(mirror_->forward(fb));
-  return model_.forward(fb, cache_, logits_);
+  return model_.forward(fb, cache_, logits_, hidden_);
 }
 
 Status ModelRunner::copy_block(int32_t src, int32_t dst) {
@@ -75,6 +93,12 @@ std::span<const float> ModelRunner::prompt_row(size_t k, size_t j) const {
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   const auto row = static_cast<size_t>(prompt_rows_[k].first_row) + j;
   return std::span<const float>(logits_).subspan(row * vocab, vocab);
+}
+
+std::span<const float> ModelRunner::hidden_row(size_t k, size_t j) const {
+  const auto dim = static_cast<size_t>(model_.config().hidden_size);
+  const auto row = static_cast<size_t>(pool_rows_[k].first_row) + j;
+  return std::span<const float>(hidden_).subspan(row * dim, dim);
 }
 
 std::span<const float> ModelRunner::logits_row(size_t i, size_t j) const {

@@ -37,6 +37,19 @@ class ModelRunner final {
   };
   std::span<const PromptRows> prompt_rows() const { return prompt_rows_; }
   std::span<const float> prompt_row(size_t k, size_t j) const;
+  // Embedding requests' rows this step (Request::pooling): the final hidden states of their
+  // prompt positions [first_position, first_position + count) (`hidden_row(k, j)`: position
+  // first_position + j), the positions the pooling reads: the last (when computed this step),
+  // every one (mean) or the first (cls); count 0 for a step that ends it and has none of them.
+  // An embedding request's rows are never sample rows.
+  struct PoolRows {
+    int32_t item;
+    int64_t first_position;
+    int64_t count;
+    int32_t first_row;
+  };
+  std::span<const PoolRows> pool_rows() const { return pool_rows_; }
+  std::span<const float> hidden_row(size_t k, size_t j) const;
   // Copies KV block src to dst (a forked sample's copy of its prompt's last block), on every rank.
   Status copy_block(int32_t src, int32_t dst);
 
@@ -49,12 +62,15 @@ class ModelRunner final {
   const KVCacheManager& kv_;
   StepMirror* mirror_ = nullptr;
   // Reused across steps: no allocation once the largest batch has been seen.
-  std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, sample_items_, sample_first_row_;
+  std::vector<int32_t> ids_, positions_, token_sequence_, logit_rows_, sample_items_, sample_first_row_,
+      hidden_rows_;
   std::vector<int64_t> slots_;
   std::vector<AttentionSequence> sequences_;
   std::vector<const LoraAdapter*> sequence_lora_;  // [sequences] each one's adapter (null: the base)
   std::vector<float> logits_;
   std::vector<PromptRows> prompt_rows_;
+  std::vector<float> hidden_;  // [hidden_rows_, hidden_size]
+  std::vector<PoolRows> pool_rows_;
 };
 
 }  // namespace inferd

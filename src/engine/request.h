@@ -35,6 +35,22 @@ inline const char* finish_reason_name(FinishReason reason) {
   return "error";
 }
 
+// Pooling: what an embedding request (RequestSpec::pooling) makes of its prompt's final hidden
+// states (after the model's last norm): the last token's (decoder embedding models: Qwen3-Embedding,
+// gte-Qwen2, E5-Mistral), the mean over every token, or the first token's. kNone: a generation.
+enum class Pooling { kNone, kLast, kMean, kCls };
+
+// "last", "mean", "cls" (and "none"): vLLM's and llama.cpp's spellings, lower case.
+inline const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::kLast: return "last";
+    case Pooling::kMean: return "mean";
+    case Pooling::kCls: return "cls";
+    case Pooling::kNone: break;
+  }
+  return "none";
+}
+
 struct GenerationLimits {
   int64_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
@@ -99,6 +115,13 @@ struct Request {
   int64_t prediction_cursor = 0;
   BlockHash cache_salt;  // mixed into its blocks' hash-chain root (zero: none)
   bool draft_from_prediction = false;
+  // An embedding request: it ends once its prompt is computed, with the pooled hidden state
+  // (L2-normalized when asked) instead of a sampled token. `pooled` sums the rows seen so far.
+  Pooling pooling = Pooling::kNone;
+  bool normalize_embedding = true;
+  std::vector<double> pooled;
+  // Mean and first-token pooling need every prompt row computed here: no cached prefix.
+  bool pools_every_row() const { return pooling == Pooling::kMean || pooling == Pooling::kCls; }
 
   // No phases: a request just has tokens, some computed. Prefill = many uncomputed tokens.
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }

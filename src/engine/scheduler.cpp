@@ -288,8 +288,9 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     }
     // A request that holds no blocks starts from the longest cached prefix of its tokens.
     const bool fresh = r->num_computed_tokens == 0 && kv_.block_table(r->id).empty() && !r->kv_load_done;
-    // Prompt logprobs need every prompt row's logits: no cached prefix, no loaded KV.
-    if (fresh && !r->wants_prompt_logprobs()) {
+    // Prompt logprobs need every prompt row's logits, mean pooling every row's hidden state: no
+    // cached prefix, no loaded KV.
+    if (fresh && !r->wants_prompt_logprobs() && !r->pools_every_row()) {
       r->num_computed_tokens =
           kv_.take_cached_prefix(r->id, tokens_of(*r), r->remote_kv ? nullptr : &remote_keys_);
       if (r->remote_kv) {
@@ -586,6 +587,10 @@ void Scheduler::update(const ScheduledBatch& batch, std::span<const int32_t> sam
     r->draft.clear();
     kv_.cache_full_blocks(r->id, tokens_of(*r), r->num_computed_tokens);
     if (r->num_computed_tokens < r->num_tokens()) continue;  // still prefilling
+    if (r->pooling != Pooling::kNone) {                      // an embedding: done once its prompt is
+      finish(r, FinishReason::kStop);
+      continue;
+    }
     accept_token(r, sampled[i]);
   }
 }

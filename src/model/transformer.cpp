@@ -159,7 +159,8 @@ void Transformer::prepare_rope(std::span<const int32_t> positions) {
   }
 }
 
-Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t logits_size) const {
+Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t logits_size,
+                             size_t hidden_size) const {
   const ModelConfig& c = config();
   const size_t n = b.token_ids.size();
   if (b.positions.size() != n || b.slot_mapping.size() != n || b.token_sequence.size() != n) {
@@ -217,6 +218,14 @@ Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t
   }
   for (int32_t r : b.logit_rows) {
     if (r < 0 || static_cast<size_t>(r) >= n) return invalid_argument("logit row outside the batch");
+  }
+  if (!b.hidden_rows.empty()) {
+    if (pp_ != nullptr) return unsupported("hidden states are not returned with pipeline parallelism");
+    if (writes_logits && hidden_size < b.hidden_rows.size() * static_cast<size_t>(c.hidden_size))
+      return invalid_argument("hidden-state buffer too small");
+    for (int32_t r : b.hidden_rows) {
+      if (r < 0 || static_cast<size_t>(r) >= n) return invalid_argument("hidden row outside the batch");
+    }
   }
   return Status::ok();
 }
@@ -556,8 +565,9 @@ Status Transformer::forward_pipeline(const ForwardBatch& b, KvCache& cache, std:
   return Status::ok();
 }
 
-Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<float> logits) {
-  INFERD_RETURN_IF_ERROR(validate(b, cache, logits.size()));
+Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<float> logits,
+                            std::span<float> hidden) {
+  INFERD_RETURN_IF_ERROR(validate(b, cache, logits.size(), hidden.size()));
   if (pp_ != nullptr) {
     if (b.token_ids.empty()) return Status::ok();
     return forward_pipeline(b, cache, logits);
@@ -575,6 +585,15 @@ Status Transformer::forward(const ForwardBatch& b, KvCache& cache, std::span<flo
     INFERD_RETURN_IF_ERROR(attention_block(l, i, b, cache));
     INFERD_RETURN_IF_ERROR(mlp_block(l, i, n));
     if (observer_ != nullptr) observer_->observe_hidden(i, hidden_.data(), n, c.hidden_size);
+  }
+  // Final norm of the rows that want their hidden state (every rank has the whole of hidden_).
+  if (tp_ == nullptr || tp_->rank() == 0) {
+    for (size_t r = 0; r < b.hidden_rows.size(); ++r) {
+      const int64_t t = b.hidden_rows[r];
+      backend_->rms_norm(&hidden_[t * c.hidden_size], weights_.final_norm.data(),
+                         &hidden[r * static_cast<size_t>(c.hidden_size)], 1, c.hidden_size,
+                         static_cast<float>(c.rms_norm_eps));
+    }
   }
   // Final norm of the rows that want logits, gathered to the front of normed_.
   const auto num_rows = static_cast<int64_t>(b.logit_rows.size());

@@ -38,6 +38,9 @@ struct ForwardBatch {
   // [sequences.size()] each sequence's LoRA adapter (null: the base alone), or empty: no
   // adapters in this batch. Needs Transformer::enable_lora.
   std::span<const LoraAdapter* const> sequence_lora;
+  // Token rows whose final hidden state (after the model's last norm: what the vocabulary
+  // projection reads) is wanted, for embeddings. Not with pipeline parallelism.
+  std::span<const int32_t> hidden_rows;
 };
 
 // The input of a group of linear layers, for an observer of the f32 path (calibration).
@@ -79,10 +82,12 @@ class Transformer final {
   const Backend& backend() const { return *backend_; }
 
   // Runs all layers over the batch; writes K/V of every token; logits: [logit_rows.size(),
-  // vocab]. Returns an error (and computes nothing) when the batch is inconsistent: ids out of
-  // the vocabulary, slots outside the cache, positions that disagree with the sequences.
+  // vocab]; hidden: [hidden_rows.size(), hidden_size] (rank 0 of tensor parallelism). Returns an
+  // error (and computes nothing) when the batch is inconsistent: ids out of the vocabulary, slots
+  // outside the cache, positions that disagree with the sequences.
   // Engine thread only. Allocates only when the batch is larger than any before.
-  Status forward(const ForwardBatch& batch, KvCache& cache, std::span<float> logits);
+  Status forward(const ForwardBatch& batch, KvCache& cache, std::span<float> logits,
+                 std::span<float> hidden = {});
 
   // Runs as one rank of `group` (not owned; must outlive the Transformer) on weights split by
   // shard_weights for that rank: forward() then is collective (every rank calls it with the same
@@ -107,7 +112,8 @@ class Transformer final {
   void set_observer(LinearObserver* observer) { observer_ = observer; }
 
  private:
-  Status validate(const ForwardBatch& batch, const KvCache& cache, size_t logits_size) const;
+  Status validate(const ForwardBatch& batch, const KvCache& cache, size_t logits_size,
+                  size_t hidden_size) const;
   Status forward_pipeline(const ForwardBatch& batch, KvCache& cache, std::span<float> logits);
   // Micro-batch rows [t0, t1) of `batch` (rows laid out sequence after sequence) as a batch of
   // its own, in the mb_ members.

@@ -327,7 +327,7 @@ struct HttpServer::Impl {
     const bool lora_admin = target == "/v1/load_lora_adapter" || target == "/v1/unload_lora_adapter";
     const bool known = target == "/v1/models" || target == "/v1/chat/completions" ||
                        target == "/v1/completions" || target == "/tokenize" || target == "/detokenize" ||
-                       lora_admin;
+                       target == "/v1/embeddings" || lora_admin;
     if (!known) {
       Response res = error_response(
           req, ApiError{404, "no such endpoint: " + target, "invalid_request_error", "", "not_found"});
@@ -364,6 +364,7 @@ struct HttpServer::Impl {
     if (lora_admin) co_return co_await lora_admin_request(*conn, req, target == "/v1/load_lora_adapter");
     if (target == "/tokenize") co_return co_await tokenize(*conn, req);
     if (target == "/detokenize") co_return co_await detokenize(*conn, req);
+    if (target == "/v1/embeddings") co_return co_await embed(conn, req);
     co_return co_await generate(
         conn, req, target == "/v1/chat/completions" ? ApiEndpoint::kChat : ApiEndpoint::kCompletion);
   }
@@ -597,6 +598,149 @@ struct HttpServer::Impl {
     Response res =
         make_response(req, http::status::ok, body.dump(-1, ' ', false, json::error_handler_t::replace));
     co_return co_await send(conn, res);
+  }
+
+  // ---- embeddings ---------------------------------------------------------------------------
+
+  struct ReadEmbedding {
+    std::optional<ApiError> error;
+    EmbeddingRequest api;
+    InputProcessed processed;
+  };
+  // On an input worker: parses the body and runs the input side with the server's pooling.
+  static ReadEmbedding read_embedding(const InputProcessor& inputs, const std::string& body,
+                                      const std::string& request_id_header, Pooling pooling) {
+    ReadEmbedding out;
+    ParsedEmbedding parsed = parse_embedding_request(body);
+    if (!parsed.request) {
+      out.error = parsed.error;
+      return out;
+    }
+    out.api = std::move(*parsed.request);
+    if (out.api.request_id.empty() && !request_id_header.empty()) {
+      if (!is_request_id(request_id_header)) {
+        out.error = ApiError{400, "the X-Request-Id header must be 1-128 letters, digits or . _ : -",
+                             "invalid_request_error", "X-Request-Id", ""};
+        return out;
+      }
+      out.api.request_id = request_id_header;
+    }
+    GenerationRequest generation = out.api.generation;
+    generation.pooling = pooling;
+    generation.normalize_embedding = out.api.normalize.value_or(true);
+    out.processed = inputs.process(std::move(generation));
+    if (!out.processed.input && out.processed.error.field == "prompt") out.processed.error.field = "input";
+    return out;
+  }
+
+  // The checks after the input side: the model, dimensions, the queue. An error or nothing.
+  std::optional<ApiError> check_embedding(const ReadEmbedding& read) {
+    const EmbeddingRequest& api = read.api;
+    if (!api.model.empty() && api.model != options.served_model_name)
+      return ApiError{404,
+                      "the model '" + api.model + "' does not exist (this server embeds with '" +
+                          options.served_model_name + "')",
+                      "invalid_request_error", "model", "model_not_found"};
+    if (!read.processed.input) return api_error(read.processed.error, ApiEndpoint::kCompletion);
+    if (api.dimensions && *api.dimensions != ctx.hidden_size)
+      return ApiError{400,
+                      "'dimensions' must be " + std::to_string(ctx.hidden_size) +
+                          ", the model's embedding size: it has no Matryoshka representation to shorten",
+                      "invalid_request_error", "dimensions", ""};
+    const int64_t sequences = read.processed.input->num_sequences();
+    const int64_t queued = ctx.engine->num_queued_sequences();
+    if (queued + sequences > options.max_queue)
+      return ApiError{429,
+                      "the server is at capacity (" + std::to_string(queued) + " of " +
+                          std::to_string(options.max_queue) + " queue places taken, this request needs " +
+                          std::to_string(sequences) + "); retry later",
+                      "rate_limit_error", "", "queue_full"};
+    return std::nullopt;
+  }
+
+  // POST /v1/embeddings: every input is one engine request that ends with its pooled final
+  // hidden state (Pooling); the answer lists them in input order.
+  awaitable<bool> embed(std::shared_ptr<Connection> conn, const http::request<http::string_body>& req) {
+    const auto arrival = Clock::now();
+    std::string request_id_header;
+    if (auto h = req.find("X-Request-Id"); h != req.end()) request_id_header = std::string(h->value());
+    auto read = start_on(input_workers,
+                         [inputs = inputs, body = req.body(), request_id_header, pooling = ctx.pooling] {
+                           return read_embedding(*inputs, body, request_id_header, pooling);
+                         });
+    co_await until_done(*read);
+    ReadEmbedding& r = *read->result;
+    std::optional<ApiError> error = r.error;
+    if (!error) error = check_embedding(r);
+    if (error) {
+      Response res = error_response(req, *error);
+      if (error->status == 429) res.set(http::field::retry_after, "1");
+      co_return co_await send(*conn, res);
+    }
+    ProcessedInput& input = *r.processed.input;
+    const size_t count = input.requests.size();
+    auto channel = std::make_shared<Channel>(io.get_executor());
+    const std::vector<RequestId> ids = submit(input, channel);
+    metrics->add_prompt_tokens(input.num_prompt_tokens);
+    auto stop_watch = std::make_shared<bool>(false);
+    net::co_spawn(io, watch_disconnect(conn, channel, ids, {}, stop_watch), net::detached);
+    std::vector<std::vector<float>> embeddings(count);
+    std::string failure;
+    bool internal = false;
+    std::optional<Clock::time_point> first_scheduled;
+    for (size_t unfinished = count; unfinished > 0;) {
+      std::deque<Channel::Item> batch;
+      {
+        std::lock_guard<std::mutex> lock(channel->mutex);
+        batch.swap(channel->items);
+      }
+      if (batch.empty()) {
+        boost::system::error_code ec;
+        co_await channel->wake.async_wait(net::redirect_error(use_awaitable, ec));
+        continue;
+      }
+      for (Channel::Item& item : batch) {
+        if (!item.out.embedding.empty()) embeddings.at(item.prompt) = std::move(item.out.embedding);
+        if (item.out.first_scheduled && (!first_scheduled || *item.out.first_scheduled < *first_scheduled))
+          first_scheduled = item.out.first_scheduled;
+        if (!item.out.finished) continue;
+        --unfinished;
+        if (failure.empty() && !item.out.error.empty()) {
+          failure = item.out.error;
+          internal = item.out.internal;
+        } else if (failure.empty() && embeddings[item.prompt].empty()) {
+          failure = "the request was aborted";
+        }
+      }
+    }
+    *stop_watch = true;
+    boost::system::error_code ignored;
+    if (conn->socket.is_open()) conn->socket.cancel(ignored);  // ends the disconnect watch
+    for (RequestId rid : ids) active.erase(rid);
+    const std::string id = r.api.request_id.empty() ? random_id("embd-") : "embd-" + r.api.request_id;
+    RequestTimings t;
+    const auto end = Clock::now();
+    t.queue_seconds = seconds(first_scheduled.value_or(end) - arrival);
+    t.e2e_seconds = seconds(end - arrival);
+    t.prompt_tokens = input.num_prompt_tokens;
+    t.finished_reason = failure.empty() ? "stop" : "error";
+    metrics->observe_finished(t);
+    std::vector<LogField> fields = {{"id", id},
+                                    {"prompt_tokens", input.num_prompt_tokens},
+                                    {"inputs", static_cast<int64_t>(count)},
+                                    {"e2e_s", t.e2e_seconds}};
+    if (!failure.empty()) fields.push_back({"error", failure});
+    log_info("embedding finished", fields);
+    if (conn->client_gone) co_return false;
+    if (!failure.empty()) {
+      Response res = error_response(req, internal ? ApiError{500, failure, "server_error", "", ""}
+                                                  : ApiError{400, failure, "invalid_request_error", "", ""});
+      co_return co_await send(*conn, res);
+    }
+    Response res = make_response(
+        req, http::status::ok,
+        embedding_body(id, options.served_model_name, embeddings, r.api.base64, input.num_prompt_tokens));
+    co_return co_await send(*conn, res);
   }
 
   // ---- generation ---------------------------------------------------------------------------

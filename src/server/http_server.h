@@ -52,6 +52,8 @@ struct ServingContext {
   const ChatTemplate* chat_template = nullptr;  // may be null: no chat endpoint
   int64_t max_model_len = 0;
   int32_t vocab_size = 0;
+  int64_t hidden_size = 0;           // the size of an embedding
+  Pooling pooling = Pooling::kLast;  // /v1/embeddings: what the prompt's final hidden states become
   // Disaggregation (docs/disaggregation.md): "both", "prefill" or "decode".
   std::string role = "both";
   KvExportStore* kv_export = nullptr;  // prefill: where prompts' KV waits for a pull

@@ -1,8 +1,13 @@
 #include "server/openai_api.h"
 
 #include <algorithm>
+#include <bit>
+#include <ctime>
 #include <limits>
 #include <tuple>
+
+#include <boost/archive/iterators/base64_from_binary.hpp>
+#include <boost/archive/iterators/transform_width.hpp>
 
 #include "common/text.h"
 #include "engine/engine.h"
@@ -973,6 +978,120 @@ ParsedTokenize parse_tokenize_request(std::string_view body) {
   }
   out.request = std::move(t);
   return out;
+}
+
+ParsedEmbedding parse_embedding_request(std::string_view body) {
+  ParsedEmbedding out;
+  json j;
+  if (!parse_object(body, &j, &out.error)) return out;
+  Reader r(j);
+  static constexpr std::string_view kFields[] = {"model",
+                                                 "input",
+                                                 "encoding_format",
+                                                 "dimensions",
+                                                 "user",
+                                                 "priority",
+                                                 "truncate_prompt_tokens",
+                                                 "add_special_tokens",
+                                                 "normalize",
+                                                 "request_id",
+                                                 "messages",
+                                                 "add_generation_prompt",
+                                                 "continue_final_message",
+                                                 "chat_template_kwargs",
+                                                 "chat_template"};
+  for (const auto& [key, value] : j.items()) {
+    if (!contains(kFields, key)) {
+      r.fail(key, "unknown field '" + key + "' for embeddings");
+      break;
+    }
+  }
+  EmbeddingRequest e;
+  GenerationRequest& g = e.generation;
+  r.string("model", &e.model);
+  r.string("user", &e.user);
+  if (r.string("request_id", &e.request_id) && !is_request_id(e.request_id))
+    r.fail("request_id", "'request_id' must be 1-128 letters, digits or . _ : -");
+  const bool chat = r.find("messages") != nullptr;
+  if (chat && r.find("input") != nullptr && !r.failed())
+    r.fail("input", "give 'input' or 'messages', not both");
+  if (chat) {
+    parse_messages(r, j, &g);
+    parse_chat_template_fields(r, &g);
+    g.add_generation_prompt = false;  // an embedding of the conversation as it is
+    bool flag = false;
+    if (r.boolean("add_generation_prompt", &flag)) g.add_generation_prompt = flag;
+    r.boolean("continue_final_message", &g.continue_final_message);
+  } else if (!r.failed()) {
+    const json* input = r.find("input");
+    if (input == nullptr) {
+      r.fail("input", "'input' is required");
+    } else {
+      json as_prompt = {{"prompt", *input}};
+      Reader pr(as_prompt);
+      parse_prompt(pr, &g);
+      if (pr.failed()) {
+        ApiError err = pr.take_error();
+        std::string message = err.message;
+        if (const size_t at = message.find("'prompt'"); at != std::string::npos)
+          message.replace(at, 8, "'input'");
+        r.fail("input", message);
+      }
+    }
+    for (const char* key :
+         {"add_generation_prompt", "continue_final_message", "chat_template_kwargs", "chat_template"}) {
+      if (r.find(key) != nullptr && !r.failed()) r.fail(key, std::string("'") + key + "' is for messages");
+    }
+  }
+  if (std::string f; r.string("encoding_format", &f)) {
+    if (f != "float" && f != "base64")
+      r.fail("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+    e.base64 = f == "base64";
+  }
+  if (int64_t d = 0; r.integer("dimensions", &d, 1, kInt32Max)) e.dimensions = d;
+  if (bool n = true; r.boolean("normalize", &n)) e.normalize = n;
+  r.integer("priority", &g.priority, kInt32Min, kInt32Max);
+  if (int64_t k = 0; r.integer("truncate_prompt_tokens", &k, -1, kInt64Max)) g.truncate_prompt_tokens = k;
+  if (bool a = true; r.boolean("add_special_tokens", &a)) g.add_special_tokens = a;
+  if (r.failed()) {
+    out.error = r.take_error();
+    return out;
+  }
+  out.request = std::move(e);
+  return out;
+}
+
+std::string base64_encode(std::string_view bytes) {
+  using Encoder = boost::archive::iterators::base64_from_binary<
+      boost::archive::iterators::transform_width<std::string_view::const_iterator, 6, 8>>;
+  std::string out(Encoder(bytes.begin()), Encoder(bytes.end()));
+  out.append((3 - bytes.size() % 3) % 3, '=');
+  return out;
+}
+
+std::string embedding_body(const std::string& id, const std::string& model,
+                           const std::vector<std::vector<float>>& embeddings, bool base64,
+                           int64_t prompt_tokens) {
+  json data = json::array();
+  for (size_t i = 0; i < embeddings.size(); ++i) {
+    const std::vector<float>& v = embeddings[i];
+    json item = {{"object", "embedding"}, {"index", i}};
+    if (base64) {
+      static_assert(std::endian::native == std::endian::little, "base64 embeddings are little-endian floats");
+      item["embedding"] =
+          base64_encode(std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+    } else {
+      item["embedding"] = v;
+    }
+    data.push_back(std::move(item));
+  }
+  const json answer = {{"id", id},
+                       {"object", "list"},
+                       {"created", static_cast<int64_t>(std::time(nullptr))},
+                       {"model", model},
+                       {"data", std::move(data)},
+                       {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
+  return answer.dump();
 }
 
 ParsedDetokenize parse_detokenize_request(std::string_view body) {

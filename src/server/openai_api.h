@@ -96,6 +96,31 @@ struct ParsedDetokenize {
 };
 ParsedDetokenize parse_detokenize_request(std::string_view body);
 
+// A /v1/embeddings body (OpenAI's, with vLLM's additions): `input` (a string, strings, token ids
+// or arrays of them) as prompts, or vLLM's chat form (`messages`, rendered with the chat template,
+// add_generation_prompt false unless asked); add_special_tokens, truncate_prompt_tokens and
+// priority in `generation` as for completions.
+struct EmbeddingRequest {
+  std::string model;
+  GenerationRequest generation;
+  bool base64 = false;                // encoding_format "base64": little-endian float32, base64
+  std::optional<int64_t> dimensions;  // must be the model's hidden size (no Matryoshka models)
+  std::optional<bool> normalize;      // L2-normalize (absent: yes)
+  std::string user;
+  std::string request_id;
+};
+struct ParsedEmbedding {
+  std::optional<EmbeddingRequest> request;
+  ApiError error;
+};
+ParsedEmbedding parse_embedding_request(std::string_view body);
+// The answer: {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], ...}.
+std::string embedding_body(const std::string& id, const std::string& model,
+                           const std::vector<std::vector<float>>& embeddings, bool base64,
+                           int64_t prompt_tokens);
+// Standard base64 (RFC 4648, padded) of bytes.
+std::string base64_encode(std::string_view bytes);
+
 // Token counts of an answer.
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;

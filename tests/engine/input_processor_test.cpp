@@ -132,6 +132,26 @@ TEST(InputProcessorTest, TheContextWindowNamesBothNumbers) {
 
 // A StreamingLLM window lets the prompt and the output run past the context window (without
 // max_tokens: a context's worth of output); its sink + window must fit the context.
+TEST(InputProcessorTest, AnEmbeddingMayFillTheContextWindowAndNoMore) {
+  GenerationRequest r = ids_request(std::vector<int32_t>(64, 5));  // the whole window of 64
+  r.prompts.push_back({"", {7, 8}, true});
+  r.pooling = Pooling::kMean;
+  r.normalize_embedding = false;
+  InputProcessed p = processor().process(r);
+  ASSERT_TRUE(p.input.has_value()) << p.error.message;
+  ASSERT_EQ(p.input->requests.size(), 2u);
+  for (const RequestSpec& spec : p.input->requests) {
+    EXPECT_EQ(spec.pooling, Pooling::kMean);
+    EXPECT_FALSE(spec.normalize_embedding);
+    EXPECT_EQ(spec.limits.max_tokens, 0);
+  }
+  EXPECT_EQ(p.input->num_prompt_tokens, 66);
+  r.prompts[0].ids.push_back(5);  // 65 tokens
+  const InputError e = refused(r);
+  EXPECT_EQ(e.kind, InputError::Kind::kContextLength);
+  EXPECT_NE(e.message.find("the input has 65 tokens"), std::string::npos) << e.message;
+}
+
 TEST(InputProcessorTest, AStreamingWindowRunsPastTheContextWindow) {
   GenerationRequest r = ids_request(std::vector<int32_t>(100, 1));
   r.streaming = {4, 32};

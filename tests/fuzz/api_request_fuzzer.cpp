@@ -1,6 +1,5 @@
-// libFuzzer target: the OpenAI request-body parsers (chat, completions, tokenize, detokenize), the
-// Triton / KServe generate translation and /v2 targets, and the reasoning splitter on arbitrary
-// bytes.
+// libFuzzer target: the OpenAI request-body parsers (chat, completions, embeddings, tokenize, detokenize),
+// the Triton / KServe generate translation and /v2 targets, and the reasoning splitter on arbitrary bytes.
 #include <cstdint>
 #include <string>
 
@@ -13,6 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)inferd::parse_generate_request(inferd::ApiEndpoint::kChat, body);
   (void)inferd::parse_generate_request(inferd::ApiEndpoint::kCompletion, body);
   (void)inferd::parse_tokenize_request(body);
+  (void)inferd::parse_embedding_request(body);
+  (void)inferd::base64_encode(body);
   (void)inferd::parse_detokenize_request(body);
   std::string id;
   if (auto c = inferd::triton_to_completion(body, "m", size % 2 == 1, &id))

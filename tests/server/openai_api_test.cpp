@@ -386,6 +386,70 @@ TEST(OpenAiApiTest, ErrorBodyHasOpenAisShape) {
   EXPECT_TRUE(k["error"]["param"].is_null() && k["error"]["code"].is_null());
 }
 
+TEST(OpenAiApiTest, EmbeddingBodies) {
+  const auto texts = parse_embedding_request(
+      R"({"input": ["a", "b"], "model": "m", "encoding_format": "base64", "dimensions": 64, "normalize": false,
+          "truncate_prompt_tokens": 8, "add_special_tokens": false, "priority": -2, "user": "u",
+          "request_id": "r-1"})");
+  ASSERT_TRUE(texts.request.has_value()) << texts.error.message;
+  const EmbeddingRequest& e = *texts.request;
+  EXPECT_EQ(e.generation.prompts.size(), 2u);
+  EXPECT_EQ(e.generation.prompts[1].text, "b");
+  EXPECT_TRUE(e.base64);
+  EXPECT_EQ(e.dimensions, 64);
+  EXPECT_EQ(e.normalize, false);
+  EXPECT_EQ(e.generation.truncate_prompt_tokens, 8);
+  EXPECT_EQ(e.generation.add_special_tokens, false);
+  EXPECT_EQ(e.generation.priority, -2);
+  EXPECT_EQ(e.request_id, "r-1");
+  const auto ids = parse_embedding_request(R"({"input": [[1, 2], [3]]})");
+  ASSERT_TRUE(ids.request.has_value());
+  EXPECT_EQ(ids.request->generation.prompts[0].ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(ids.request->generation.prompts[1].is_ids);
+  const auto chat = parse_embedding_request(R"({"messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(chat.request.has_value());
+  EXPECT_EQ(chat.request->generation.add_generation_prompt, false);  // the conversation as it is
+  EXPECT_TRUE(chat.request->generation.prompts.empty());
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({})", "input"},
+           {R"({"input": 3})", "input"},
+           {R"({"input": [[1], "a", {}]})", "input"},
+           {R"({"input": "x", "encoding_format": "fp16"})", "encoding_format"},
+           {R"({"input": "x", "dimensions": 0})", "dimensions"},
+           {R"({"input": "x", "temperature": 0})", "temperature"},
+           {R"({"input": "x", "chat_template": "t"})", "chat_template"},
+           {R"({"input": "x", "request_id": "a b"})", "request_id"},
+           {R"({"input": "x", "messages": []})", "input"}}) {
+    const auto bad = parse_embedding_request(body);
+    EXPECT_FALSE(bad.request.has_value()) << body;
+    EXPECT_EQ(bad.error.param, param) << body;
+    EXPECT_NE(bad.error.message.find("'" + param + "'"), std::string::npos) << bad.error.message;
+  }
+}
+
+TEST(OpenAiApiTest, Base64AndTheEmbeddingAnswer) {
+  // RFC 4648's test vectors: every padding case.
+  const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
+                                                         {"foobar", "Zm9vYmFy"}};
+  for (const auto& [in, out] : vectors) EXPECT_EQ(base64_encode(in), out) << in;
+  const float v[] = {1.0f, -2.5f};  // little-endian 00 00 80 3f, 00 00 20 c0
+  EXPECT_EQ(base64_encode(std::string_view(reinterpret_cast<const char*>(v), sizeof v)), "AACAPwAAIMA=");
+  const auto body = nlohmann::json::parse(embedding_body("embd-1", "m", {{1.0f, -2.5f}, {0.5f}}, false, 7));
+  EXPECT_EQ(body["object"], "list");
+  EXPECT_EQ(body["data"][1]["index"], 1);
+  EXPECT_EQ(body["data"][1]["object"], "embedding");
+  EXPECT_EQ(body["data"][0]["embedding"], nlohmann::json({1.0, -2.5}));
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 7);
+  EXPECT_EQ(body["usage"]["total_tokens"], 7);
+  const auto b64 = nlohmann::json::parse(embedding_body("embd-1", "m", {{1.0f, -2.5f}}, true, 2));
+  EXPECT_EQ(b64["data"][0]["embedding"], "AACAPwAAIMA=");
+}
+
 TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {
   EXPECT_EQ(parse_tokenize_request(R"({"prompt": "hi"})").request->prompt, "hi");
   EXPECT_EQ(parse_tokenize_request(R"({"messages": [{"role": "user", "content": "x"}]})")
