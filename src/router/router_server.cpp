@@ -145,7 +145,8 @@ struct RouterServer::Impl {
     const bool get = req.method() == http::verb::get;
     const bool post = req.method() == http::verb::post;
     const bool known = target == "/health" || target == "/metrics" || target == "/v1/models" ||
-                       target == "/v1/completions" || target == "/v1/chat/completions";
+                       target == "/v1/completions" || target == "/v1/chat/completions" ||
+                       target == "/v1/embeddings";
     const bool open_endpoint = target == "/health" || target == "/metrics";
     if (known && !open_endpoint && !authorized(req)) {
       state.metrics.error("unauthorized");
@@ -158,7 +159,8 @@ struct RouterServer::Impl {
       ClientResponse res = make_error(req, 404, "no such endpoint: " + target, "invalid_request_error");
       co_return co_await send_response(*conn, res, write_timeout);
     }
-    const bool generate = target == "/v1/completions" || target == "/v1/chat/completions";
+    const bool generate =
+        target == "/v1/completions" || target == "/v1/chat/completions" || target == "/v1/embeddings";
     if (generate ? !post : !get) {
       ClientResponse res = make_error(req, 405, "method not allowed for " + target, "invalid_request_error");
       co_return co_await send_response(*conn, res, write_timeout);
@@ -174,6 +176,7 @@ struct RouterServer::Impl {
       co_return co_await send_response(*conn, res, write_timeout);
     }
     if (target == "/v1/models") co_return co_await models(*conn, req);
+    if (target == "/v1/embeddings") co_return co_await embeddings(*conn, req);
     const RouteEndpoint endpoint =
         target == "/v1/chat/completions" ? RouteEndpoint::kChat : RouteEndpoint::kCompletions;
     co_return co_await forwarder.handle(conn, req, endpoint);
@@ -241,6 +244,47 @@ struct RouterServer::Impl {
     }
     UpstreamResponse& r = std::get<UpstreamResponse>(result);
     ClientResponse res = make_response(req, r.status, std::move(r.body), r.content_type);
+    co_return co_await send_response(conn, res, write_timeout);
+  }
+
+  // POST /v1/embeddings: to the least loaded healthy instance that computes prompts (both, then
+  // decode), passed through. An embedding has no prefix worth routing by and no stream; an
+  // instance that fails before answering is ejected and the next one is tried (an embedding is
+  // idempotent), so only the last failure reaches the client.
+  awaitable<bool> embeddings(ClientConnection& conn, const ClientRequest& req) {
+    const double write_timeout = options().write_timeout_seconds;
+    std::vector<std::pair<double, uint64_t>> order;  // (load, id), least loaded first
+    for (InstanceRole role : {InstanceRole::kBoth, InstanceRole::kDecode}) {
+      for (const InstanceState* s : state.pool.healthy(role))
+        order.emplace_back(s->load_score() + (role == InstanceRole::kBoth ? 0.0 : 1e9), s->id);
+    }
+    std::sort(order.begin(), order.end());
+    UpstreamRequest up;
+    up.target = "/v1/embeddings";
+    up.body = req.body();
+    if (auto it = req.find(http::field::authorization); it != req.end())
+      up.authorization = std::string(it->value());
+    std::string failure = "no healthy instance";
+    for (const auto& [load, id] : order) {
+      const InstanceState* s = state.pool.find(id);
+      if (s == nullptr || !s->up) continue;
+      const InstanceSpec spec = s->spec;
+      state.pool.acquire(id);
+      FetchResult result = co_await fetch(spec, up, options().request_timeout_seconds);
+      state.pool.release(id);
+      if (auto* f = std::get_if<UpstreamFailure>(&result)) {
+        state.metrics.error(failure_kind_name(f->kind));
+        state.eject(id, spec, f->message);
+        failure = "instance " + spec.url + " failed: " + f->message;
+        continue;
+      }
+      UpstreamResponse& r = std::get<UpstreamResponse>(result);
+      ClientResponse res = make_response(req, r.status, std::move(r.body), r.content_type);
+      co_return co_await send_response(conn, res, write_timeout);
+    }
+    state.metrics.error("no_instance");
+    ClientResponse res = make_error(req, order.empty() ? 503 : 502, failure,
+                                    order.empty() ? "service_unavailable" : "server_error");
     co_return co_await send_response(conn, res, write_timeout);
   }
 

@@ -25,7 +25,8 @@ LONG = "The history of the lighthouse keepers of the northern coast, told by one
 
 class Router:
     def __init__(self, *flags, api_key=API_KEY):
-        args = [BINARY, "router", "--port", "0", "--health-interval", "0.2"] + list(flags)
+        interval = [] if "--health-interval" in flags else ["--health-interval", "0.2"]
+        args = [BINARY, "router", "--port", "0"] + interval + list(flags)
         if api_key:
             args += ["--api-key", api_key]
         self.api_key = api_key
@@ -276,6 +277,32 @@ def test_a_client_hang_up_aborts_the_instances_request(make_router, pair):
             assert time.time() < deadline, "the instance kept generating for a client that left"
             time.sleep(0.05)
     assert series(router_metrics(r), "inferd_router:errors_total", kind="client_gone") >= 1
+
+
+def test_embeddings_pass_through_and_survive_a_dead_instance(make_router, make_server, pair):
+    r = fleet(make_router, pair)
+    texts = ["routed embeddings", "a second input"]
+    want = client(pair[0]).embeddings.create(model="", input=texts, encoding_format="float")
+    for _ in range(3):
+        got = client(r).embeddings.create(model="", input=texts, encoding_format="float")
+        assert [d.embedding for d in got.data] == [d.embedding for d in want.data]
+        assert got.usage == want.usage
+    status, _, data = raw(r, "POST", "/v1/embeddings", {"input": "x", "dimensions": 3})
+    assert status == 400 and json.loads(data)["error"]["param"] == "dimensions"  # the instance's answer
+    assert raw(r, "GET", "/v1/embeddings")[0] == 405
+    # An instance that died since its last health check is ejected and the next one serves the
+    # request (the first listed is tried first: both are idle).
+    doomed = make_server()
+    r2 = make_router("--instance", doomed.base, "--instance", pair[1].base, "--health-interval", "60")
+    r2.wait_healthy()
+    doomed.proc.send_signal(signal.SIGKILL)
+    doomed.proc.wait()
+    status, _, data = raw(r2, "POST", "/v1/embeddings", {"input": texts})
+    assert status == 200, data
+    assert [d["embedding"] for d in json.loads(data)["data"]] == [d.embedding for d in want.data]
+    m = router_metrics(r2)
+    assert series(m, "inferd_router:instance_up", instance=doomed.base) == 0
+    assert series(m, "inferd_router:ejections_total", instance=doomed.base) >= 1
 
 
 def test_no_healthy_instance_is_503(make_router):
