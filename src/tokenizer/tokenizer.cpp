@@ -113,6 +113,7 @@ std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text, bool allow_
   if (vocab_.add_bos && vocab_.bos_id) ids.push_back(*vocab_.bos_id);
   auto body = encode(text, allow_special);
   ids.insert(ids.end(), body.begin(), body.end());
+  if (vocab_.append_id) ids.push_back(*vocab_.append_id);
   return ids;
 }
 

@@ -35,7 +35,8 @@ class Tokenizer final {
   std::vector<int32_t> encode(std::string_view text,
                               std::span<const std::pair<size_t, size_t>> plain_ranges) const;
 
-  // encode() with the model's BOS in front when its tokenizer config asks for one.
+  // encode() with the model's BOS in front and its appended token (Vocab::append_id) after, when
+  // its tokenizer config asks for them.
   std::vector<int32_t> encode_prompt(std::string_view text, bool allow_special) const;
 
   // Bytes of the ids concatenated (may end inside a UTF-8 character); special tokens skipped

@@ -93,6 +93,9 @@ Expected<Vocab> vocab_from_gguf(const GgufFile& f) {
   INFERD_ASSIGN_OR_RETURN(v.eos_id, id("tokenizer.ggml.eos_token_id"));
   INFERD_ASSIGN_OR_RETURN(v.pad_id, id("tokenizer.ggml.padding_token_id"));
   if (const GgufValue* add_bos = f.find("tokenizer.ggml.add_bos_token")) v.add_bos = add_bos->int_value != 0;
+  if (const GgufValue* add_eos = f.find("tokenizer.ggml.add_eos_token");
+      add_eos != nullptr && add_eos->int_value != 0)
+    v.append_id = v.eos_id;
   INFERD_ASSIGN_OR_RETURN(std::optional<std::string> tmpl, f.get_string("tokenizer.chat_template"));
   v.chat_template = tmpl.value_or("");
   INFERD_RETURN_IF_ERROR(check_ids(src, v));
@@ -151,6 +154,28 @@ std::string token_text(const json& j) {
   if (j.is_object() && j.contains("content") && j["content"].is_string())
     return j["content"].get<std::string>();
   return "";
+}
+
+// The special token a TemplateProcessing post-processor puts after a single sequence
+// ("single": [{"Sequence": {"id": "A"}}, {"SpecialToken": {"id": "<|endoftext|>"}}]), also inside a
+// Sequence post-processor; none when it puts nothing there.
+template <class FindId>
+std::optional<int32_t> template_trailing_token(const json& p, const FindId& find_id) {
+  if (!p.is_object()) return std::nullopt;
+  if (p.value("type", "") == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
+    for (const json& inner : p["processors"]) {
+      if (auto id = template_trailing_token(inner, find_id)) return id;
+    }
+    return std::nullopt;
+  }
+  if (p.value("type", "") != "TemplateProcessing" || !p.contains("single") || !p["single"].is_array() ||
+      p["single"].size() < 2)
+    return std::nullopt;
+  const json& last = p["single"].back();
+  if (!last.is_object() || !last.contains("SpecialToken") || !last["SpecialToken"].is_object())
+    return std::nullopt;
+  const json& id = last["SpecialToken"].value("id", json());
+  return id.is_string() ? find_id(id.get<std::string>()) : std::nullopt;
 }
 
 Expected<Vocab> vocab_from_hf_dir_unchecked(const std::string& dir) {
@@ -227,6 +252,7 @@ Expected<Vocab> vocab_from_hf_dir_unchecked(const std::string& dir) {
     if (cfg.contains("eos_token")) v.eos_id = find_id(token_text(cfg["eos_token"]));
     if (cfg.contains("pad_token")) v.pad_id = find_id(token_text(cfg["pad_token"]));
     v.add_bos = cfg.value("add_bos_token", false) && v.bos_id.has_value();
+    if (cfg.value("add_eos_token", false)) v.append_id = v.eos_id;
     if (cfg.contains("chat_template")) {
       const json& ct = cfg["chat_template"];
       if (ct.is_string()) {
@@ -239,6 +265,7 @@ Expected<Vocab> vocab_from_hf_dir_unchecked(const std::string& dir) {
       }
     }
   }
+  if (!v.append_id) v.append_id = template_trailing_token(tok.value("post_processor", json()), find_id);
   INFERD_RETURN_IF_ERROR(check_ids(src, v));
   add_stop_ids(&v);
   return v;

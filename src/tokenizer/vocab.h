@@ -28,6 +28,10 @@ struct Vocab {
   bool ignore_merges = false;  // a piece that is itself a token is not merged (Llama-3)
   std::optional<int32_t> bos_id, eos_id, pad_id;
   bool add_bos = false;
+  // A token appended to a prompt with special tokens (GGUF's add_eos_token: the EOS; Hugging Face:
+  // add_eos_token, or the trailing special token of a TemplateProcessing post-processor, which is
+  // how Qwen3-Embedding asks for its <|endoftext|>). None for generative models.
+  std::optional<int32_t> append_id;
   std::vector<int32_t> stop_ids;  // tokens that end generation (EOS, <|im_end|>, <|eot_id|>, ...)
   std::string chat_template;      // may be empty
 };

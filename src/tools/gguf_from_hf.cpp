@@ -130,7 +130,11 @@ Status set_gguf_tokenizer_metadata(const Vocab& v, int64_t vocab_size, GgufFileW
   out.set("tokenizer.ggml.token_type", std::move(types));
   out.set("tokenizer.ggml.merges", strings(std::move(merges)));
   if (v.bos_id) out.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*v.bos_id));
-  if (v.eos_id) out.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(*v.eos_id));
+  // GGUF appends its EOS (add_eos_token): a token appended other than the EOS becomes the EOS, as
+  // llama.cpp's converter does for Qwen3-Embedding.
+  if (v.append_id || v.eos_id)
+    out.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.append_id ? *v.append_id : *v.eos_id));
+  out.set("tokenizer.ggml.add_eos_token", scalar(GgufType::kBool, v.append_id ? 1 : 0));
   if (v.pad_id) out.set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(*v.pad_id));
   out.set("tokenizer.ggml.add_bos_token", scalar(GgufType::kBool, v.add_bos ? 1 : 0));
   if (!v.chat_template.empty()) out.set("tokenizer.chat_template", string(v.chat_template));

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -96,6 +99,57 @@ TEST(TokenizerTest, Llama3StyleTokenizerJsonIdenticalToHuggingFace) {
   const auto with_bos = (*tok)->encode_prompt("hi", false);
   ASSERT_FALSE(with_bos.empty());
   EXPECT_EQ(with_bos[0], *(*tok)->vocab().bos_id);
+}
+
+// Qwen3-Embedding's tokenizer appends <|endoftext|> with a TemplateProcessing post-processor; a
+// prompt with special tokens gets it (what HF tokenizers and llama.cpp's add_eos_token do), and a
+// GGUF written from it says so with add_eos_token (that token as its EOS, as llama.cpp's converter
+// writes it).
+TEST(TokenizerTest, ATemplateProcessingTrailingTokenIsAppendedAndSurvivesGguf) {
+  namespace fs = std::filesystem;
+  const fs::path src = test::fixture_path("tokenizer/tiny_qwen_style");
+  const fs::path dir = test::temp_dir();
+  fs::copy_file(src / "tokenizer_config.json", dir / "tokenizer_config.json",
+                fs::copy_options::overwrite_existing);
+  auto tok_json = nlohmann::json::parse(test::read_text((src / "tokenizer.json").string()));
+  tok_json["post_processor"] = nlohmann::json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel"},
+      {"type": "TemplateProcessing", "pair": [], "special_tokens": {},
+       "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}]}]})");
+  const std::string text = tok_json.dump();
+  std::vector<std::byte> bytes(text.size());
+  std::memcpy(bytes.data(), text.data(), text.size());
+  test::write_bytes((dir / "tokenizer.json").string(), bytes);
+  auto plain = vocab_from_hf_dir(src.string());
+  auto vocab = vocab_from_hf_dir(dir.string());
+  ASSERT_TRUE(plain.has_value() && vocab.has_value()) << vocab.status().message();
+  EXPECT_FALSE(plain->append_id.has_value());
+  ASSERT_TRUE(vocab->append_id.has_value());
+  EXPECT_EQ(vocab->tokens[static_cast<size_t>(*vocab->append_id)], "<|endoftext|>");
+  auto tok = Tokenizer::create(*vocab);
+  ASSERT_TRUE(tok.has_value());
+  const auto ids = (*tok)->encode_prompt("hello there", true);
+  const auto body = (*tok)->encode("hello there", true);
+  ASSERT_EQ(ids.size(), body.size() + 1);
+  EXPECT_EQ(ids.back(), *vocab->append_id);
+  GgufFileWriter w;
+  ASSERT_TRUE(set_gguf_tokenizer_metadata(*vocab, static_cast<int64_t>(vocab->tokens.size()), w).is_ok());
+  const std::string path = test::temp_dir() + "/trailing.gguf";
+  ASSERT_TRUE(w.write(path).is_ok());
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(file.has_value());
+  auto back = vocab_from_gguf(*file);
+  ASSERT_TRUE(back.has_value()) << back.status().message();
+  EXPECT_EQ(back->append_id, vocab->append_id);
+  auto plain_file_writer = GgufFileWriter();
+  ASSERT_TRUE(
+      set_gguf_tokenizer_metadata(*plain, static_cast<int64_t>(plain->tokens.size()), plain_file_writer)
+          .is_ok());
+  ASSERT_TRUE(plain_file_writer.write(path).is_ok());
+  auto plain_back = vocab_from_gguf(*GgufFile::open(path));
+  ASSERT_TRUE(plain_back.has_value());
+  EXPECT_FALSE(plain_back->append_id.has_value());
+  EXPECT_EQ(plain_back->eos_id, plain->eos_id);
 }
 
 // A tokenizer.json written as GGUF's tokenizer.ggml.* keys (`inferd quantize -i HF_DIR -o
