@@ -285,8 +285,8 @@ struct HttpServer::Impl {
     if (!open_endpoint && !authorized(req)) {
       const ApiError e{401, "a valid API key is required (Authorization: Bearer ...)", "authentication_error",
                        "", "invalid_api_key"};
-      Response res =
-          parse_triton_target(target) ? triton_error(req, e.status, e.message) : error_response(req, e);
+      Response res = parse_triton_target(target) && !score_endpoint(target) ? triton_error(req, e.status, e.message)
+                                                                             : error_response(req, e);
       res.set(http::field::www_authenticate, "Bearer");
       co_return co_await send(*conn, res);
     }
@@ -322,12 +322,12 @@ struct HttpServer::Impl {
           make_response(req, http::status::ok, metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
       co_return co_await send(*conn, res);
     }
-    if (std::optional<TritonRoute> v2 = parse_triton_target(target))
+    if (std::optional<TritonRoute> v2 = parse_triton_target(target); v2 && !score_endpoint(target))
       co_return co_await triton_request(conn, req, *v2);
     const bool lora_admin = target == "/v1/load_lora_adapter" || target == "/v1/unload_lora_adapter";
     const bool known = target == "/v1/models" || target == "/v1/chat/completions" ||
                        target == "/v1/completions" || target == "/tokenize" || target == "/detokenize" ||
-                       target == "/v1/embeddings" || lora_admin;
+                       target == "/v1/embeddings" || score_endpoint(target).has_value() || lora_admin;
     if (!known) {
       Response res = error_response(
           req, ApiError{404, "no such endpoint: " + target, "invalid_request_error", "", "not_found"});
@@ -364,7 +364,8 @@ struct HttpServer::Impl {
     if (lora_admin) co_return co_await lora_admin_request(*conn, req, target == "/v1/load_lora_adapter");
     if (target == "/tokenize") co_return co_await tokenize(*conn, req);
     if (target == "/detokenize") co_return co_await detokenize(*conn, req);
-    if (target == "/v1/embeddings") co_return co_await embed(conn, req);
+    if (target == "/v1/embeddings") co_return co_await embed(conn, req, EmbeddingEndpoint::kEmbeddings);
+    if (std::optional<EmbeddingEndpoint> e = score_endpoint(target)) co_return co_await embed(conn, req, *e);
     co_return co_await generate(
         conn, req, target == "/v1/chat/completions" ? ApiEndpoint::kChat : ApiEndpoint::kCompletion);
   }
@@ -602,21 +603,41 @@ struct HttpServer::Impl {
 
   // ---- embeddings ---------------------------------------------------------------------------
 
+  // The endpoints answered from embeddings.
+  enum class EmbeddingEndpoint { kEmbeddings, kScore, kRerank };
+  // vLLM's paths: /score and /v1/score; /rerank, /v1/rerank and /v2/rerank (Jina's and Cohere's).
+  static std::optional<EmbeddingEndpoint> score_endpoint(std::string_view target) {
+    if (target == "/score" || target == "/v1/score") return EmbeddingEndpoint::kScore;
+    if (target == "/rerank" || target == "/v1/rerank" || target == "/v2/rerank") return EmbeddingEndpoint::kRerank;
+    return std::nullopt;
+  }
   struct ReadEmbedding {
     std::optional<ApiError> error;
     EmbeddingRequest api;
+    std::optional<ScoreRequest> score;  // kScore, kRerank: what to answer from the embeddings
     InputProcessed processed;
   };
   // On an input worker: parses the body and runs the input side with the server's pooling.
-  static ReadEmbedding read_embedding(const InputProcessor& inputs, const std::string& body,
-                                      const std::string& request_id_header, Pooling pooling) {
+  static ReadEmbedding read_embedding(const InputProcessor& inputs, EmbeddingEndpoint endpoint,
+                                      const std::string& body, const std::string& request_id_header,
+                                      Pooling pooling) {
     ReadEmbedding out;
-    ParsedEmbedding parsed = parse_embedding_request(body);
-    if (!parsed.request) {
-      out.error = parsed.error;
-      return out;
+    if (endpoint == EmbeddingEndpoint::kEmbeddings) {
+      ParsedEmbedding parsed = parse_embedding_request(body);
+      if (!parsed.request) {
+        out.error = parsed.error;
+        return out;
+      }
+      out.api = std::move(*parsed.request);
+    } else {
+      ParsedScore parsed = parse_score_request(endpoint == EmbeddingEndpoint::kRerank, body);
+      if (!parsed.request) {
+        out.error = parsed.error;
+        return out;
+      }
+      out.api = parsed.request->embedding;
+      out.score = std::move(*parsed.request);
     }
-    out.api = std::move(*parsed.request);
     if (out.api.request_id.empty() && !request_id_header.empty()) {
       if (!is_request_id(request_id_header)) {
         out.error = ApiError{400, "the X-Request-Id header must be 1-128 letters, digits or . _ : -",
@@ -629,7 +650,10 @@ struct HttpServer::Impl {
     generation.pooling = pooling;
     generation.normalize_embedding = out.api.normalize.value_or(true);
     out.processed = inputs.process(std::move(generation));
-    if (!out.processed.input && out.processed.error.field == "prompt") out.processed.error.field = "input";
+    if (!out.processed.input && out.processed.error.field == "prompt")
+      out.processed.error.field = endpoint == EmbeddingEndpoint::kEmbeddings ? "input"
+                                  : endpoint == EmbeddingEndpoint::kScore    ? "text_1"
+                                                                             : "documents";
     return out;
   }
 
@@ -659,15 +683,17 @@ struct HttpServer::Impl {
   }
 
   // POST /v1/embeddings: every input is one engine request that ends with its pooled final
-  // hidden state (Pooling); the answer lists them in input order.
-  awaitable<bool> embed(std::shared_ptr<Connection> conn, const http::request<http::string_body>& req) {
+  // hidden state (Pooling); the answer lists them in input order. /score and /rerank embed every
+  // text the same way and answer the pairs' cosine similarities.
+  awaitable<bool> embed(std::shared_ptr<Connection> conn, const http::request<http::string_body>& req,
+                        EmbeddingEndpoint endpoint) {
     const auto arrival = Clock::now();
     std::string request_id_header;
     if (auto h = req.find("X-Request-Id"); h != req.end()) request_id_header = std::string(h->value());
-    auto read = start_on(input_workers,
-                         [inputs = inputs, body = req.body(), request_id_header, pooling = ctx.pooling] {
-                           return read_embedding(*inputs, body, request_id_header, pooling);
-                         });
+    auto read = start_on(input_workers, [inputs = inputs, endpoint, body = req.body(), request_id_header,
+                                         pooling = ctx.pooling] {
+      return read_embedding(*inputs, endpoint, body, request_id_header, pooling);
+    });
     co_await until_done(*read);
     ReadEmbedding& r = *read->result;
     std::optional<ApiError> error = r.error;
@@ -717,7 +743,10 @@ struct HttpServer::Impl {
     boost::system::error_code ignored;
     if (conn->socket.is_open()) conn->socket.cancel(ignored);  // ends the disconnect watch
     for (RequestId rid : ids) active.erase(rid);
-    const std::string id = r.api.request_id.empty() ? random_id("embd-") : "embd-" + r.api.request_id;
+    const char* prefix = endpoint == EmbeddingEndpoint::kEmbeddings ? "embd-"
+                         : endpoint == EmbeddingEndpoint::kScore    ? "score-"
+                                                                    : "rerank-";
+    const std::string id = r.api.request_id.empty() ? random_id(prefix) : prefix + r.api.request_id;
     RequestTimings t;
     const auto end = Clock::now();
     t.queue_seconds = seconds(first_scheduled.value_or(end) - arrival);
@@ -739,7 +768,8 @@ struct HttpServer::Impl {
     }
     Response res = make_response(
         req, http::status::ok,
-        embedding_body(id, options.served_model_name, embeddings, r.api.base64, input.num_prompt_tokens));
+        r.score ? score_body(id, options.served_model_name, *r.score, embeddings, input.num_prompt_tokens)
+                : embedding_body(id, options.served_model_name, embeddings, r.api.base64, input.num_prompt_tokens));
     co_return co_await send(*conn, res);
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <ctime>
 #include <limits>
 #include <tuple>
@@ -1061,6 +1062,128 @@ ParsedEmbedding parse_embedding_request(std::string_view body) {
   return out;
 }
 
+ParsedScore parse_score_request(bool rerank, std::string_view body) {
+  ParsedScore out;
+  json j;
+  if (!parse_object(body, &j, &out.error)) return out;
+  Reader r(j);
+  static constexpr std::string_view kScoreFields[] = {"model", "text_1", "text_2", "truncate_prompt_tokens",
+                                                      "add_special_tokens", "priority", "request_id", "user"};
+  static constexpr std::string_view kRerankFields[] = {
+      "model",    "query",      "documents", "top_n", "return_documents", "truncate_prompt_tokens",
+      "priority", "request_id", "user"};
+  for (const auto& [key, value] : j.items()) {
+    if (rerank ? !contains(kRerankFields, key) : !contains(kScoreFields, key)) {
+      r.fail(key, "unknown field '" + key + (rerank ? "' for rerank" : "' for score"));
+      break;
+    }
+  }
+  ScoreRequest s;
+  s.rerank = rerank;
+  EmbeddingRequest& e = s.embedding;
+  GenerationRequest& g = e.generation;
+  r.string("model", &e.model);
+  r.string("user", &e.user);
+  if (r.string("request_id", &e.request_id) && !is_request_id(e.request_id))
+    r.fail("request_id", "'request_id' must be 1-128 letters, digits or . _ : -");
+  // A field of one text or a non-empty list of texts, appended to the prompts.
+  auto texts = [&](const char* key, bool list_allowed, std::vector<std::string>* kept) -> size_t {
+    const json* v = r.find(key);
+    const std::string what = std::string("'") + key + "' must be a string" + (list_allowed ? " or a list of strings" : "");
+    if (r.failed()) return 0;
+    if (v == nullptr) {
+      r.fail(key, std::string("'") + key + "' is required");
+      return 0;
+    }
+    std::vector<std::string> items;
+    if (v->is_string()) {
+      items.push_back(v->get<std::string>());
+    } else if (list_allowed && v->is_array() && !v->empty() &&
+               std::all_of(v->begin(), v->end(), [](const json& x) { return x.is_string(); })) {
+      for (const json& x : *v) items.push_back(x.get<std::string>());
+    } else {
+      r.fail(key, what);
+      return 0;
+    }
+    for (const std::string& t : items) {
+      if (t.empty()) {
+        r.fail(key, std::string("'") + key + "' has an empty text");
+        return 0;
+      }
+      g.prompts.push_back({t, {}, false});
+      if (kept != nullptr) kept->push_back(t);
+    }
+    return items.size();
+  };
+  if (rerank) {
+    s.num_queries = texts("query", false, nullptr);
+    texts("documents", true, &s.documents);
+    if (const json* d = r.find("documents"); d != nullptr && d->is_string() && !r.failed())
+      r.fail("documents", "'documents' must be a list of strings");
+    if (int64_t n = 0; r.integer("top_n", &n, 0, kInt32Max)) s.top_n = n;
+    r.boolean("return_documents", &s.return_documents);
+  } else {
+    s.num_queries = texts("text_1", true, nullptr);
+    const size_t docs = texts("text_2", true, nullptr);
+    if (!r.failed() && s.num_queries != 1 && s.num_queries != docs)
+      r.fail("text_1", "'text_1' must be one text, or as many texts as 'text_2' (" + std::to_string(docs) + ")");
+  }
+  r.integer("priority", &g.priority, kInt32Min, kInt32Max);
+  if (int64_t k = 0; r.integer("truncate_prompt_tokens", &k, -1, kInt64Max)) g.truncate_prompt_tokens = k;
+  if (bool a = true; r.boolean("add_special_tokens", &a)) g.add_special_tokens = a;
+  if (r.failed()) {
+    out.error = r.take_error();
+    return out;
+  }
+  out.request = std::move(s);
+  return out;
+}
+
+std::string score_body(const std::string& id, const std::string& model, const ScoreRequest& request,
+                       const std::vector<std::vector<float>>& embeddings, int64_t prompt_tokens) {
+  const size_t queries = request.num_queries;
+  const size_t documents = embeddings.size() - queries;
+  auto cosine = [&](size_t d) {
+    const std::vector<float>& q = embeddings[queries == 1 ? 0 : d];
+    const std::vector<float>& v = embeddings[queries + d];
+    double dot = 0, qq = 0, vv = 0;
+    for (size_t k = 0; k < q.size() && k < v.size(); ++k) {
+      dot += static_cast<double>(q[k]) * v[k];
+      qq += static_cast<double>(q[k]) * q[k];
+      vv += static_cast<double>(v[k]) * v[k];
+    }
+    return dot / std::max(std::sqrt(qq * vv), 1e-12);
+  };
+  if (!request.rerank) {
+    json data = json::array();
+    for (size_t d = 0; d < documents; ++d)
+      data.push_back({{"index", d}, {"object", "score"}, {"score", cosine(d)}});
+    return json{{"id", id},
+                {"object", "list"},
+                {"created", static_cast<int64_t>(std::time(nullptr))},
+                {"model", model},
+                {"data", std::move(data)},
+                {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}}
+        .dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  std::vector<std::pair<double, size_t>> ranked;
+  for (size_t d = 0; d < documents; ++d) ranked.emplace_back(cosine(d), d);
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (request.top_n.value_or(0) > 0 && static_cast<size_t>(*request.top_n) < ranked.size())
+    ranked.resize(static_cast<size_t>(*request.top_n));
+  json results = json::array();
+  for (const auto& [score, d] : ranked) {
+    json item = {{"index", d}, {"relevance_score", score}};
+    if (request.return_documents) item["document"] = {{"text", request.documents.at(d)}};
+    results.push_back(std::move(item));
+  }
+  return json{{"id", id},
+              {"model", model},
+              {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}},
+              {"results", std::move(results)}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string base64_encode(std::string_view bytes) {
   using Encoder = boost::archive::iterators::base64_from_binary<
       boost::archive::iterators::transform_width<std::string_view::const_iterator, 6, 8>>;
@@ -1091,7 +1214,7 @@ std::string embedding_body(const std::string& id, const std::string& model,
                        {"model", model},
                        {"data", std::move(data)},
                        {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
-  return answer.dump();
+  return answer.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 ParsedDetokenize parse_detokenize_request(std::string_view body) {

@@ -118,6 +118,29 @@ ParsedEmbedding parse_embedding_request(std::string_view body);
 std::string embedding_body(const std::string& id, const std::string& model,
                            const std::vector<std::vector<float>>& embeddings, bool base64,
                            int64_t prompt_tokens);
+// vLLM's /score (text_1, text_2: a text or texts; one text_1 against every text_2, or pair by
+// pair) and the Jina / Cohere /rerank (query, documents, top_n, return_documents) bodies. Served
+// on the embedding of each text: a pair's score is the cosine similarity of its two embeddings,
+// as vLLM scores with an embedding model.
+struct ScoreRequest {
+  bool rerank = false;
+  EmbeddingRequest embedding;  // the texts as prompts: the queries first, then the documents
+  size_t num_queries = 0;
+  std::vector<std::string> documents;  // rerank: the documents' texts (return_documents)
+  std::optional<int64_t> top_n;        // rerank: the best n only (absent or 0: all)
+  bool return_documents = true;
+};
+struct ParsedScore {
+  std::optional<ScoreRequest> request;
+  ApiError error;
+};
+ParsedScore parse_score_request(bool rerank, std::string_view body);
+// The pairs' scores ({"object": "list", "data": [{"index", "object": "score", "score"}]}) or the
+// rerank results (best first: {"results": [{"index", "document", "relevance_score"}]}), from the
+// L2-normalized embeddings of the request's texts in its order.
+std::string score_body(const std::string& id, const std::string& model, const ScoreRequest& request,
+                       const std::vector<std::vector<float>>& embeddings, int64_t prompt_tokens);
+
 // Standard base64 (RFC 4648, padded) of bytes.
 std::string base64_encode(std::string_view bytes);
 

@@ -150,3 +150,33 @@ def test_mean_pooling_server(make_server):
     assert close(one_mean, one_last)
     [l], _ = embed(last, input=text)
     assert not close(l, m, 1e-3)
+
+
+def test_score_and_rerank_are_cosine_similarities_of_the_embeddings(server):
+    query = "Where do llamas live?"
+    docs = ["Llamas live in the Andes of South America.", "The stock market fell today.",
+            "Pandas live in the bamboo forests of China."]
+    vectors, _ = embed(server, input=[query] + docs)
+    want = [sum(a * b for a, b in zip(vectors[0], v)) for v in vectors[1:]]
+    status, j = post(server, "/score", {"text_1": query, "text_2": docs})
+    assert status == 200, j
+    assert [d["index"] for d in j["data"]] == [0, 1, 2]
+    assert [d["score"] for d in j["data"]] == pytest.approx(want, abs=1e-5)
+    status, pairs = post(server, "/v1/score", {"text_1": [query, docs[0]], "text_2": [docs[0], docs[0]]})
+    assert status == 200 and pairs["data"][1]["score"] == pytest.approx(1.0, abs=1e-5)
+    for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
+        status, r = post(server, path, {"query": query, "documents": docs, "top_n": 2})
+        assert status == 200, r
+        order = sorted(range(3), key=lambda k: -want[k])[:2]
+        assert [x["index"] for x in r["results"]] == order
+        assert [x["relevance_score"] for x in r["results"]] == pytest.approx([want[k] for k in order], abs=1e-5)
+        assert r["results"][0]["document"]["text"] == docs[order[0]]
+        assert r["usage"]["total_tokens"] > 0
+    status, r = post(server, "/rerank", {"query": query, "documents": docs, "return_documents": False})
+    assert status == 200 and len(r["results"]) == 3 and "document" not in r["results"][0]
+    for path, body, param in [("/score", {"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}, "text_1"),
+                              ("/score", {"text_1": "a", "text_2": [""]}, "text_2"),
+                              ("/rerank", {"query": "a", "documents": "b"}, "documents"),
+                              ("/rerank", {"query": "a", "documents": ["b"], "top_n": "2"}, "top_n")]:
+        status, j = post(server, path, body)
+        assert status == 400 and j["error"]["param"] == param, (path, body, j)

@@ -13,6 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)inferd::parse_generate_request(inferd::ApiEndpoint::kCompletion, body);
   (void)inferd::parse_tokenize_request(body);
   (void)inferd::parse_embedding_request(body);
+  (void)inferd::parse_score_request(size % 2 == 0, body);
   (void)inferd::base64_encode(body);
   (void)inferd::parse_detokenize_request(body);
   std::string id;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <random>
 
 #include "test_support.h"
@@ -448,6 +450,58 @@ TEST(OpenAiApiTest, Base64AndTheEmbeddingAnswer) {
   EXPECT_EQ(body["usage"]["total_tokens"], 7);
   const auto b64 = nlohmann::json::parse(embedding_body("embd-1", "m", {{1.0f, -2.5f}}, true, 2));
   EXPECT_EQ(b64["data"][0]["embedding"], "AACAPwAAIMA=");
+}
+
+TEST(OpenAiApiTest, ScoreAndRerankBodies) {
+  const auto one_to_many = parse_score_request(false, R"({"text_1": "q", "text_2": ["a", "b"], "priority": 1})");
+  ASSERT_TRUE(one_to_many.request.has_value()) << one_to_many.error.message;
+  EXPECT_EQ(one_to_many.request->num_queries, 1u);
+  ASSERT_EQ(one_to_many.request->embedding.generation.prompts.size(), 3u);
+  EXPECT_EQ(one_to_many.request->embedding.generation.prompts[2].text, "b");
+  EXPECT_TRUE(parse_score_request(false, R"({"text_1": ["q", "r"], "text_2": ["a", "b"]})").request.has_value());
+  const auto rerank = parse_score_request(
+      true, R"({"query": "q", "documents": ["a", "b", "c"], "top_n": 2, "return_documents": false})");
+  ASSERT_TRUE(rerank.request.has_value()) << rerank.error.message;
+  EXPECT_EQ(rerank.request->documents, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(rerank.request->top_n, 2);
+  EXPECT_FALSE(rerank.request->return_documents);
+  for (const auto& [rr, body, param] : std::vector<std::tuple<bool, std::string, std::string>>{
+           {false, R"({"text_2": ["a"]})", "text_1"},
+           {false, R"({"text_1": ["q", "r"], "text_2": ["a", "b", "c"]})", "text_1"},
+           {false, R"({"text_1": "q", "text_2": []})", "text_2"},
+           {false, R"({"text_1": "q", "text_2": [1]})", "text_2"},
+           {false, R"({"text_1": "q", "text_2": "a", "query": "x"})", "query"},
+           {true, R"({"query": ["q"], "documents": ["a"]})", "query"},
+           {true, R"({"query": "q", "documents": "a"})", "documents"},
+           {true, R"({"query": "q"})", "documents"},
+           {true, R"({"query": "q", "documents": ["a"], "top_n": -1})", "top_n"},
+           {true, R"({"query": "q", "documents": ["a"], "text_1": "x"})", "text_1"}}) {
+    const auto bad = parse_score_request(rr, body);
+    EXPECT_FALSE(bad.request.has_value()) << body;
+    EXPECT_EQ(bad.error.param, param) << body;
+  }
+  // Scores are cosine similarities; the rerank answer is best first, cut to top_n.
+  const std::vector<std::vector<float>> e = {{1, 0}, {1, 0}, {0, 1}, {0.6f, 0.8f}};
+  ScoreRequest sr = *parse_score_request(false, R"({"text_1": "q", "text_2": ["a", "b", "c"]})").request;
+  const auto scores = nlohmann::json::parse(score_body("score-1", "m", sr, e, 9));
+  ASSERT_EQ(scores["data"].size(), 3u);
+  EXPECT_DOUBLE_EQ(scores["data"][0]["score"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(scores["data"][1]["score"].get<double>(), 0.0);
+  EXPECT_NEAR(scores["data"][2]["score"].get<double>(), 0.6, 1e-6);
+  EXPECT_EQ(scores["data"][2]["object"], "score");
+  EXPECT_EQ(scores["usage"]["prompt_tokens"], 9);
+  ScoreRequest rq = *parse_score_request(true, R"({"query": "q", "documents": ["a", "b", "c"], "top_n": 2})").request;
+  const auto ranked = nlohmann::json::parse(score_body("rerank-1", "m", rq, e, 9));
+  ASSERT_EQ(ranked["results"].size(), 2u);
+  EXPECT_EQ(ranked["results"][0]["index"], 0);
+  EXPECT_EQ(ranked["results"][1]["index"], 2);
+  EXPECT_EQ(ranked["results"][1]["document"]["text"], "c");
+  // Pair by pair: query k against document k.
+  ScoreRequest pairs = *parse_score_request(false, R"({"text_1": ["q", "r"], "text_2": ["a", "b"]})").request;
+  const auto paired =
+      nlohmann::json::parse(score_body("score-2", "m", pairs, {{1, 0}, {0, 1}, {0, 1}, {0, 1}}, 4));
+  EXPECT_DOUBLE_EQ(paired["data"][0]["score"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(paired["data"][1]["score"].get<double>(), 1.0);
 }
 
 TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {
