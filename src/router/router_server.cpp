@@ -146,7 +146,7 @@ struct RouterServer::Impl {
     const bool post = req.method() == http::verb::post;
     const bool known = target == "/health" || target == "/metrics" || target == "/v1/models" ||
                        target == "/v1/completions" || target == "/v1/chat/completions" ||
-                       target == "/v1/embeddings";
+                       pooling_path(target);
     const bool open_endpoint = target == "/health" || target == "/metrics";
     if (known && !open_endpoint && !authorized(req)) {
       state.metrics.error("unauthorized");
@@ -160,7 +160,7 @@ struct RouterServer::Impl {
       co_return co_await send_response(*conn, res, write_timeout);
     }
     const bool generate =
-        target == "/v1/completions" || target == "/v1/chat/completions" || target == "/v1/embeddings";
+        target == "/v1/completions" || target == "/v1/chat/completions" || pooling_path(target);
     if (generate ? !post : !get) {
       ClientResponse res = make_error(req, 405, "method not allowed for " + target, "invalid_request_error");
       co_return co_await send_response(*conn, res, write_timeout);
@@ -176,7 +176,7 @@ struct RouterServer::Impl {
       co_return co_await send_response(*conn, res, write_timeout);
     }
     if (target == "/v1/models") co_return co_await models(*conn, req);
-    if (target == "/v1/embeddings") co_return co_await embeddings(*conn, req);
+    if (pooling_path(target)) co_return co_await embeddings(*conn, req, target);
     const RouteEndpoint endpoint =
         target == "/v1/chat/completions" ? RouteEndpoint::kChat : RouteEndpoint::kCompletions;
     co_return co_await forwarder.handle(conn, req, endpoint);
@@ -247,11 +247,17 @@ struct RouterServer::Impl {
     co_return co_await send_response(conn, res, write_timeout);
   }
 
-  // POST /v1/embeddings: to the least loaded healthy instance that computes prompts (both, then
-  // decode), passed through. An embedding has no prefix worth routing by and no stream; an
-  // instance that fails before answering is ejected and the next one is tried (an embedding is
+  // The endpoints answered from embeddings: /v1/embeddings, /score, /rerank (vLLM's paths).
+  static bool pooling_path(const std::string& target) {
+    return target == "/v1/embeddings" || target == "/score" || target == "/v1/score" || target == "/rerank" ||
+           target == "/v1/rerank" || target == "/v2/rerank";
+  }
+
+  // POST of an embedding, score or rerank: to the least loaded healthy instance that computes
+  // prompts (both, then decode), passed through. It has no prefix worth routing by and no stream;
+  // an instance that fails before answering is ejected and the next one is tried (embedding is
   // idempotent), so only the last failure reaches the client.
-  awaitable<bool> embeddings(ClientConnection& conn, const ClientRequest& req) {
+  awaitable<bool> embeddings(ClientConnection& conn, const ClientRequest& req, const std::string& target) {
     const double write_timeout = options().write_timeout_seconds;
     std::vector<std::pair<double, uint64_t>> order;  // (load, id), least loaded first
     for (InstanceRole role : {InstanceRole::kBoth, InstanceRole::kDecode}) {
@@ -260,7 +266,7 @@ struct RouterServer::Impl {
     }
     std::sort(order.begin(), order.end());
     UpstreamRequest up;
-    up.target = "/v1/embeddings";
+    up.target = target;
     up.body = req.body();
     if (auto it = req.find(http::field::authorization); it != req.end())
       up.authorization = std::string(it->value());

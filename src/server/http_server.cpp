@@ -285,8 +285,9 @@ struct HttpServer::Impl {
     if (!open_endpoint && !authorized(req)) {
       const ApiError e{401, "a valid API key is required (Authorization: Bearer ...)", "authentication_error",
                        "", "invalid_api_key"};
-      Response res = parse_triton_target(target) && !score_endpoint(target) ? triton_error(req, e.status, e.message)
-                                                                             : error_response(req, e);
+      Response res = parse_triton_target(target) && !score_endpoint(target)
+                         ? triton_error(req, e.status, e.message)
+                         : error_response(req, e);
       res.set(http::field::www_authenticate, "Bearer");
       co_return co_await send(*conn, res);
     }
@@ -608,7 +609,8 @@ struct HttpServer::Impl {
   // vLLM's paths: /score and /v1/score; /rerank, /v1/rerank and /v2/rerank (Jina's and Cohere's).
   static std::optional<EmbeddingEndpoint> score_endpoint(std::string_view target) {
     if (target == "/score" || target == "/v1/score") return EmbeddingEndpoint::kScore;
-    if (target == "/rerank" || target == "/v1/rerank" || target == "/v2/rerank") return EmbeddingEndpoint::kRerank;
+    if (target == "/rerank" || target == "/v1/rerank" || target == "/v2/rerank")
+      return EmbeddingEndpoint::kRerank;
     return std::nullopt;
   }
   struct ReadEmbedding {
@@ -769,7 +771,8 @@ struct HttpServer::Impl {
     Response res = make_response(
         req, http::status::ok,
         r.score ? score_body(id, options.served_model_name, *r.score, embeddings, input.num_prompt_tokens)
-                : embedding_body(id, options.served_model_name, embeddings, r.api.base64, input.num_prompt_tokens));
+                : embedding_body(id, options.served_model_name, embeddings, r.api.base64,
+                                 input.num_prompt_tokens));
     co_return co_await send(*conn, res);
   }
 

@@ -1067,8 +1067,9 @@ ParsedScore parse_score_request(bool rerank, std::string_view body) {
   json j;
   if (!parse_object(body, &j, &out.error)) return out;
   Reader r(j);
-  static constexpr std::string_view kScoreFields[] = {"model", "text_1", "text_2", "truncate_prompt_tokens",
-                                                      "add_special_tokens", "priority", "request_id", "user"};
+  static constexpr std::string_view kScoreFields[] = {
+      "model",    "text_1",     "text_2", "truncate_prompt_tokens", "add_special_tokens",
+      "priority", "request_id", "user"};
   static constexpr std::string_view kRerankFields[] = {
       "model",    "query",      "documents", "top_n", "return_documents", "truncate_prompt_tokens",
       "priority", "request_id", "user"};
@@ -1089,7 +1090,8 @@ ParsedScore parse_score_request(bool rerank, std::string_view body) {
   // A field of one text or a non-empty list of texts, appended to the prompts.
   auto texts = [&](const char* key, bool list_allowed, std::vector<std::string>* kept) -> size_t {
     const json* v = r.find(key);
-    const std::string what = std::string("'") + key + "' must be a string" + (list_allowed ? " or a list of strings" : "");
+    const std::string what =
+        std::string("'") + key + "' must be a string" + (list_allowed ? " or a list of strings" : "");
     if (r.failed()) return 0;
     if (v == nullptr) {
       r.fail(key, std::string("'") + key + "' is required");
@@ -1126,7 +1128,8 @@ ParsedScore parse_score_request(bool rerank, std::string_view body) {
     s.num_queries = texts("text_1", true, nullptr);
     const size_t docs = texts("text_2", true, nullptr);
     if (!r.failed() && s.num_queries != 1 && s.num_queries != docs)
-      r.fail("text_1", "'text_1' must be one text, or as many texts as 'text_2' (" + std::to_string(docs) + ")");
+      r.fail("text_1",
+             "'text_1' must be one text, or as many texts as 'text_2' (" + std::to_string(docs) + ")");
   }
   r.integer("priority", &g.priority, kInt32Min, kInt32Max);
   if (int64_t k = 0; r.integer("truncate_prompt_tokens", &k, -1, kInt64Max)) g.truncate_prompt_tokens = k;
@@ -1168,7 +1171,8 @@ std::string score_body(const std::string& id, const std::string& model, const Sc
   }
   std::vector<std::pair<double, size_t>> ranked;
   for (size_t d = 0; d < documents; ++d) ranked.emplace_back(cosine(d), d);
-  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   if (request.top_n.value_or(0) > 0 && static_cast<size_t>(*request.top_n) < ranked.size())
     ranked.resize(static_cast<size_t>(*request.top_n));
   json results = json::array();

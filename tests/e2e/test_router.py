@@ -290,6 +290,9 @@ def test_embeddings_pass_through_and_survive_a_dead_instance(make_router, make_s
     status, _, data = raw(r, "POST", "/v1/embeddings", {"input": "x", "dimensions": 3})
     assert status == 400 and json.loads(data)["error"]["param"] == "dimensions"  # the instance's answer
     assert raw(r, "GET", "/v1/embeddings")[0] == 405
+    status, _, data = raw(r, "POST", "/rerank", {"query": "routed", "documents": texts})
+    direct = raw(pair[0], "POST", "/rerank", {"query": "routed", "documents": texts})
+    assert status == 200 and json.loads(data)["results"] == json.loads(direct[2])["results"]
     # An instance that died since its last health check is ejected and the next one serves the
     # request (the first listed is tried first: both are idle).
     doomed = make_server()

@@ -453,12 +453,14 @@ TEST(OpenAiApiTest, Base64AndTheEmbeddingAnswer) {
 }
 
 TEST(OpenAiApiTest, ScoreAndRerankBodies) {
-  const auto one_to_many = parse_score_request(false, R"({"text_1": "q", "text_2": ["a", "b"], "priority": 1})");
+  const auto one_to_many =
+      parse_score_request(false, R"({"text_1": "q", "text_2": ["a", "b"], "priority": 1})");
   ASSERT_TRUE(one_to_many.request.has_value()) << one_to_many.error.message;
   EXPECT_EQ(one_to_many.request->num_queries, 1u);
   ASSERT_EQ(one_to_many.request->embedding.generation.prompts.size(), 3u);
   EXPECT_EQ(one_to_many.request->embedding.generation.prompts[2].text, "b");
-  EXPECT_TRUE(parse_score_request(false, R"({"text_1": ["q", "r"], "text_2": ["a", "b"]})").request.has_value());
+  EXPECT_TRUE(
+      parse_score_request(false, R"({"text_1": ["q", "r"], "text_2": ["a", "b"]})").request.has_value());
   const auto rerank = parse_score_request(
       true, R"({"query": "q", "documents": ["a", "b", "c"], "top_n": 2, "return_documents": false})");
   ASSERT_TRUE(rerank.request.has_value()) << rerank.error.message;
@@ -490,7 +492,8 @@ TEST(OpenAiApiTest, ScoreAndRerankBodies) {
   EXPECT_NEAR(scores["data"][2]["score"].get<double>(), 0.6, 1e-6);
   EXPECT_EQ(scores["data"][2]["object"], "score");
   EXPECT_EQ(scores["usage"]["prompt_tokens"], 9);
-  ScoreRequest rq = *parse_score_request(true, R"({"query": "q", "documents": ["a", "b", "c"], "top_n": 2})").request;
+  ScoreRequest rq =
+      *parse_score_request(true, R"({"query": "q", "documents": ["a", "b", "c"], "top_n": 2})").request;
   const auto ranked = nlohmann::json::parse(score_body("rerank-1", "m", rq, e, 9));
   ASSERT_EQ(ranked["results"].size(), 2u);
   EXPECT_EQ(ranked["results"][0]["index"], 0);
