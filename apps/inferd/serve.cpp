@@ -56,8 +56,8 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
                 "bounded Jinja interpreter)");
   cmd->add_option("--pooling", f->pooling,
                   "/v1/embeddings: the final hidden state of the last token (decoder embedding models), the "
-                  "mean over the input's tokens, or the first token's (default: the GGUF's pooling_type, "
-                  "else last)")
+                  "mean over the input's tokens, or the first token's (default: the GGUF's pooling_type or "
+                  "the directory's 1_Pooling/config.json, else last)")
       ->check(CLI::IsMember({"last", "mean", "cls"}));
   cmd->add_option("--max-body", f->max_body, "largest request body (e.g. 8MiB)");
   cmd->add_option("--header-timeout", s.header_timeout_seconds,
@@ -196,16 +196,35 @@ struct Loaded {
   }
 };
 
-// The pooling of /v1/embeddings: the flag's, else the GGUF's `<arch>.pooling_type` (llama.cpp's
-// numbering: 1 mean, 2 cls, 3 last), else last.
+// The pooling of /v1/embeddings: the flag's; else the GGUF's `<arch>.pooling_type` (llama.cpp's
+// numbering: 1 mean, 2 cls, 3 last), or a Hugging Face directory's sentence-transformers pooling
+// (1_Pooling/config.json, as vLLM reads it); else last.
 Expected<Pooling> resolve_pooling(const std::string& flag, const ModelWeights& w) {
   if (flag == "mean") return Pooling::kMean;
   if (flag == "cls") return Pooling::kCls;
-  if (flag == "last" || w.gguf == nullptr) return Pooling::kLast;
-  INFERD_ASSIGN_OR_RETURN(std::optional<int64_t> type, w.gguf->get_int(w.config.arch_name + ".pooling_type"));
-  if (type == 1) return Pooling::kMean;
-  if (type == 2) return Pooling::kCls;
-  return Pooling::kLast;
+  if (flag == "last") return Pooling::kLast;
+  if (w.gguf != nullptr) {
+    INFERD_ASSIGN_OR_RETURN(std::optional<int64_t> type,
+                            w.gguf->get_int(w.config.arch_name + ".pooling_type"));
+    if (type == 1) return Pooling::kMean;
+    if (type == 2) return Pooling::kCls;
+    return Pooling::kLast;
+  }
+  const std::filesystem::path st = std::filesystem::path(w.source_path) / "1_Pooling" / "config.json";
+  if (!std::filesystem::is_regular_file(st)) return Pooling::kLast;
+  Expected<std::string> text = read_text_file(st.string());
+  if (!text) return text.status();
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return corrupt_file(st.string() + ": not a JSON object");
+  auto on = [&](const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_boolean() && it->get<bool>();
+  };
+  if (on("pooling_mode_lasttoken")) return Pooling::kLast;
+  if (on("pooling_mode_mean_tokens")) return Pooling::kMean;
+  if (on("pooling_mode_cls_token")) return Pooling::kCls;
+  return unsupported(st.string() +
+                     ": a pooling mode other than last token, mean or cls (inferd serve --pooling)");
 }
 
 Status load_all(const std::string& path, const ServeFlags& flags, int threads,

@@ -662,10 +662,12 @@ struct HttpServer::Impl {
   // The checks after the input side: the model, dimensions, the queue. An error or nothing.
   std::optional<ApiError> check_embedding(const ReadEmbedding& read) {
     const EmbeddingRequest& api = read.api;
-    if (!api.model.empty() && api.model != options.served_model_name)
+    if (!api.model.empty() && api.model != options.served_model_name &&
+        (ctx.lora == nullptr || !ctx.lora->contains(api.model)))
       return ApiError{404,
-                      "the model '" + api.model + "' does not exist (this server embeds with '" +
-                          options.served_model_name + "')",
+                      "the model '" + api.model + "' does not exist (this server serves '" +
+                          options.served_model_name + "'" +
+                          (ctx.lora != nullptr ? " and its LoRA adapters" : "") + ")",
                       "invalid_request_error", "model", "model_not_found"};
     if (!read.processed.input) return api_error(read.processed.error, ApiEndpoint::kCompletion);
     if (api.dimensions && *api.dimensions != ctx.hidden_size)
@@ -706,6 +708,21 @@ struct HttpServer::Impl {
       co_return co_await send(*conn, res);
     }
     ProcessedInput& input = *r.processed.input;
+    const bool adapter = !r.api.model.empty() && r.api.model != options.served_model_name;
+    if (adapter) {  // a LoRA adapter's embeddings: loaded off the I/O thread when not resident
+      auto wait = start_on(lora_loader,
+                           [registry = ctx.lora, name = r.api.model] { return registry->acquire(name); });
+      co_await until_done(*wait);
+      const Expected<std::shared_ptr<const LoraAdapter>>& loaded = *wait->result;
+      if (!loaded.has_value()) {
+        const Status& s = loaded.status();
+        const bool missing = s.code() == StatusCode::kNotFound;
+        Response res = error_response(req, ApiError{missing ? 404 : 500, s.message(), "invalid_request_error",
+                                                    "model", missing ? "model_not_found" : ""});
+        co_return co_await send(*conn, res);
+      }
+      for (RequestSpec& spec : input.requests) spec.lora = loaded.value();
+    }
     const size_t count = input.requests.size();
     auto channel = std::make_shared<Channel>(io.get_executor());
     const std::vector<RequestId> ids = submit(input, channel);
@@ -768,11 +785,11 @@ struct HttpServer::Impl {
                                                   : ApiError{400, failure, "invalid_request_error", "", ""});
       co_return co_await send(*conn, res);
     }
-    Response res = make_response(
-        req, http::status::ok,
-        r.score ? score_body(id, options.served_model_name, *r.score, embeddings, input.num_prompt_tokens)
-                : embedding_body(id, options.served_model_name, embeddings, r.api.base64,
-                                 input.num_prompt_tokens));
+    const std::string& model = adapter ? r.api.model : options.served_model_name;
+    Response res =
+        make_response(req, http::status::ok,
+                      r.score ? score_body(id, model, *r.score, embeddings, input.num_prompt_tokens)
+                              : embedding_body(id, model, embeddings, r.api.base64, input.num_prompt_tokens));
     co_return co_await send(*conn, res);
   }
 

@@ -180,3 +180,31 @@ def test_score_and_rerank_are_cosine_similarities_of_the_embeddings(server):
                               ("/rerank", {"query": "a", "documents": ["b"], "top_n": "2"}, "top_n")]:
         status, j = post(server, path, body)
         assert status == 400 and j["error"]["param"] == param, (path, body, j)
+
+
+def test_pooling_comes_from_a_sentence_transformers_directory(make_server, tmp_path):
+    """A Hugging Face directory's 1_Pooling/config.json picks the pooling (as vLLM reads it); the
+    flag overrides it. The tiny Qwen3 fixture has no tokenizer: inputs are token ids."""
+    import os
+    import shutil
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    model = tmp_path / "qwen3_mean"
+    shutil.copytree(os.path.join(root, "fixtures", "tiny", "qwen3"), model,
+                    ignore=shutil.ignore_patterns("*.gguf", "*.f32", "reference.json"))
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 64, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+         "pooling_mode_lasttoken": False}))
+    ids = [[3, 17, 42, 99, 5, 8, 200, 31]]
+    by_dir = make_server("-m", str(model), api_key=None)
+    mean = make_server("-m", str(model), "--pooling", "mean", api_key=None)
+    last = make_server("-m", str(model), "--pooling", "last", api_key=None)
+    got = {}
+    for name, s in (("dir", by_dir), ("mean", mean), ("last", last)):
+        s.api_key = ""
+        req = urllib.request.Request(s.base + "/v1/embeddings", data=json.dumps({"input": ids}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            got[name] = json.loads(r.read())["data"][0]["embedding"]
+    assert close(got["dir"], got["mean"])
+    assert not close(got["dir"], got["last"], 1e-3)

@@ -174,3 +174,29 @@ def test_a_bad_adapter_at_start_up_is_a_clear_error():
                           "q3=" + os.path.join(LORA, "qwen3_all")], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0
     assert "--lora-modules q3=" in bad.stderr and "do not fit" in bad.stderr, bad.stderr
+
+
+def test_embeddings_of_an_adapter_are_its_own():
+    s = serve("--lora-modules", *MODULES)
+    try:
+        got = {}
+        for m in ["qwen2-tiny", "all", "attn"]:
+            status, data = request(s, "POST", "/v1/embeddings", {"model": m, "input": [PROMPT, PROMPT[:9]]})
+            assert status == 200, data
+            answer = json.loads(data)
+            assert answer["model"] == m
+            got[m] = [d["embedding"] for d in answer["data"]]
+        assert got["all"] != got["qwen2-tiny"] and got["attn"] != got["all"]  # each adapter changes them
+        # Mixed in one batch, each request still gets its adapter's embedding.
+        jobs = ["qwen2-tiny", "all", "attn"] * 2
+        with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+            answers = list(pool.map(lambda m: json.loads(request(s, "POST", "/v1/embeddings",
+                                                                 {"model": m, "input": [PROMPT, PROMPT[:9]]})[1]),
+                                    jobs))
+        for m, answer in zip(jobs, answers):
+            vectors = [d["embedding"] for d in answer["data"]]
+            assert all(max(abs(a - b) for a, b in zip(u, v)) < 1e-5 for u, v in zip(vectors, got[m])), m
+        status, data = request(s, "POST", "/v1/embeddings", {"model": "nope", "input": PROMPT})
+        assert status == 404 and json.loads(data)["error"]["code"] == "model_not_found"
+    finally:
+        s.stop()
