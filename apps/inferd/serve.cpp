@@ -1,5 +1,6 @@
 #include "serve.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -59,6 +60,9 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
                   "mean over the input's tokens, or the first token's (default: the GGUF's pooling_type or "
                   "the directory's 1_Pooling/config.json, else last)")
       ->check(CLI::IsMember({"last", "mean", "cls"}));
+  cmd->add_option("--hf-overrides", f->hf_overrides,
+                  "JSON over the model's config, as vLLM's: is_matryoshka (true: /v1/embeddings may ask for "
+                  "fewer dimensions) and matryoshka_dimensions (the sizes it may ask for)");
   cmd->add_option("--max-body", f->max_body, "largest request body (e.g. 8MiB)");
   cmd->add_option("--header-timeout", s.header_timeout_seconds,
                   "seconds to receive a request once it started")
@@ -227,6 +231,49 @@ Expected<Pooling> resolve_pooling(const std::string& flag, const ModelWeights& w
                      ": a pooling mode other than last token, mean or cls (inferd serve --pooling)");
 }
 
+// Whether the model is a Matryoshka embedding model, and its sizes (empty: any): from a Hugging
+// Face directory's config.json (is_matryoshka, matryoshka_dimensions, as vLLM reads them), then
+// --hf-overrides, which may set those two keys only.
+Expected<std::optional<std::vector<int64_t>>> resolve_matryoshka(const std::string& overrides,
+                                                                 const ModelWeights& w) {
+  std::optional<std::vector<int64_t>> out;
+  auto apply = [&](const nlohmann::json& j, const std::string& where, bool strict) -> Status {
+    for (const auto& [key, value] : j.items()) {
+      if (key == "is_matryoshka") {
+        if (!value.is_boolean()) return invalid_argument(where + ": is_matryoshka must be true or false");
+        if (!value.get<bool>()) out.reset();
+        if (value.get<bool>() && !out) out.emplace();
+      } else if (key == "matryoshka_dimensions") {
+        if (!value.is_array() || value.empty() ||
+            !std::all_of(value.begin(), value.end(), [&](const nlohmann::json& d) {
+              return d.is_number_integer() && d.get<int64_t>() >= 1 &&
+                     d.get<int64_t>() <= w.config.hidden_size;
+            }))
+          return invalid_argument(where + ": matryoshka_dimensions must be a list of sizes in [1, " +
+                                  std::to_string(w.config.hidden_size) + "]");
+        out = value.get<std::vector<int64_t>>();
+      } else if (strict) {
+        return unsupported(where + ": '" + key +
+                           "' is not supported (only is_matryoshka and matryoshka_dimensions)");
+      }
+    }
+    return Status::ok();
+  };
+  if (w.gguf == nullptr) {
+    const std::string config = (std::filesystem::path(w.source_path) / "config.json").string();
+    Expected<std::string> text = read_text_file(config);
+    if (!text) return text.status();
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) INFERD_RETURN_IF_ERROR(apply(j, config, false));
+  }
+  if (!overrides.empty()) {
+    const nlohmann::json j = nlohmann::json::parse(overrides, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return invalid_argument("--hf-overrides must be a JSON object");
+    INFERD_RETURN_IF_ERROR(apply(j, "--hf-overrides", true));
+  }
+  return out;
+}
+
 Status load_all(const std::string& path, const ServeFlags& flags, int threads,
                 const EngineFlags& engine_flags, Parallel* parallel, Loaded* out, ServingContext* ctx) {
   const std::string& chat_template_file = flags.chat_template;
@@ -330,6 +377,7 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
   ctx->vocab_size = static_cast<int32_t>(out->weights->config.vocab_size);
   ctx->hidden_size = out->weights->config.hidden_size;
   INFERD_ASSIGN_OR_RETURN(ctx->pooling, resolve_pooling(flags.pooling, *out->weights));
+  INFERD_ASSIGN_OR_RETURN(ctx->matryoshka, resolve_matryoshka(flags.hf_overrides, *out->weights));
   return Status::ok();
 }
 

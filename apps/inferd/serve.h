@@ -29,6 +29,7 @@ struct ServeFlags {
   int64_t max_loras = 8;                  // resident at once
   int64_t max_lora_rank = 64;
   std::string pooling;        // /v1/embeddings: last, mean or cls; empty: the GGUF's pooling_type, else last
+  std::string hf_overrides;   // vLLM's --hf-overrides JSON (is_matryoshka, matryoshka_dimensions only)
   std::string profile;        // --profile: a scenario's scheduling parameters (serve_profiles())
   bool print_config = false;  // --print-config: print the resolved configuration and exit
 };

@@ -670,11 +670,10 @@ struct HttpServer::Impl {
                           (ctx.lora != nullptr ? " and its LoRA adapters" : "") + ")",
                       "invalid_request_error", "model", "model_not_found"};
     if (!read.processed.input) return api_error(read.processed.error, ApiEndpoint::kCompletion);
-    if (api.dimensions && *api.dimensions != ctx.hidden_size)
-      return ApiError{400,
-                      "'dimensions' must be " + std::to_string(ctx.hidden_size) +
-                          ", the model's embedding size: it has no Matryoshka representation to shorten",
-                      "invalid_request_error", "dimensions", ""};
+    if (api.dimensions) {
+      if (std::optional<std::string> why = check_dimensions(*api.dimensions, ctx.hidden_size, ctx.matryoshka))
+        return ApiError{400, *why, "invalid_request_error", "dimensions", ""};
+    }
     const int64_t sequences = read.processed.input->num_sequences();
     const int64_t queued = ctx.engine->num_queued_sequences();
     if (queued + sequences > options.max_queue)
@@ -784,6 +783,10 @@ struct HttpServer::Impl {
       Response res = error_response(req, internal ? ApiError{500, failure, "server_error", "", ""}
                                                   : ApiError{400, failure, "invalid_request_error", "", ""});
       co_return co_await send(*conn, res);
+    }
+    if (r.api.dimensions && *r.api.dimensions < ctx.hidden_size) {  // a Matryoshka model's shorter embedding
+      for (std::vector<float>& v : embeddings)
+        shorten_embedding(&v, *r.api.dimensions, r.api.normalize.value_or(true));
     }
     const std::string& model = adapter ? r.api.model : options.served_model_name;
     Response res =

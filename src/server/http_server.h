@@ -54,6 +54,9 @@ struct ServingContext {
   int32_t vocab_size = 0;
   int64_t hidden_size = 0;           // the size of an embedding
   Pooling pooling = Pooling::kLast;  // /v1/embeddings: what the prompt's final hidden states become
+  // A Matryoshka embedding model (its first k dimensions are an embedding of their own): the
+  // `dimensions` a request may ask for (empty: any up to hidden_size). Absent: only the full size.
+  std::optional<std::vector<int64_t>> matryoshka;
   // Disaggregation (docs/disaggregation.md): "both", "prefill" or "decode".
   std::string role = "both";
   KvExportStore* kv_export = nullptr;  // prefill: where prompts' KV waits for a pull

@@ -1188,6 +1188,34 @@ std::string score_body(const std::string& id, const std::string& model, const Sc
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::optional<std::string> check_dimensions(int64_t dimensions, int64_t hidden_size,
+                                            const std::optional<std::vector<int64_t>>& matryoshka) {
+  if (dimensions == hidden_size) return std::nullopt;
+  if (!matryoshka)
+    return "'dimensions' must be " + std::to_string(hidden_size) +
+           ", the model's embedding size: it has no Matryoshka representation to shorten (a model that has "
+           "one: "
+           "inferd serve --hf-overrides '{\"is_matryoshka\": true}')";
+  if (dimensions > hidden_size)
+    return "'dimensions' must be at most " + std::to_string(hidden_size) + ", the model's embedding size";
+  if (matryoshka->empty() ||
+      std::find(matryoshka->begin(), matryoshka->end(), dimensions) != matryoshka->end())
+    return std::nullopt;
+  std::string sizes;
+  for (int64_t d : *matryoshka) sizes += (sizes.empty() ? "" : ", ") + std::to_string(d);
+  return "'dimensions' must be one of the model's Matryoshka sizes (" + sizes + ")";
+}
+
+void shorten_embedding(std::vector<float>* v, int64_t dimensions, bool normalize) {
+  if (dimensions <= 0 || static_cast<size_t>(dimensions) >= v->size()) return;
+  v->resize(static_cast<size_t>(dimensions));
+  if (!normalize) return;
+  double norm = 0;
+  for (float x : *v) norm += static_cast<double>(x) * x;
+  const double scale = 1.0 / std::max(std::sqrt(norm), 1e-12);
+  for (float& x : *v) x = static_cast<float>(x * scale);
+}
+
 std::string base64_encode(std::string_view bytes) {
   using Encoder = boost::archive::iterators::base64_from_binary<
       boost::archive::iterators::transform_width<std::string_view::const_iterator, 6, 8>>;

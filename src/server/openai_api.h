@@ -141,6 +141,14 @@ ParsedScore parse_score_request(bool rerank, std::string_view body);
 std::string score_body(const std::string& id, const std::string& model, const ScoreRequest& request,
                        const std::vector<std::vector<float>>& embeddings, int64_t prompt_tokens);
 
+// Why an embedding of `dimensions` cannot be given (nullopt: it can): the model's own size always;
+// a shorter one only from a Matryoshka model (`matryoshka`: its sizes, empty for any).
+std::optional<std::string> check_dimensions(int64_t dimensions, int64_t hidden_size,
+                                            const std::optional<std::vector<int64_t>>& matryoshka);
+// A Matryoshka embedding cut to its first `dimensions` values, L2-normalized again when asked (the
+// pooled state cut, then normalized, as sentence-transformers and vLLM do).
+void shorten_embedding(std::vector<float>* v, int64_t dimensions, bool normalize);
+
 // Standard base64 (RFC 4648, padded) of bytes.
 std::string base64_encode(std::string_view bytes);
 

@@ -208,3 +208,27 @@ def test_pooling_comes_from_a_sentence_transformers_directory(make_server, tmp_p
             got[name] = json.loads(r.read())["data"][0]["embedding"]
     assert close(got["dir"], got["mean"])
     assert not close(got["dir"], got["last"], 1e-3)
+
+
+def test_matryoshka_dimensions_need_a_matryoshka_model(make_server):
+    import subprocess
+    from conftest import BINARY
+    any_size = make_server("--hf-overrides", '{"is_matryoshka": true}')
+    [full], _ = embed(any_size, input="Matryoshka embeddings nest.", encoding_format="float")
+    [short], j = embed(any_size, input="Matryoshka embeddings nest.", dimensions=64)
+    assert len(short) == 64 and abs(norm(short) - 1) < 1e-5
+    head = full[:64]
+    assert close(short, [x / norm(head) for x in head])
+    [raw_short], _ = embed(any_size, input="Matryoshka embeddings nest.", dimensions=64, normalize=False)
+    [raw_full], _ = embed(any_size, input="Matryoshka embeddings nest.", normalize=False)
+    assert close(raw_short, raw_full[:64])
+    status, e = post(any_size, "/v1/embeddings", {"input": "x", "dimensions": 577})
+    assert status == 400 and e["error"]["param"] == "dimensions"
+    listed = make_server("--hf-overrides", '{"matryoshka_dimensions": [64, 128]}')
+    assert len(embed(listed, input="x", dimensions=128)[0][0]) == 128
+    status, e = post(listed, "/v1/embeddings", {"input": "x", "dimensions": 100})
+    assert status == 400 and "(64, 128)" in e["error"]["message"]
+    # An override inferd does not implement stops the server at start, naming it.
+    p = subprocess.run([BINARY, "serve", "--port", "0", "--hf-overrides", '{"rope_theta": 1}'],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "rope_theta" in p.stderr

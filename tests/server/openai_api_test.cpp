@@ -507,6 +507,27 @@ TEST(OpenAiApiTest, ScoreAndRerankBodies) {
   EXPECT_DOUBLE_EQ(paired["data"][1]["score"].get<double>(), 1.0);
 }
 
+TEST(OpenAiApiTest, MatryoshkaDimensions) {
+  EXPECT_FALSE(check_dimensions(64, 64, std::nullopt).has_value());
+  const auto plain = check_dimensions(32, 64, std::nullopt);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_NE(plain->find("must be 64"), std::string::npos) << *plain;
+  EXPECT_FALSE(check_dimensions(32, 64, std::vector<int64_t>{}).has_value());  // any size
+  EXPECT_TRUE(check_dimensions(65, 64, std::vector<int64_t>{}).has_value());
+  EXPECT_FALSE(check_dimensions(16, 64, std::vector<int64_t>{16, 32}).has_value());
+  const auto listed = check_dimensions(20, 64, std::vector<int64_t>{16, 32});
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_NE(listed->find("(16, 32)"), std::string::npos) << *listed;
+  std::vector<float> v = {0.6f, 0.0f, 0.8f, 0.0f};
+  shorten_embedding(&v, 2, false);
+  EXPECT_EQ(v, (std::vector<float>{0.6f, 0.0f}));
+  std::vector<float> w = {3.0f, 4.0f, 12.0f};
+  shorten_embedding(&w, 2, true);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_FLOAT_EQ(w[0], 0.6f);
+  EXPECT_FLOAT_EQ(w[1], 0.8f);
+}
+
 TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {
   EXPECT_EQ(parse_tokenize_request(R"({"prompt": "hi"})").request->prompt, "hi");
   EXPECT_EQ(parse_tokenize_request(R"({"messages": [{"role": "user", "content": "x"}]})")
