@@ -604,6 +604,17 @@ struct HttpServer::Impl {
 
   // ---- embeddings ---------------------------------------------------------------------------
 
+  // The answer's id from the X-Request-Id header when the body named none; an error when the
+  // header is not a request id.
+  static std::optional<ApiError> take_request_id_header(const std::string& header, std::string* request_id) {
+    if (!request_id->empty() || header.empty()) return std::nullopt;
+    if (!is_request_id(header))
+      return ApiError{400, "the X-Request-Id header must be 1-128 letters, digits or . _ : -",
+                      "invalid_request_error", "X-Request-Id", ""};
+    *request_id = header;
+    return std::nullopt;
+  }
+
   // The endpoints answered from embeddings.
   enum class EmbeddingEndpoint { kEmbeddings, kScore, kRerank };
   // vLLM's paths: /score and /v1/score; /rerank, /v1/rerank and /v2/rerank (Jina's and Cohere's).
@@ -640,14 +651,8 @@ struct HttpServer::Impl {
       out.api = parsed.request->embedding;
       out.score = std::move(*parsed.request);
     }
-    if (out.api.request_id.empty() && !request_id_header.empty()) {
-      if (!is_request_id(request_id_header)) {
-        out.error = ApiError{400, "the X-Request-Id header must be 1-128 letters, digits or . _ : -",
-                             "invalid_request_error", "X-Request-Id", ""};
-        return out;
-      }
-      out.api.request_id = request_id_header;
-    }
+    out.error = take_request_id_header(request_id_header, &out.api.request_id);
+    if (out.error) return out;
     GenerationRequest generation = out.api.generation;
     generation.pooling = pooling;
     generation.normalize_embedding = out.api.normalize.value_or(true);
@@ -955,14 +960,8 @@ struct HttpServer::Impl {
     }
     out.api = std::move(*parsed.request);
     // The answer's id: the body's request_id, or the X-Request-Id header.
-    if (out.api.request_id.empty() && !request_id_header.empty()) {
-      if (!is_request_id(request_id_header)) {
-        out.error = ApiError{400, "the X-Request-Id header must be 1-128 letters, digits or . _ : -",
-                             "invalid_request_error", "X-Request-Id", ""};
-        return out;
-      }
-      out.api.request_id = request_id_header;
-    }
+    out.error = take_request_id_header(request_id_header, &out.api.request_id);
+    if (out.error) return out;
     GenerationRequest generation = out.api.generation;
     // The session context pool: the body's session_id, or the header.
     if (generation.session_id.empty()) generation.session_id = session_header;

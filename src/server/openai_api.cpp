@@ -981,6 +981,17 @@ ParsedTokenize parse_tokenize_request(std::string_view body) {
   return out;
 }
 
+namespace {
+
+// The prompt options of the embedding, score and rerank bodies.
+void read_prompt_options(Reader& r, GenerationRequest* g) {
+  r.integer("priority", &g->priority, kInt32Min, kInt32Max);
+  if (int64_t k = 0; r.integer("truncate_prompt_tokens", &k, -1, kInt64Max)) g->truncate_prompt_tokens = k;
+  if (bool a = true; r.boolean("add_special_tokens", &a)) g->add_special_tokens = a;
+}
+
+}  // namespace
+
 ParsedEmbedding parse_embedding_request(std::string_view body) {
   ParsedEmbedding out;
   json j;
@@ -1051,9 +1062,7 @@ ParsedEmbedding parse_embedding_request(std::string_view body) {
   }
   if (int64_t d = 0; r.integer("dimensions", &d, 1, kInt32Max)) e.dimensions = d;
   if (bool n = true; r.boolean("normalize", &n)) e.normalize = n;
-  r.integer("priority", &g.priority, kInt32Min, kInt32Max);
-  if (int64_t k = 0; r.integer("truncate_prompt_tokens", &k, -1, kInt64Max)) g.truncate_prompt_tokens = k;
-  if (bool a = true; r.boolean("add_special_tokens", &a)) g.add_special_tokens = a;
+  read_prompt_options(r, &g);
   if (r.failed()) {
     out.error = r.take_error();
     return out;
@@ -1131,9 +1140,7 @@ ParsedScore parse_score_request(bool rerank, std::string_view body) {
       r.fail("text_1",
              "'text_1' must be one text, or as many texts as 'text_2' (" + std::to_string(docs) + ")");
   }
-  r.integer("priority", &g.priority, kInt32Min, kInt32Max);
-  if (int64_t k = 0; r.integer("truncate_prompt_tokens", &k, -1, kInt64Max)) g.truncate_prompt_tokens = k;
-  if (bool a = true; r.boolean("add_special_tokens", &a)) g.add_special_tokens = a;
+  read_prompt_options(r, &g);
   if (r.failed()) {
     out.error = r.take_error();
     return out;
