@@ -99,6 +99,20 @@ struct Channel {
   std::mutex mutex;
   std::deque<Item> items;  // guarded by mutex
   net::steady_timer wake;  // I/O thread only: cancelled to wake the handler
+
+  // The items posted so far, once there is one (I/O thread).
+  awaitable<std::deque<Item>> take() {
+    for (;;) {
+      std::deque<Item> out;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        out.swap(items);
+      }
+      if (!out.empty()) co_return out;
+      boost::system::error_code ec;
+      co_await wake.async_wait(net::redirect_error(use_awaitable, ec));
+    }
+  }
 };
 
 // The result of work done on another thread (the LoRA loader, an input worker) for one handler:
@@ -738,16 +752,7 @@ struct HttpServer::Impl {
     bool internal = false;
     std::optional<Clock::time_point> first_scheduled;
     for (size_t unfinished = count; unfinished > 0;) {
-      std::deque<Channel::Item> batch;
-      {
-        std::lock_guard<std::mutex> lock(channel->mutex);
-        batch.swap(channel->items);
-      }
-      if (batch.empty()) {
-        boost::system::error_code ec;
-        co_await channel->wake.async_wait(net::redirect_error(use_awaitable, ec));
-        continue;
-      }
+      std::deque<Channel::Item> batch = co_await channel->take();
       for (Channel::Item& item : batch) {
         if (!item.out.embedding.empty()) embeddings.at(item.prompt) = std::move(item.out.embedding);
         if (item.out.first_scheduled && (!first_scheduled || *item.out.first_scheduled < *first_scheduled))
@@ -1192,16 +1197,7 @@ struct HttpServer::Impl {
 
     size_t unfinished = choices.size();
     while (unfinished > 0) {
-      std::deque<Channel::Item> batch;
-      {
-        std::lock_guard<std::mutex> lock(channel->mutex);
-        batch.swap(channel->items);
-      }
-      if (batch.empty()) {
-        boost::system::error_code ec;
-        co_await channel->wake.async_wait(net::redirect_error(use_awaitable, ec));
-        continue;
-      }
+      std::deque<Channel::Item> batch = co_await channel->take();
       for (Channel::Item& item : batch) {
         const size_t ci = item.prompt * n + static_cast<size_t>(item.out.index);
         OutputProcessor& c = choices.at(ci);
