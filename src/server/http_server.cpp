@@ -693,7 +693,18 @@ struct HttpServer::Impl {
       if (std::optional<std::string> why = check_dimensions(*api.dimensions, ctx.hidden_size, ctx.matryoshka))
         return ApiError{400, *why, "invalid_request_error", "dimensions", ""};
     }
-    const int64_t sequences = read.processed.input->num_sequences();
+    return check_queue(read.processed.input->num_sequences(), "input");
+  }
+
+  // The queue limit counts sequences (every prompt, times n): a request that needs more than the
+  // server ever queues is a 400 naming `param`, one that does not fit now a 429.
+  std::optional<ApiError> check_queue(int64_t sequences, const char* param) {
+    if (sequences > options.max_queue)
+      return ApiError{400,
+                      "the request needs " + std::to_string(sequences) +
+                          " sequences (prompts x n), more than " + "the server ever queues (" +
+                          std::to_string(options.max_queue) + ")",
+                      "invalid_request_error", param, ""};
     const int64_t queued = ctx.engine->num_queued_sequences();
     if (queued + sequences > options.max_queue)
       return ApiError{429,
@@ -997,21 +1008,9 @@ struct HttpServer::Impl {
     if (api.kv_transfer) {
       if (std::optional<ApiError> e = apply_kv_transfer(out)) return e;
     }
-    // The queue limit counts sequences: every prompt, times n.
-    const int64_t sequences = out->input.num_sequences();
-    if (sequences > options.max_queue)
-      return ApiError{400,
-                      "the request needs " + std::to_string(sequences) +
-                          " sequences (prompts x n), more than " + "the server ever queues (" +
-                          std::to_string(options.max_queue) + ")",
-                      "invalid_request_error", endpoint == ApiEndpoint::kChat ? "n" : "prompt", ""};
-    const int64_t queued = ctx.engine->num_queued_sequences();
-    if (queued + sequences > options.max_queue)
-      return ApiError{429,
-                      "the server is at capacity (" + std::to_string(queued) + " of " +
-                          std::to_string(options.max_queue) + " queue places taken, this request needs " +
-                          std::to_string(sequences) + "); retry later",
-                      "rate_limit_error", "", "queue_full"};
+    if (std::optional<ApiError> e =
+            check_queue(out->input.num_sequences(), endpoint == ApiEndpoint::kChat ? "n" : "prompt"))
+      return e;
     return apply_slo_class(req, out);
   }
 

@@ -232,3 +232,11 @@ def test_matryoshka_dimensions_need_a_matryoshka_model(make_server):
     p = subprocess.run([BINARY, "serve", "--port", "0", "--hf-overrides", '{"rope_theta": 1}'],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "rope_theta" in p.stderr
+
+
+def test_more_inputs_than_the_server_ever_queues_is_400_not_429(make_server):
+    small = make_server("--max-queue", "4")
+    status, j = post(small, "/v1/embeddings", {"input": ["a", "b", "c", "d", "e"]})
+    assert status == 400 and j["error"]["param"] == "input", j
+    [four], _ = embed(small, input="a")
+    assert len(four) == 576
