@@ -472,9 +472,7 @@ std::optional<InputError> InputProcessor::tokenize(const GenerationRequest& r, P
                               " tokens, but the input has " + std::to_string(len) + " tokens"};
       RequestSpec spec;
       spec.prompt = std::move(ids);
-      spec.limits.max_tokens = 0;
-      spec.pooling = r.pooling;
-      spec.normalize_embedding = r.normalize_embedding;
+      spec.limits.max_tokens = 0;  // pooling and normalization: process() sets them on every spec
       out->num_prompt_tokens += len;
       out->requests.push_back(std::move(spec));
       continue;

@@ -6,6 +6,7 @@
 #endif
 
 #include <csignal>
+#include <tuple>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -259,10 +260,10 @@ struct RouterServer::Impl {
   // idempotent), so only the last failure reaches the client.
   awaitable<bool> embeddings(ClientConnection& conn, const ClientRequest& req, const std::string& target) {
     const double write_timeout = options().write_timeout_seconds;
-    std::vector<std::pair<double, uint64_t>> order;  // (load, id), least loaded first
+    std::vector<std::tuple<int, double, uint64_t>> order;  // (role: both first, load, id), least loaded first
     for (InstanceRole role : {InstanceRole::kBoth, InstanceRole::kDecode}) {
       for (const InstanceState* s : state.pool.healthy(role))
-        order.emplace_back(s->load_score() + (role == InstanceRole::kBoth ? 0.0 : 1e9), s->id);
+        order.emplace_back(role == InstanceRole::kBoth ? 0 : 1, s->load_score(), s->id);
     }
     std::sort(order.begin(), order.end());
     UpstreamRequest up;
@@ -271,7 +272,7 @@ struct RouterServer::Impl {
     if (auto it = req.find(http::field::authorization); it != req.end())
       up.authorization = std::string(it->value());
     std::string failure = "no healthy instance";
-    for (const auto& [load, id] : order) {
+    for (const auto& [role, load, id] : order) {
       const InstanceState* s = state.pool.find(id);
       if (s == nullptr || !s->up) continue;
       const InstanceSpec spec = s->spec;
