@@ -77,6 +77,10 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--max-prompts", s.max_prompts,
                   "prompts one /v1/completions request may carry (400 beyond)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-stored-responses", s.max_stored_responses,
+                  "finished /v1/responses answers kept in memory for previous_response_id and GET "
+                  "/v1/responses/{id}, the newest first (0: none)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--shutdown-grace", s.shutdown_grace_seconds,
                   "on SIGTERM, seconds in-flight requests get to finish before they are aborted")
       ->check(CLI::NonNegativeNumber);

@@ -258,6 +258,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits) {
     r->lora = parent.lora;
     r->arrival_order = parent.arrival_order;
     r->first_scheduled = parent.first_scheduled;
+    r->cached_tokens = parent.cached_tokens;
     ids.push_back(r->id);
     Sampler sampler(r->sampling);
     std::optional<KVCacheManager::BlockCopy> copy;
@@ -279,6 +280,7 @@ void Engine::fork_samples(Request& parent, std::span<const float> logits) {
     o.id = r->group;
     o.index = i;
     o.first_scheduled = r->first_scheduled;
+    o.cached_tokens = r->cached_tokens;
     o.new_tokens.push_back(res.token);
     if (r->sampling.logprobs) {
       o.logprobs.push_back(res.logprob);
@@ -349,6 +351,7 @@ std::span<const StepOutput> Engine::step() {
       o.id = r.group;
       o.index = r.sample_index;
       o.first_scheduled = r.first_scheduled;
+      o.cached_tokens = r.cached_tokens;
       auto emit = [&](SampleResult& res) {
         o.new_tokens.push_back(res.token);
         if (r.sampling.logprobs) {
@@ -456,6 +459,7 @@ void Engine::emit_embeddings(const ScheduledBatch& batch) {
     o.id = r.group;
     o.index = r.sample_index;
     o.first_scheduled = r.first_scheduled;
+    o.cached_tokens = r.cached_tokens;
     o.embedding.resize(dim);
     for (size_t d = 0; d < dim; ++d) o.embedding[d] = static_cast<float>(r.pooled[d] * scale);
   }
@@ -498,6 +502,7 @@ void Engine::emit_prompt_logprobs(const ScheduledBatch& batch) {
       o->id = r.group;
       o->index = r.sample_index;
       o->first_scheduled = r.first_scheduled;
+      o->cached_tokens = r.cached_tokens;
     } else {
       o = &*it;
     }

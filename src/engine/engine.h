@@ -87,6 +87,7 @@ struct StepOutput {
   std::vector<int64_t> prompt_ranks;
   std::vector<std::vector<std::pair<int32_t, float>>> prompt_top_logprobs;
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;  // when the request first ran
+  int64_t cached_tokens = 0;  // with first_scheduled: the prompt tokens the prefix cache held then
   // Drafts of the request's prediction (RequestSpec::prediction) this step verified, and how
   // many of them it kept.
   int32_t predicted_tokens = 0;

@@ -33,7 +33,10 @@ ChoiceDelta OutputProcessor::apply(const StepOutput& out, Clock::time_point at) 
   ChoiceDelta d;
   gaps_.clear();
   if (finished()) return d;
-  if (!first_scheduled_) first_scheduled_ = out.first_scheduled;
+  if (!first_scheduled_ && out.first_scheduled) {
+    first_scheduled_ = out.first_scheduled;
+    cached_tokens_ = out.cached_tokens;
+  }
   predicted_ += out.predicted_tokens;
   accepted_predicted_ += out.accepted_predicted_tokens;
   for (size_t k = 0; k < out.prompt_tokens.size(); ++k)

@@ -80,6 +80,8 @@ class OutputProcessor final {
   std::optional<Clock::time_point> last_token_at() const { return last_token_; }
   // When the engine first scheduled the choice's request (absent: never ran).
   std::optional<Clock::time_point> first_scheduled_at() const { return first_scheduled_; }
+  // The prompt tokens its request found in the prefix cache when it first ran.
+  int64_t cached_tokens() const { return cached_tokens_; }
   // Predicted outputs: the prediction's drafts verified so far, and those kept.
   int64_t predicted_tokens() const { return predicted_; }
   int64_t accepted_predicted_tokens() const { return accepted_predicted_; }
@@ -105,6 +107,7 @@ class OutputProcessor final {
   std::optional<Clock::time_point> first_token_, last_token_, first_scheduled_;
   std::vector<double> gaps_;
   int64_t predicted_ = 0, accepted_predicted_ = 0;
+  int64_t cached_tokens_ = 0;
 };
 
 }  // namespace inferd

@@ -92,6 +92,7 @@ struct Request {
   int64_t num_preemptions = 0;
   std::optional<int64_t> scheduled_in_step;  // the scheduler's step counter when last scheduled
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;  // when it first ran
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache held when it first ran
 
   // n > 1: the caller sees one request (`group`, its id) with samples 0..num_samples-1. Sample 0
   // is this request; after its prompt is computed the engine forks samples 1..n-1 from it, each

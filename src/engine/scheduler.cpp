@@ -324,7 +324,10 @@ bool Scheduler::admit_waiting(ScheduledBatch* batch, int64_t* budget, int64_t pr
     }
     waiting_.pop_front();
     if (r->wants_prompt_logprobs()) prompt_rows_left_ -= n;
-    if (!r->first_scheduled) r->first_scheduled = std::chrono::steady_clock::now();
+    if (!r->first_scheduled) {
+      r->first_scheduled = std::chrono::steady_clock::now();
+      r->cached_tokens = r->num_computed_tokens;
+    }
     start_running(r);
     batch->items.push_back({r, n});
     batch->num_tokens += n;

@@ -32,6 +32,7 @@
 #include "engine/beam_search.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/responses_api.h"
 #include "server/triton_api.h"
 #include "server/webui_assets.h"
 #include "tokenizer/chat_encoder.h"
@@ -148,6 +149,9 @@ struct HttpServer::Impl {
   std::unordered_set<RequestId> active;  // engine requests in flight
   // Beam searches in flight (each runs a changing set of engine requests of its own).
   std::unordered_set<std::shared_ptr<BeamSearch>> beam_searches;
+  // Finished /v1/responses answers kept for previous_response_id and GET (input workers read it).
+  std::shared_ptr<ResponseStore> stored_responses = std::make_shared<ResponseStore>(
+      static_cast<size_t>(std::max<int64_t>(options.max_stored_responses, 0)));
   int64_t in_flight_http = 0;
 
   using Response = http::response<http::string_body>;
@@ -342,7 +346,8 @@ struct HttpServer::Impl {
     const bool lora_admin = target == "/v1/load_lora_adapter" || target == "/v1/unload_lora_adapter";
     const bool known = target == "/v1/models" || target == "/v1/chat/completions" ||
                        target == "/v1/completions" || target == "/tokenize" || target == "/detokenize" ||
-                       target == "/v1/embeddings" || score_endpoint(target).has_value() || lora_admin;
+                       target == "/v1/embeddings" || score_endpoint(target).has_value() || lora_admin ||
+                       target == "/v1/responses" || target.rfind("/v1/responses/", 0) == 0;
     if (!known) {
       Response res = error_response(
           req, ApiError{404, "no such endpoint: " + target, "invalid_request_error", "", "not_found"});
@@ -375,7 +380,9 @@ struct HttpServer::Impl {
       Response res = make_response(req, http::status::ok, json{{"object", "list"}, {"data", models}}.dump());
       co_return co_await send(*conn, res);
     }
+    if (target.rfind("/v1/responses/", 0) == 0) co_return co_await stored_response(*conn, req, target);
     if (!post) co_return co_await method_not_allowed();
+    if (target == "/v1/responses") co_return co_await generate(conn, req, ApiEndpoint::kChat, nullptr, true);
     if (lora_admin) co_return co_await lora_admin_request(*conn, req, target == "/v1/load_lora_adapter");
     if (target == "/tokenize") co_return co_await tokenize(*conn, req);
     if (target == "/detokenize") co_return co_await detokenize(*conn, req);
@@ -383,6 +390,55 @@ struct HttpServer::Impl {
     if (std::optional<EmbeddingEndpoint> e = score_endpoint(target)) co_return co_await embed(conn, req, *e);
     co_return co_await generate(
         conn, req, target == "/v1/chat/completions" ? ApiEndpoint::kChat : ApiEndpoint::kCompletion);
+  }
+
+  // GET /v1/responses/{id} (the stored response), GET /v1/responses/{id}/input_items, DELETE
+  // /v1/responses/{id}; POST /v1/responses/{id}/cancel answers that only background responses
+  // (which this server does not run) can be cancelled.
+  awaitable<bool> stored_response(Connection& conn, const http::request<http::string_body>& req,
+                                  const std::string& target) {
+    std::string id = target.substr(std::string("/v1/responses/").size());
+    std::string what;
+    if (auto slash = id.find('/'); slash != std::string::npos) {
+      what = id.substr(slash + 1);
+      id.resize(slash);
+    }
+    const http::verb verb = req.method();
+    const bool allowed = what.empty()            ? verb == http::verb::get || verb == http::verb::delete_
+                         : what == "input_items" ? verb == http::verb::get
+                         : what == "cancel"      ? verb == http::verb::post
+                                                 : true;
+    Response res;
+    std::optional<json> found = stored_responses->response(id);
+    if (what != "" && what != "input_items" && what != "cancel") {
+      res = error_response(
+          req, ApiError{404, "no such endpoint: " + target, "invalid_request_error", "", "not_found"});
+    } else if (!allowed) {
+      res = error_response(
+          req, ApiError{405, "method not allowed for " + target, "invalid_request_error", "", ""});
+    } else if (!found) {
+      res = error_response(req, ApiError{404, "no stored response with id '" + id + "'",
+                                         "invalid_request_error", "response_id", "not_found"});
+    } else if (what == "cancel") {
+      res = error_response(
+          req, ApiError{400, "only background responses can be cancelled, and '" + id + "' has finished",
+                        "invalid_request_error", "response_id", ""});
+    } else if (what == "input_items") {
+      json items = stored_responses->input_items(id).value_or(json::array());
+      json body = {{"object", "list"},
+                   {"data", items},
+                   {"first_id", items.empty() ? json() : items.front()["id"]},
+                   {"last_id", items.empty() ? json() : items.back()["id"]},
+                   {"has_more", false}};
+      res = make_response(req, http::status::ok, body.dump(-1, ' ', false, json::error_handler_t::replace));
+    } else if (verb == http::verb::delete_) {
+      stored_responses->erase(id);
+      res = make_response(req, http::status::ok,
+                          json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump());
+    } else {
+      res = make_response(req, http::status::ok, found->dump(-1, ' ', false, json::error_handler_t::replace));
+    }
+    co_return co_await send(conn, res);
   }
 
   // The KServe v2 / Triton endpoints (server/triton_api.h): health, model metadata and readiness,
@@ -952,13 +1008,15 @@ struct HttpServer::Impl {
     std::optional<ApiError> error;  // the body did not parse
     GenerateRequest api;
     InputProcessed processed;
-    std::string triton_id;  // a Triton body's "id"
+    std::string triton_id;                      // a Triton body's "id"
+    std::optional<ResponsesRequest> responses;  // a /v1/responses body
   };
   // `triton`: the body is a Triton generate body for that model (triton_to_completion()).
   static ReadGeneration read_generate(const InputProcessor& inputs, ApiEndpoint endpoint,
                                       const std::string& body, const std::string& session_header,
                                       const std::string& request_id_header,
-                                      const std::optional<TritonAnswer>& triton) {
+                                      const std::optional<TritonAnswer>& triton,
+                                      const std::shared_ptr<const ResponseStore>& responses) {
     ReadGeneration out;
     std::string completion;
     if (triton) {
@@ -969,12 +1027,23 @@ struct HttpServer::Impl {
       }
       completion = converted->dump();
     }
-    ParsedRequest parsed = parse_generate_request(endpoint, triton ? completion : body);
-    if (!parsed.request) {
-      out.error = parsed.error;
-      return out;
+    if (responses) {
+      ParsedResponses parsed = parse_responses_request(
+          body, [&responses](const std::string& id) { return responses->conversation(id); });
+      if (!parsed.request) {
+        out.error = parsed.error;
+        return out;
+      }
+      out.api = parsed.request->generate;
+      out.responses = std::move(parsed.request);
+    } else {
+      ParsedRequest parsed = parse_generate_request(endpoint, triton ? completion : body);
+      if (!parsed.request) {
+        out.error = parsed.error;
+        return out;
+      }
+      out.api = std::move(*parsed.request);
     }
-    out.api = std::move(*parsed.request);
     // The answer's id: the body's request_id, or the X-Request-Id header.
     out.error = take_request_id_header(request_id_header, &out.api.request_id);
     if (out.error) return out;
@@ -1107,7 +1176,7 @@ struct HttpServer::Impl {
   // OutputProcessor (output side) and stream the events or send the body. Over ~80 lines because
   // it is one coroutine whose locals live across every co_await; its steps are the helpers above.
   awaitable<bool> generate(std::shared_ptr<Connection> conn, const http::request<http::string_body>& req,
-                           ApiEndpoint endpoint, TritonAnswer* triton = nullptr) {
+                           ApiEndpoint endpoint, TritonAnswer* triton = nullptr, bool responses = false) {
     const auto arrival = Clock::now();
     Prepared prepared;
     std::string session_header;
@@ -1118,15 +1187,17 @@ struct HttpServer::Impl {
     // be gone, at shutdown, before the worker is done with it.
     std::optional<TritonAnswer> triton_body;
     if (triton != nullptr) triton_body = *triton;
+    std::shared_ptr<const ResponseStore> store = responses ? stored_responses : nullptr;
     auto read = start_on(input_workers, [inputs = inputs, endpoint, body = req.body(), session_header,
-                                         request_id_header, triton_body] {
-      return read_generate(*inputs, endpoint, body, session_header, request_id_header, triton_body);
+                                         request_id_header, triton_body, store] {
+      return read_generate(*inputs, endpoint, body, session_header, request_id_header, triton_body, store);
     });
     co_await until_done(*read);
     if (triton != nullptr) triton->id = read->result->triton_id;
     std::optional<ApiError> error = read->result->error;
     if (!error) error = check_model(*read->result, &prepared);
     if (!error) error = finish_generate(endpoint, req, read->result->processed, &prepared);
+    if (error && responses) error = responses_error(*error);
     if (error) {
       Response res =
           triton != nullptr ? triton_error(req, error->status, error->message) : error_response(req, *error);
@@ -1174,11 +1245,15 @@ struct HttpServer::Impl {
       for (size_t k = 0; k < n; ++k) choices.emplace_back(ctx.tokenizer, output_options);
     }
     std::vector<bool> seen(choices.size(), false);
-    const char* id_prefix = endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-";
+    const char* id_prefix = responses ? "resp_" : endpoint == ApiEndpoint::kChat ? "chatcmpl-" : "cmpl-";
+    const std::string model_name =
+        prepared.lora_name.empty() ? options.served_model_name : prepared.lora_name;
+    const int64_t created = unix_now();
     OpenAiAnswer answer(endpoint, api.request_id.empty() ? random_id(id_prefix) : id_prefix + api.request_id,
-                        unix_now(),
-                        prepared.lora_name.empty() ? options.served_model_name : prepared.lora_name,
-                        ctx.tokenizer, api.logprobs, split);
+                        created, model_name, ctx.tokenizer, api.logprobs, split);
+    std::optional<ResponsesAnswer> response;
+    if (responses)
+      response.emplace(answer.id(), created, model_name, *read->result->responses, ctx.tokenizer);
     answer.set_tokens_as_ids(api.return_tokens_as_token_ids);
     answer.set_legacy_functions(api.legacy_functions);
     answer.set_prompt_logprobs(api.prompt_logprobs_field, api.generation.echo && api.logprobs);
@@ -1193,6 +1268,10 @@ struct HttpServer::Impl {
     net::co_spawn(io, watch_disconnect(conn, channel, ids, searches, stop_watch), net::detached);
     bool stream_ok = true;
     if (api.stream) stream_ok = co_await start_stream(*conn, req);
+    if (api.stream && response) {
+      const std::string events = response->created_events();
+      co_await send_event(*conn, events, stream_ok, ids);
+    }
 
     size_t unfinished = choices.size();
     while (unfinished > 0) {
@@ -1205,7 +1284,10 @@ struct HttpServer::Impl {
         for (double gap : c.last_gaps_seconds()) metrics->observe_inter_token(gap);
         metrics->add_generation_tokens(static_cast<int64_t>(item.out.new_tokens.size()));
         if (d.stop_string) ctx.engine->abort(ids[item.prompt], item.out.index);
-        if (api.stream) {
+        if (response) {
+          const std::string events = response->apply(d);
+          if (api.stream && !events.empty()) co_await send_event(*conn, events, stream_ok, ids);
+        } else if (api.stream) {
           std::string events;
           if (triton == nullptr) {
             events = answer.stream_events(ci, d, c, !seen[ci]);
@@ -1247,6 +1329,9 @@ struct HttpServer::Impl {
         best.push_back(std::move(choices[i]));
       choices = std::move(best);
     }
+    if (response)
+      co_return co_await answer_response(*conn, req, api, *response, *read->result->responses, choices.at(0),
+                                         usage, stream_ok, ids);
     const std::optional<json> handle = kv_handle(prepared, choices);
     const json* extra = handle ? &*handle : nullptr;
     co_return co_await answer_request(*conn, req, api, answer, choices, usage, stream_ok, ids, extra, triton);
@@ -1301,6 +1386,42 @@ struct HttpServer::Impl {
       body = j.dump(-1, ' ', false, json::error_handler_t::replace);
     }
     Response res = make_response(req, http::status::ok, body);
+    co_return co_await send(conn, res);
+  }
+
+  // The end of a /v1/responses request: its last events (no [DONE]: Responses streams end with
+  // response.completed, .incomplete or .failed) or its body; a stored response is kept for
+  // previous_response_id and GET /v1/responses/{id}.
+  awaitable<bool> answer_response(Connection& conn, const http::request<http::string_body>& req,
+                                  const GenerateRequest& api, ResponsesAnswer& response,
+                                  const ResponsesRequest& request, const OutputProcessor& choice,
+                                  const Usage& usage, bool stream_ok, const std::vector<RequestId>& ids) {
+    if (!choice.error().empty()) {
+      if (api.stream) {
+        count_error(choice.internal_error() ? 500 : 400);
+        const std::string event = response.failed_event(choice.error(), choice.internal_error());
+        co_await send_event(conn, event, stream_ok, ids);
+        co_return co_await finish_stream(conn, stream_ok, false);
+      }
+      Response res = error_response(
+          req, choice.internal_error() ? ApiError{500, choice.error(), "server_error", "", ""}
+                                       : ApiError{400, choice.error(), "invalid_request_error", "", ""});
+      co_return co_await send(conn, res);
+    }
+    const std::string events = response.finish(choice, usage.prompt_tokens);
+    if (request.store && !conn.client_gone) {
+      json conversation = request.history;
+      for (const json& m : request.input_messages) conversation.push_back(m);
+      conversation.push_back(response.assistant_message());
+      stored_responses->put(response.id(), response.response(), std::move(conversation), request.input_items);
+    }
+    if (conn.client_gone) co_return false;
+    if (api.stream) {
+      co_await send_event(conn, events, stream_ok, ids);
+      co_return co_await finish_stream(conn, stream_ok, false);
+    }
+    Response res = make_response(req, http::status::ok,
+                                 response.response().dump(-1, ' ', false, json::error_handler_t::replace));
     co_return co_await send(conn, res);
   }
 

@@ -43,6 +43,7 @@ struct ServerOptions {
   int64_t max_queue = 1024;            // waiting sequences (prompts x n) beyond which new ones get 429
   int64_t max_prompts = 256;           // prompts in one /v1/completions request (400 beyond)
   double shutdown_grace_seconds = 30;
+  int64_t max_stored_responses = 1000;  // /v1/responses kept for previous_response_id (0: none)
 };
 
 // What the server needs once the model is loaded; all not owned.
