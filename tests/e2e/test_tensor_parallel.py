@@ -115,8 +115,10 @@ def post(port, body):
         return json.loads(r.read())
 
 
-def wait_ready(proc, port, timeout=120):
-    """(proc, port) once the server on `port` answers /health 200; fails if it exits first."""
+def wait_ready(proc, port, timeout=300):
+    """(proc, port) once the server on `port` answers /health 200; fails if it exits first. The
+    limit is generous: in the ASan pass, with another test beside it on two cores, two ranks under
+    mpirun once took past 120 s to load (the same test alone passed)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
