@@ -60,13 +60,6 @@ uint64_t random_u64() {
   return rng();
 }
 
-std::string random_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
-  return buf;
-}
-
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();

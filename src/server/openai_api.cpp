@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ctime>
 #include <limits>
+#include <random>
 #include <tuple>
 
 #include <boost/archive/iterators/base64_from_binary.hpp>
@@ -1314,14 +1315,25 @@ OpenAiAnswer::OpenAiAnswer(ApiEndpoint endpoint, std::string id, int64_t created
       logprobs_(logprobs),
       split_reasoning_(split_reasoning) {}
 
-nlohmann::json OpenAiAnswer::token_entry(int32_t id, float logprob) const {
-  const bool named = tokenizer_ != nullptr && !tokens_as_ids_;
-  const std::string token = named ? tokenizer_->token_bytes(id)
-                                  : (tokens_as_ids_ ? "token_id:" + std::to_string(id) : std::to_string(id));
+nlohmann::json token_logprob_json(const Tokenizer* tokenizer, int32_t id, float logprob, bool as_ids) {
+  const bool named = tokenizer != nullptr && !as_ids;
+  const std::string token =
+      named ? tokenizer->token_bytes(id) : (as_ids ? "token_id:" + std::to_string(id) : std::to_string(id));
   nlohmann::json b = nlohmann::json::array();
-  if (tokenizer_ != nullptr)
+  if (tokenizer != nullptr)
     for (unsigned char c : token) b.push_back(c);
   return {{"token", token}, {"logprob", logprob}, {"bytes", b}};
+}
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+nlohmann::json OpenAiAnswer::token_entry(int32_t id, float logprob) const {
+  return token_logprob_json(tokenizer_, id, logprob, tokens_as_ids_);
 }
 
 // vLLM's prompt_logprobs: null for the first prompt token, then per token {id: {logprob, rank,

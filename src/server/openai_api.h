@@ -149,6 +149,13 @@ std::optional<std::string> check_dimensions(int64_t dimensions, int64_t hidden_s
 // pooled state cut, then normalized, as sentence-transformers and vLLM do).
 void shorten_embedding(std::vector<float>* v, int64_t dimensions, bool normalize);
 
+// An id for an answer or an item: the prefix, then 16 random hex digits.
+std::string random_id(const char* prefix);
+
+// A logprobs entry {"token", "logprob", "bytes"} naming token `id` by its bytes (tokenizer may be
+// null: its number, with no bytes), or as "token_id:N" when as_ids (vLLM's return_tokens_as_token_ids).
+nlohmann::json token_logprob_json(const Tokenizer* tokenizer, int32_t id, float logprob, bool as_ids = false);
+
 // Standard base64 (RFC 4648, padded) of bytes.
 std::string base64_encode(std::string_view bytes);
 

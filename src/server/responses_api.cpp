@@ -1,7 +1,6 @@
 #include "server/responses_api.h"
 
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "common/text.h"
@@ -11,13 +10,6 @@ namespace inferd {
 using json = nlohmann::json;
 
 namespace {
-
-std::string item_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
-  return buf;
-}
 
 bool is_space(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
@@ -110,7 +102,7 @@ std::optional<ApiError> read_input(const json& input, json* messages, json* item
   if (input.is_string()) {
     messages->push_back({{"role", "user"}, {"content", input}});
     items->push_back({{"type", "message"},
-                      {"id", item_id("msg_")},
+                      {"id", random_id("msg_")},
                       {"role", "user"},
                       {"content", json::array({{{"type", "input_text"}, {"text", input}}})}});
     return std::nullopt;
@@ -140,9 +132,9 @@ std::optional<ApiError> read_input(const json& input, json* messages, json* item
                                                      : "message";
     json copy = item;
     if (!copy.contains("id") || !copy["id"].is_string())
-      copy["id"] = item_id(type == "function_call_output" ? "fco_"
-                           : type == "function_call"      ? "fc_"
-                                                          : "msg_");
+      copy["id"] = random_id(type == "function_call_output" ? "fco_"
+                             : type == "function_call"      ? "fc_"
+                                                            : "msg_");
     copy["type"] = type;
     if (type == "message") {
       const std::string role =
@@ -481,19 +473,12 @@ std::string ResponsesAnswer::created_events() {
   return out + event("response.in_progress", {{"response", response_}});
 }
 
-json ResponsesAnswer::token_entry(int32_t id, float logprob) const {
-  const std::string token = tokenizer_ != nullptr ? tokenizer_->token_bytes(id) : std::to_string(id);
-  json b = json::array();
-  for (unsigned char c : token) b.push_back(c);
-  return {{"token", token}, {"logprob", logprob}, {"bytes", b}};
-}
-
 json ResponsesAnswer::logprob_entries(const std::vector<TokenLogprob>& entries) const {
   json out = json::array();
   for (const TokenLogprob& e : entries) {
-    json entry = token_entry(e.token, e.logprob);
+    json entry = token_logprob_json(tokenizer_, e.token, e.logprob);
     json top = json::array();
-    for (const auto& [id, lp] : e.top) top.push_back(token_entry(id, lp));
+    for (const auto& [id, lp] : e.top) top.push_back(token_logprob_json(tokenizer_, id, lp));
     entry["top_logprobs"] = std::move(top);
     out.push_back(std::move(entry));
   }
@@ -536,7 +521,7 @@ std::string ResponsesAnswer::open(Kind kind, std::string call_id, std::string na
   std::string out = close();
   Item item;
   item.kind = kind;
-  item.id = item_id(kind == Kind::kReasoning ? "rs_" : kind == Kind::kMessage ? "msg_" : "fc_");
+  item.id = random_id(kind == Kind::kReasoning ? "rs_" : kind == Kind::kMessage ? "msg_" : "fc_");
   item.call_id = std::move(call_id);
   item.name = std::move(name);
   item.call_index = call_index;
@@ -608,25 +593,17 @@ std::string ResponsesAnswer::apply(const ChoiceDelta& d) {
   // no text yet (held back by the detokenizer or a stop string's prefix) with the next content.
   for (json& e : lps) held_logprobs_.push_back(std::move(e));
   if (!d.content.empty()) {
-    if (open_kind(Kind::kMessage)) {
-      Item& item = items_.back();
-      item.text += d.content;
-      json f = {{"item_id", item.id},
-                {"output_index", items_.size() - 1},
-                {"content_index", 0},
-                {"delta", d.content}};
-      if (logprobs_) f["logprobs"] = held_logprobs_;
-      for (json& e : held_logprobs_) item.logprobs.push_back(std::move(e));
-      held_logprobs_ = json::array();
-      out += event("response.output_text.delta", std::move(f));
-    } else if (is_space(held_space_ + d.content)) {
+    if (!open_kind(Kind::kMessage) && is_space(held_space_ + d.content)) {
       held_space_ += d.content;  // whitespace before a tool call is no message
     } else {
-      out += open(Kind::kMessage);
+      std::string text = d.content;
+      if (!open_kind(Kind::kMessage)) {
+        out += open(Kind::kMessage);
+        text = held_space_ + text;
+        held_space_.clear();
+      }
       Item& item = items_.back();
-      const std::string text = held_space_ + d.content;
-      held_space_.clear();
-      item.text = text;
+      item.text += text;
       json f = {
           {"item_id", item.id}, {"output_index", items_.size() - 1}, {"content_index", 0}, {"delta", text}};
       if (logprobs_) f["logprobs"] = held_logprobs_;
@@ -640,7 +617,7 @@ std::string ResponsesAnswer::apply(const ChoiceDelta& d) {
   for (const ToolCallDelta& t : d.tool_calls) {
     if (t.name) {
       held_space_.clear();
-      out += open(Kind::kCall, t.id.value_or(item_id("call_")), *t.name, t.index);
+      out += open(Kind::kCall, t.id.value_or(random_id("call_")), *t.name, t.index);
     }
     if (t.arguments.empty()) continue;
     for (size_t i = items_.size(); i-- > 0;) {

@@ -88,7 +88,6 @@ class ResponsesAnswer final {
   std::string open(Kind kind, std::string call_id = {}, std::string name = {}, int32_t call_index = -1);
   std::string close();  // the last item, if open
   nlohmann::json logprob_entries(const std::vector<TokenLogprob>& entries) const;
-  nlohmann::json token_entry(int32_t id, float logprob) const;
 
   std::string id_;
   std::string model_;
