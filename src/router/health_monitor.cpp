@@ -47,7 +47,7 @@ Status HealthMonitor::reload_instances_file() {
       log_info("instance added", {{"instance", s->spec.url}, {"role", std::string(role_name(s->spec.role))}});
   }
   for (uint64_t id : r.retired) {
-    st.planner.sessions().forget_instance(id);
+    st.planner.forget_instance(id);
     log_info("instance removed: no new requests go there", {{"id", static_cast<int64_t>(id)}});
   }
   return Status::ok();

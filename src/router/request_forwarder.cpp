@@ -7,7 +7,9 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/beast/http.hpp>
@@ -139,6 +141,10 @@ awaitable<bool> RequestForwarder::handle(std::shared_ptr<ClientConnection> conn,
     co_return co_await send_response(*conn, res, write_timeout);
   }
   const RoutedRequest& request = *parsed;
+  if (!request.previous_response_id.empty() && !st.planner.response_owner(request.previous_response_id)) {
+    const std::string& previous = request.previous_response_id;
+    (void)co_await locate_response(req, previous);
+  }
   const std::optional<RoutePlan> plan = st.planner.plan(request);
   if (!plan) {
     st.metrics.error("no_instance");
@@ -151,6 +157,7 @@ awaitable<bool> RequestForwarder::handle(std::shared_ptr<ClientConnection> conn,
   st.metrics.prefix(plan->matched_bytes, request.prompt_key.size());
   leg.target_id = plan->target_id;
   leg.role = plan->target_role;
+  leg.pinned = plan->rule == "response";
   leg.body = req.body();
   if (plan->disaggregated) {
     const uint64_t prefill_id = plan->prefill_id;
@@ -248,7 +255,10 @@ awaitable<bool> RequestForwarder::answer(std::shared_ptr<ClientConnection> conn,
     }
     if (conn->client_gone && a.outcome != Outcome::kAnswered) a.outcome = Outcome::kClientGone;
     switch (a.outcome) {
-      case Outcome::kAnswered: st.planner.served(request, id); co_return a.keep;
+      case Outcome::kAnswered:
+        st.planner.served(request, id);
+        if (a.response && a.response->stored) st.planner.stored(a.response->id, id);
+        co_return a.keep;
       case Outcome::kClientGone: st.metrics.error("client_gone"); co_return false;
       case Outcome::kFailedMidStream:
         st.metrics.error("mid_stream");
@@ -261,11 +271,15 @@ awaitable<bool> RequestForwarder::answer(std::shared_ptr<ClientConnection> conn,
     if (!leg.failures.empty()) leg.failures += "; ";
     leg.failures += "instance " + spec.url + " failed: " + a.failure.message;
     const std::optional<InstancePick> next =
-        tries == 0 ? st.planner.pick(leg.role, request, id) : std::nullopt;
+        tries == 0 && !leg.pinned ? st.planner.pick(leg.role, request, id) : std::nullopt;
     if (!next) {
-      const std::string message =
-          leg.failures +
-          (tries == 0 ? std::string("; no other healthy ") + role_name(leg.role) + " instance" : "");
+      std::string message = leg.failures;
+      if (leg.pinned) {
+        message += "; it stores previous_response_id '" + request.previous_response_id +
+                   "', which no other instance can continue";
+      } else if (tries == 0) {
+        message += std::string("; no other healthy ") + role_name(leg.role) + " instance";
+      }
       ClientResponse res = make_error(req, 502, message, "server_error");
       co_return co_await send_response(*conn, res, st.options.write_timeout_seconds);
     }
@@ -302,7 +316,7 @@ awaitable<RequestForwarder::Attempt> RequestForwarder::attempt(const std::shared
   leg.overhead_seconds += seconds(upstream.written_at() - leg.mark);
   st.metrics.overhead(leg.overhead_seconds);
   const unsigned status = upstream.status();
-  if (request.stream && status == 200) co_return co_await pass_stream(client, req, spec, upstream);
+  if (request.stream && status == 200) co_return co_await pass_stream(client, req, request, spec, upstream);
   std::string body;
   while (!upstream.done()) {
     auto piece = co_await upstream.read_some(timeout);
@@ -319,15 +333,19 @@ awaitable<RequestForwarder::Attempt> RequestForwarder::attempt(const std::shared
         {UpstreamFailure::Kind::kServerError, "HTTP " + std::to_string(status) + ": " + body.substr(0, 300)},
         false};
   }
+  std::optional<ResponseRecord> record;
+  if (request.endpoint == RouteEndpoint::kResponses && status == 200) record = response_record(body);
   ClientResponse res = make_response(req, status, std::move(body), upstream.content_type());
   const bool keep = co_await send_response(client, res, st.options.write_timeout_seconds);
-  co_return Attempt{client.client_gone ? Outcome::kClientGone : Outcome::kAnswered, {}, keep};
+  co_return Attempt{
+      client.client_gone ? Outcome::kClientGone : Outcome::kAnswered, {}, keep, std::move(record)};
 }
 
 // Passes the instance's events to the client as they arrive (whole events: a partial one waits
 // for its end). The head goes out with the first event, so a failure before it is retried.
 awaitable<RequestForwarder::Attempt> RequestForwarder::pass_stream(ClientConnection& conn,
                                                                    const ClientRequest& req,
+                                                                   const RoutedRequest& request,
                                                                    const InstanceSpec& spec,
                                                                    UpstreamStream& upstream) {
   const RouterState& st = *state_;
@@ -335,6 +353,9 @@ awaitable<RequestForwarder::Attempt> RequestForwarder::pass_stream(ClientConnect
   const double write_timeout = st.options.write_timeout_seconds;
   const std::string content_type = upstream.content_type();
   const unsigned status = upstream.status();
+  const bool responses = request.endpoint == RouteEndpoint::kResponses;
+  std::optional<ResponseRecord> record;
+  int64_t next_sequence = 0;  // a Responses stream's next event number
   std::string pending;
   bool head_sent = false;
   for (;;) {
@@ -343,9 +364,9 @@ awaitable<RequestForwarder::Attempt> RequestForwarder::pass_stream(ClientConnect
       if (conn.client_gone) co_return Attempt{Outcome::kClientGone, *f, false};
       if (!head_sent) co_return Attempt{Outcome::kFailedBeforeBytes, *f, false};
       upstream.close();
-      const std::string tail =
-          error_event(502, "instance " + spec.url + " failed mid-stream: " + f->message, "server_error") +
-          "data: [DONE]\n\n";
+      const std::string message = "instance " + spec.url + " failed mid-stream: " + f->message;
+      const std::string tail = responses ? responses_error_event(next_sequence, message)
+                                         : error_event(502, message, "server_error") + "data: [DONE]\n\n";
       log_warning("instance failed mid-stream", {{"instance", spec.url}, {"error", f->message}});
       if (co_await send_stream_bytes(conn, tail, write_timeout))
         (void)co_await finish_stream(conn, write_timeout);
@@ -366,6 +387,10 @@ awaitable<RequestForwarder::Attempt> RequestForwarder::pass_stream(ClientConnect
     if (cut > 0) {
       const std::string out = pending.substr(0, cut);
       pending.erase(0, cut);
+      if (responses) {
+        if (!record) record = response_record(out);
+        if (const std::optional<int64_t> last = last_sequence_number(out)) next_sequence = *last + 1;
+      }
       const bool ok = co_await send_stream_bytes(conn, out, write_timeout);
       if (!ok) {
         upstream.close();  // the instance sees the hang-up and aborts the request
@@ -374,9 +399,112 @@ awaitable<RequestForwarder::Attempt> RequestForwarder::pass_stream(ClientConnect
     }
     if (end) {
       const bool keep = co_await finish_stream(conn, write_timeout);
-      co_return Attempt{Outcome::kAnswered, {}, keep && req.keep_alive()};
+      co_return Attempt{Outcome::kAnswered, {}, keep && req.keep_alive(), std::move(record)};
     }
   }
+}
+
+awaitable<std::optional<uint64_t>> RequestForwarder::locate_response(const ClientRequest& req,
+                                                                     const std::string& id) {
+  RouterState& st = *state_;
+  // The id goes into a request line: only ids made of URL-safe characters are looked up (the
+  // server's are "resp_" and hex digits); any other one no instance stores.
+  const bool safe = !id.empty() && id.size() <= 256 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  if (!safe) co_return std::nullopt;
+  UpstreamRequest up;
+  up.method = "GET";
+  up.target = "/v1/responses/" + id;
+  if (auto it = req.find(http::field::authorization); it != req.end())
+    up.authorization = std::string(it->value());
+  const double timeout = std::min(st.options.request_timeout_seconds, 30.0);
+  std::vector<uint64_t> ids;
+  for (InstanceRole role : {InstanceRole::kBoth, InstanceRole::kDecode}) {
+    for (const InstanceState* s : st.pool.healthy(role)) ids.push_back(s->id);
+  }
+  for (uint64_t candidate : ids) {
+    const InstanceState* s = st.pool.find(candidate);
+    if (s == nullptr || !s->serving()) continue;
+    const InstanceSpec spec = s->spec;
+    FetchResult result = co_await fetch(spec, up, timeout);
+    const auto* reply = std::get_if<UpstreamResponse>(&result);
+    if (reply == nullptr || reply->status != 200) continue;
+    st.planner.stored(id, candidate);
+    st.metrics.response_located();
+    co_return candidate;
+  }
+  co_return std::nullopt;
+}
+
+awaitable<bool> RequestForwarder::stored_response(ClientConnection& conn, const ClientRequest& req,
+                                                  const std::string& target) {
+  RouterState& st = *state_;
+  const double write_timeout = st.options.write_timeout_seconds;
+  std::string id = target.substr(std::string("/v1/responses/").size());
+  id.resize(std::min(id.find('/'), id.size()));
+  const http::verb verb = req.method();
+  UpstreamRequest up;
+  up.method = verb == http::verb::get ? "GET" : verb == http::verb::delete_ ? "DELETE" : "POST";
+  up.target = std::string(req.target());
+  up.body = req.body();
+  if (auto it = req.find(http::field::authorization); it != req.end())
+    up.authorization = std::string(it->value());
+  // The instance that stores it, else every healthy one until one does not answer 404.
+  std::vector<uint64_t> ids;
+  const std::optional<uint64_t> owner = st.planner.response_owner(id);
+  if (owner) {
+    ids.push_back(*owner);
+  } else {
+    for (InstanceRole role : {InstanceRole::kBoth, InstanceRole::kDecode}) {
+      for (const InstanceState* s : st.pool.healthy(role)) ids.push_back(s->id);
+    }
+  }
+  std::optional<UpstreamResponse> not_found;
+  std::string failures;
+  for (uint64_t candidate : ids) {
+    const InstanceState* s = st.pool.find(candidate);
+    if (s == nullptr) continue;
+    const InstanceSpec spec = s->spec;
+    st.pool.acquire(candidate);
+    FetchResult result = co_await fetch(spec, up, st.options.request_timeout_seconds);
+    st.pool.release(candidate);
+    if (auto* f = std::get_if<UpstreamFailure>(&result)) {
+      st.metrics.error(failure_kind_name(f->kind));
+      if (!failures.empty()) failures += "; ";
+      failures += "instance " + spec.url + " failed: " + f->message;
+      continue;
+    }
+    UpstreamResponse& reply = std::get<UpstreamResponse>(result);
+    if (reply.status == 404 && !owner) {
+      not_found = std::move(reply);
+      continue;
+    }
+    if (reply.status == 200 && verb == http::verb::delete_) {
+      st.planner.forget_response(id);
+    } else if (reply.status == 200 && !owner) {
+      st.planner.stored(id, candidate);
+      st.metrics.response_located();
+    }
+    ClientResponse res = make_response(req, reply.status, std::move(reply.body), reply.content_type);
+    co_return co_await send_response(conn, res, write_timeout);
+  }
+  if (not_found && failures.empty()) {
+    ClientResponse res =
+        make_response(req, not_found->status, std::move(not_found->body), not_found->content_type);
+    co_return co_await send_response(conn, res, write_timeout);
+  }
+  if (ids.empty()) {
+    st.metrics.error("no_instance");
+    ClientResponse res = make_error(req, 503, "no healthy instance", "service_unavailable");
+    co_return co_await send_response(conn, res, write_timeout);
+  }
+  // The instance that stores it failed; or it was not found where the instances answered and
+  // some did not: it may be on one that failed.
+  const std::string where = owner ? "; it stores response '" + id + "'"
+                                  : "; response '" + id + "' was not found on any other instance";
+  ClientResponse res = make_error(req, 502, failures + where, "server_error");
+  co_return co_await send_response(conn, res, write_timeout);
 }
 
 }  // namespace inferd

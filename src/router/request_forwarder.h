@@ -3,8 +3,11 @@
 // leg; a failed prefill ejects the instance and the decode instance recomputes), then the
 // answering leg, retried once on another instance of its kind when it fails before the client
 // got a byte; streams passed through event by event as they arrive, and a stream that breaks
-// after that ended with an error event and [DONE]. I/O thread only (bodies are parsed on the
-// parse executor, if set).
+// after that ended with an error event and [DONE] (a Responses stream: an `error` event).
+// /v1/responses continuations (previous_response_id) go to the instance that stores their
+// predecessor, and so do GET / DELETE /v1/responses/{id}: the router remembers which instance
+// answered each stored response, and asks the instances when it does not know (after a restart,
+// or past its memory). I/O thread only (bodies are parsed on the parse executor, if set).
 #pragma once
 
 #include <chrono>
@@ -37,6 +40,11 @@ class RequestForwarder final {
   // Answers one request on `conn`; returns whether the connection may be kept.
   boost::asio::awaitable<bool> handle(std::shared_ptr<ClientConnection> conn, const ClientRequest& req,
                                       RouteEndpoint endpoint);
+  // GET / DELETE /v1/responses/{id}, GET .../input_items, POST .../cancel: to the instance that
+  // stores the response, else the first instance that does not answer 404; returns whether the
+  // connection may be kept.
+  boost::asio::awaitable<bool> stored_response(ClientConnection& conn, const ClientRequest& req,
+                                               const std::string& target);
 
  private:
   // The answering leg: where it goes and with which body.
@@ -45,6 +53,7 @@ class RequestForwarder final {
     InstanceRole role = InstanceRole::kBoth;
     std::string body;
     bool with_transfer = false;  // body carries a prefill's kv_transfer_params
+    bool pinned = false;         // the one instance that stores the previous response: no retry
     std::string failures;        // "instance A: error; instance B: error" for the 502
     // The router's own time (overhead): accumulated up to each upstream write since `mark`.
     std::chrono::steady_clock::time_point mark;
@@ -54,7 +63,8 @@ class RequestForwarder final {
   struct Attempt {
     Outcome outcome = Outcome::kAnswered;
     UpstreamFailure failure;
-    bool keep = false;  // the client connection may be kept
+    bool keep = false;                       // the client connection may be kept
+    std::optional<ResponseRecord> response;  // a /v1/responses answer's id
   };
   enum class PrefillOutcome { kTransfer, kRecompute, kClientError };
   struct Prefilled {
@@ -71,7 +81,12 @@ class RequestForwarder final {
                                           const ClientRequest& req, const RoutedRequest& request,
                                           const InstanceSpec& spec, Leg& leg);
   boost::asio::awaitable<Attempt> pass_stream(ClientConnection& conn, const ClientRequest& req,
-                                              const InstanceSpec& spec, UpstreamStream& upstream);
+                                              const RoutedRequest& request, const InstanceSpec& spec,
+                                              UpstreamStream& upstream);
+  // Asks the healthy instances (GET /v1/responses/{id}) which one stores a response the router
+  // does not know of, and remembers it; none when no instance has it.
+  boost::asio::awaitable<std::optional<uint64_t>> locate_response(const ClientRequest& req,
+                                                                  const std::string& id);
   UpstreamRequest upstream_request(const ClientRequest& req, std::string body, bool stream) const;
 
   RouterState* state_;

@@ -9,7 +9,8 @@ RoutePlanner::RoutePlanner(InstancePool* pool, PlannerOptions options)
       options_(options),
       policy_(options.policy, options.cache_aware),
       decider_(options.disagg_min_tokens),
-      sessions_(options.max_sessions) {}
+      sessions_(options.max_sessions),
+      responses_(options.max_sessions) {}
 
 std::optional<InstancePick> RoutePlanner::choose(InstanceRole role, const RoutedRequest& request,
                                                  std::optional<uint64_t> exclude) {
@@ -42,9 +43,40 @@ InstanceState* RoutePlanner::session_instance(const RoutedRequest& request) {
   return s;
 }
 
+std::optional<uint64_t> RoutePlanner::response_owner(const std::string& response_id) {
+  const std::optional<uint64_t> id = responses_.lookup(response_id);
+  if (!id) return std::nullopt;
+  const InstanceState* s = pool_->find(*id);
+  if (s == nullptr || s->retired) {
+    responses_.erase(response_id);
+    return std::nullopt;
+  }
+  return id;
+}
+
+void RoutePlanner::forget_instance(uint64_t instance_id) {
+  sessions_.forget_instance(instance_id);
+  responses_.forget_instance(instance_id);
+}
+
 std::optional<RoutePlan> RoutePlanner::plan(const RoutedRequest& request) {
   const bool have_both = pool_->any_healthy(InstanceRole::kBoth);
   const bool have_decode = pool_->any_healthy(InstanceRole::kDecode);
+  // A continuation goes to the instance that stores its previous response, up or not (when it is
+  // down the attempt fails with its error: no other instance could answer).
+  if (!request.previous_response_id.empty()) {
+    if (const std::optional<uint64_t> owner = response_owner(request.previous_response_id)) {
+      const InstanceState* s = pool_->find(*owner);
+      RoutePlan plan;
+      plan.target_id = *owner;
+      plan.target_role = s->spec.role;
+      plan.rule = "response";
+      plan.decision.reason = *request.disagg_blocker;
+      plan.matched_bytes = s->index.match(request.prompt_key);
+      remember(*owner, request);
+      return plan;
+    }
+  }
   if (!have_both && !have_decode) return std::nullopt;
   RoutePlan plan;
   InstanceState* session = session_instance(request);

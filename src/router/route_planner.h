@@ -20,7 +20,7 @@ struct PlannerOptions {
   PolicyKind policy = PolicyKind::kCacheAware;
   CacheAwareOptions cache_aware;
   int64_t disagg_min_tokens = 256;
-  size_t max_sessions = 100000;
+  size_t max_sessions = 100000;  // sessions remembered, and as many stored responses' instances
 };
 
 struct RoutePlan {
@@ -28,7 +28,9 @@ struct RoutePlan {
   uint64_t prefill_id = 0;  // when disaggregated: the prefill instance
   uint64_t target_id = 0;   // the both or decode instance whose answer the client gets
   InstanceRole target_role = InstanceRole::kBoth;
-  std::string rule;          // how the target was chosen: the policy's rule, or "session"
+  // How the target was chosen: the policy's rule, "session", or "response" (the instance that
+  // stores the previous_response_id: no other can answer).
+  std::string rule;
   DisaggDecision decision;   // why disaggregated or not
   size_t matched_bytes = 0;  // of the prompt, on the instance that computes it
 };
@@ -55,6 +57,17 @@ class RoutePlanner final {
   // The request's answer came from `instance_id`: its session's next turn goes there.
   void served(const RoutedRequest& request, uint64_t instance_id);
 
+  // The instance that stores a /v1/responses answer, if the router saw it (or found it).
+  std::optional<uint64_t> response_owner(const std::string& response_id);
+  // `instance_id` stores the response `response_id`: its continuations go there.
+  void stored(const std::string& response_id, uint64_t instance_id) {
+    responses_.record(response_id, instance_id);
+  }
+  // The response was deleted.
+  void forget_response(const std::string& response_id) { responses_.erase(response_id); }
+  // An instance left the fleet: its sessions and stored responses are forgotten.
+  void forget_instance(uint64_t instance_id);
+
   const PlannerOptions& options() const { return options_; }
   SessionAffinity& sessions() { return sessions_; }
 
@@ -70,6 +83,7 @@ class RoutePlanner final {
   RoutingPolicy policy_;
   DisaggDecider decider_;
   SessionAffinity sessions_;
+  SessionAffinity responses_;  // response id -> the instance that stores it
 };
 
 }  // namespace inferd

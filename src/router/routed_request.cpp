@@ -63,6 +63,41 @@ void append_messages(const json& messages, std::string* out) {
   }
 }
 
+// Responses: instructions as the system message, then the input (a string: one user message;
+// items: messages as chat's, a function call's arguments, a call output) in chat's key form, so
+// a conversation keys alike through either endpoint.
+void append_responses_input(const json& body, std::string* out) {
+  const auto append = [out](std::string_view role, std::string_view text) {
+    *out += role;
+    out->push_back('\x1f');
+    *out += text;
+    out->push_back('\x1e');
+  };
+  if (const json* ins = field(body, "instructions"); ins != nullptr && ins->is_string())
+    append("system", ins->get_ref<const std::string&>());
+  const json* input = field(body, "input");
+  if (input == nullptr) return;
+  if (input->is_string()) {
+    append("user", input->get_ref<const std::string&>());
+    return;
+  }
+  if (!input->is_array()) return;
+  json messages = json::array();
+  for (const json& item : *input) {
+    if (!item.is_object()) continue;
+    const json* type = field(item, "type");
+    const std::string kind = type != nullptr && type->is_string() ? type->get<std::string>() : "message";
+    if (kind == "message") {
+      messages.push_back(item);
+    } else if (kind == "function_call" || kind == "function_call_output") {
+      const json* text = field(item, kind == "function_call" ? "arguments" : "output");
+      messages.push_back({{"role", kind == "function_call" ? "assistant" : "tool"},
+                          {"content", text != nullptr && text->is_string() ? *text : json("")}});
+    }
+  }
+  append_messages(messages, out);
+}
+
 bool truthy(const json& v) {
   if (v.is_boolean()) return v.get<bool>();
   if (v.is_array() || v.is_object()) return !v.empty();
@@ -105,6 +140,10 @@ Expected<RoutedRequest> parse_routed_request(RouteEndpoint endpoint, std::string
   size_t num_prompts = 1;
   if (endpoint == RouteEndpoint::kChat) {
     if (const json* m = field(r.body, "messages")) append_messages(*m, &r.prompt_key);
+  } else if (endpoint == RouteEndpoint::kResponses) {
+    append_responses_input(r.body, &r.prompt_key);
+    if (const json* p = field(r.body, "previous_response_id"); p != nullptr && p->is_string())
+      r.previous_response_id = p->get<std::string>();
   } else if (const json* p = field(r.body, "prompt")) {
     append_prompt(*p, &r.prompt_key, &num_prompts);
   }
@@ -114,7 +153,9 @@ Expected<RoutedRequest> parse_routed_request(RouteEndpoint endpoint, std::string
   } else {
     r.session_id = std::string(session_header);
   }
-  r.disagg_blocker = blocker(r.body, num_prompts);
+  // A prefill instance's kv_transfer_params go with chat and completions bodies only.
+  r.disagg_blocker = endpoint == RouteEndpoint::kResponses ? std::optional<std::string>("responses")
+                                                           : blocker(r.body, num_prompts);
   return r;
 }
 
@@ -130,6 +171,60 @@ std::string decode_body(const RoutedRequest& request, const nlohmann::json& kv_t
   json body = request.body;
   if (kv_transfer_params.is_object()) body["kv_transfer_params"] = kv_transfer_params;
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::optional<ResponseRecord> response_record(std::string_view body_or_events) {
+  std::string_view text = body_or_events;
+  const bool events = text.rfind("event:", 0) == 0 || text.rfind("data:", 0) == 0;
+  if (events) {  // the first event's data line
+    const size_t data = text.find("data:");
+    if (data == std::string_view::npos) return std::nullopt;
+    text.remove_prefix(data + 5);
+    const size_t end = text.find('\n');
+    if (end == std::string_view::npos) return std::nullopt;
+    text = text.substr(0, end);
+  }
+  if (json_nests_deeper_than(text)) return std::nullopt;
+  const json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  const json* response = &j;
+  if (events) {
+    const json* type = field(j, "type");
+    if (type == nullptr || *type != "response.created") return std::nullopt;
+    response = field(j, "response");
+    if (response == nullptr || !response->is_object()) return std::nullopt;
+  }
+  const json* object = field(*response, "object");
+  const json* id = field(*response, "id");
+  if (object == nullptr || *object != "response" || id == nullptr || !id->is_string()) return std::nullopt;
+  ResponseRecord record;
+  record.id = id->get<std::string>();
+  if (const json* store = field(*response, "store"); store != nullptr && store->is_boolean())
+    record.stored = store->get<bool>();
+  return record;
+}
+
+std::optional<int64_t> last_sequence_number(std::string_view events) {
+  constexpr std::string_view kKey = "\"sequence_number\":";
+  const size_t at = events.rfind(kKey);
+  if (at == std::string_view::npos) return std::nullopt;
+  size_t i = at + kKey.size();
+  while (i < events.size() && events[i] == ' ') ++i;
+  int64_t n = 0;
+  size_t digits = 0;
+  for (; i < events.size() && events[i] >= '0' && events[i] <= '9' && digits < 18; ++i, ++digits)
+    n = n * 10 + (events[i] - '0');
+  if (digits == 0) return std::nullopt;
+  return n;
+}
+
+std::string responses_error_event(int64_t sequence_number, std::string_view message) {
+  const json event = {{"type", "error"},
+                      {"code", "server_error"},
+                      {"message", message},
+                      {"param", nullptr},
+                      {"sequence_number", sequence_number}};
+  return "event: error\ndata: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
 }  // namespace inferd

@@ -1,7 +1,8 @@
-// RoutedRequest: what the router reads of a completions / chat body to route it (the prompt
-// text for the prefix index, stream, session, the fields that rule out disaggregation) and
-// the bodies it sends a prefill and a decode instance (docs/disaggregation.md). The instance
-// validates the rest: the router forwards the client's body unchanged otherwise.
+// RoutedRequest: what the router reads of a completions / chat / Responses body to route it (the
+// prompt text for the prefix index, stream, session, previous_response_id, the fields that rule
+// out disaggregation) and the bodies it sends a prefill and a decode instance
+// (docs/disaggregation.md). The instance validates the rest: the router forwards the client's
+// body unchanged otherwise. Also what it reads back of a Responses answer: the response's id.
 #pragma once
 
 #include <optional>
@@ -14,7 +15,7 @@
 
 namespace inferd {
 
-enum class RouteEndpoint { kCompletions, kChat };
+enum class RouteEndpoint { kCompletions, kChat, kResponses };
 
 struct RoutedRequest {
   RouteEndpoint endpoint = RouteEndpoint::kCompletions;
@@ -24,8 +25,12 @@ struct RoutedRequest {
   std::string prompt_key;
   bool stream = false;
   std::string session_id;  // the body's session_id, else the X-Session-Id header; empty: none
+  // /v1/responses: the stored response this one continues; empty: none. Only the instance that
+  // stored it can continue it.
+  std::string previous_response_id;
   // The first field that rules disaggregation out (n > 1, logprobs, response_format, tools,
-  // guided_*, max_tokens == 1, ...); none: the request may be disaggregated.
+  // guided_*, max_tokens == 1, ...; every /v1/responses request); none: the request may be
+  // disaggregated.
   std::optional<std::string> disagg_blocker;
 
   // Estimated prompt tokens: prompt bytes / 4.
@@ -42,5 +47,21 @@ std::string prefill_body(const RoutedRequest& request);
 
 // The body for the decode instance: the client's, plus `kv_transfer_params` when given.
 std::string decode_body(const RoutedRequest& request, const nlohmann::json& kv_transfer_params);
+
+// What the router keeps of a /v1/responses answer to send its continuations to the same instance.
+struct ResponseRecord {
+  std::string id;      // "resp_..."
+  bool stored = true;  // the request's store (default true): false, nothing to continue
+};
+
+// The record of a non-streamed answer (the response object) or of a stream's first bytes (its
+// response.created event); none when they hold no response (an error, a partial event).
+std::optional<ResponseRecord> response_record(std::string_view body_or_events);
+
+// The sequence_number of the last event in `events` that has one; none when none has.
+std::optional<int64_t> last_sequence_number(std::string_view events);
+
+// A Responses stream's `error` event (OpenAI's ResponseErrorEvent) numbered `sequence_number`.
+std::string responses_error_event(int64_t sequence_number, std::string_view message);
 
 }  // namespace inferd

@@ -33,6 +33,10 @@ RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry
   up_ = gauges("instance_up", "1 while an instance passes its health checks, 0 while it is ejected.");
   in_flight_ = gauges("instance_in_flight", "The router's requests in flight at an instance.");
   retries_ = &counters("retries_total", "Requests resent to another instance after a failure.")->Add({});
+  responses_located_ =
+      &counters("responses_located_total",
+                "Stored responses the router did not know of, found by asking the instances.")
+           ->Add({});
   prefix_matched_ = &counters("prefix_matched_chars_total",
                               "Prompt bytes the chosen instance's prefix index already held (hit estimate).")
                          ->Add({});
@@ -55,6 +59,10 @@ prometheus::Labels RouterMetrics::labels(const InstanceSpec& instance) {
 void RouterMetrics::routed(const InstanceSpec& instance) {
   requests_->Add(labels(instance)).Increment();
 }
+void RouterMetrics::response_located() {
+  responses_located_->Increment();
+}
+
 void RouterMetrics::retried() {
   retries_->Increment();
 }

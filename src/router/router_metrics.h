@@ -24,6 +24,8 @@ class RouterMetrics final {
   // A request (or a prefill leg) sent to an instance.
   void routed(const InstanceSpec& instance);
   void retried();
+  // A stored response the router did not know of, found by asking the instances.
+  void response_located();
   // kind: connect, timeout, upstream_5xx, mid_stream, no_instance, bad_request, unauthorized,
   // prefill_failed, client_gone.
   void error(const std::string& kind);
@@ -47,7 +49,7 @@ class RouterMetrics final {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>*requests_, *errors_, *ejections_, *decisions_;
   prometheus::Family<prometheus::Gauge>*up_, *in_flight_;
-  prometheus::Counter *retries_, *prefix_matched_, *prefix_prompt_, *transfer_bytes_;
+  prometheus::Counter *retries_, *responses_located_, *prefix_matched_, *prefix_prompt_, *transfer_bytes_;
   prometheus::Histogram *prefill_seconds_, *overhead_seconds_;
 };
 

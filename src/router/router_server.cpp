@@ -145,9 +145,10 @@ struct RouterServer::Impl {
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
     const bool get = req.method() == http::verb::get;
     const bool post = req.method() == http::verb::post;
+    const bool stored = target.rfind("/v1/responses/", 0) == 0;  // its verbs are the instance's to check
     const bool known = target == "/health" || target == "/metrics" || target == "/v1/models" ||
                        target == "/v1/completions" || target == "/v1/chat/completions" ||
-                       pooling_path(target);
+                       target == "/v1/responses" || stored || pooling_path(target);
     const bool open_endpoint = target == "/health" || target == "/metrics";
     if (known && !open_endpoint && !authorized(req)) {
       state.metrics.error("unauthorized");
@@ -160,8 +161,9 @@ struct RouterServer::Impl {
       ClientResponse res = make_error(req, 404, "no such endpoint: " + target, "invalid_request_error");
       co_return co_await send_response(*conn, res, write_timeout);
     }
-    const bool generate =
-        target == "/v1/completions" || target == "/v1/chat/completions" || pooling_path(target);
+    if (stored) co_return co_await forwarder.stored_response(*conn, req, target);
+    const bool generate = target == "/v1/completions" || target == "/v1/chat/completions" ||
+                          target == "/v1/responses" || pooling_path(target);
     if (generate ? !post : !get) {
       ClientResponse res = make_error(req, 405, "method not allowed for " + target, "invalid_request_error");
       co_return co_await send_response(*conn, res, write_timeout);
@@ -178,8 +180,9 @@ struct RouterServer::Impl {
     }
     if (target == "/v1/models") co_return co_await models(*conn, req);
     if (pooling_path(target)) co_return co_await embeddings(*conn, req, target);
-    const RouteEndpoint endpoint =
-        target == "/v1/chat/completions" ? RouteEndpoint::kChat : RouteEndpoint::kCompletions;
+    const RouteEndpoint endpoint = target == "/v1/chat/completions" ? RouteEndpoint::kChat
+                                   : target == "/v1/responses"      ? RouteEndpoint::kResponses
+                                                                    : RouteEndpoint::kCompletions;
     co_return co_await forwarder.handle(conn, req, endpoint);
   }
 

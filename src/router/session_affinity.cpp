@@ -29,6 +29,13 @@ void SessionAffinity::record(const std::string& session_id, uint64_t instance_id
   }
 }
 
+void SessionAffinity::erase(const std::string& session_id) {
+  auto it = where_.find(session_id);
+  if (it == where_.end()) return;
+  lru_.erase(it->second);
+  where_.erase(it);
+}
+
 void SessionAffinity::forget_instance(uint64_t instance_id) {
   for (auto it = lru_.begin(); it != lru_.end();) {
     if (it->second == instance_id) {

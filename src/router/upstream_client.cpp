@@ -46,13 +46,16 @@ UpstreamFailure failure(const boost::system::error_code& ec, const char* what, d
 }
 
 http::request<http::string_body> make_request(const InstanceSpec& instance, const UpstreamRequest& r) {
-  http::request<http::string_body> req{r.method == "GET" ? http::verb::get : http::verb::post, r.target, 11};
+  const http::verb verb = r.method == "GET"      ? http::verb::get
+                          : r.method == "DELETE" ? http::verb::delete_
+                                                 : http::verb::post;
+  http::request<http::string_body> req{verb, r.target, 11};
   req.set(http::field::host, instance.host + ":" + instance.port);
   req.set(http::field::user_agent, "inferd-router");
   if (!r.authorization.empty()) req.set(http::field::authorization, r.authorization);
   if (!r.session_header.empty()) req.set("X-Session-Id", r.session_header);
   if (r.accept_stream) req.set(http::field::accept, "text/event-stream");
-  if (r.method != "GET") {
+  if (verb == http::verb::post) {
     req.set(http::field::content_type, "application/json");
     req.body() = r.body;
   }

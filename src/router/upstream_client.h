@@ -24,7 +24,7 @@
 namespace inferd {
 
 struct UpstreamRequest {
-  std::string method = "POST";  // GET or POST
+  std::string method = "POST";  // GET, POST or DELETE
   std::string target;           // "/v1/completions"
   std::string body;             // JSON, POST only
   std::string authorization;    // the client's Authorization header, forwarded; empty: none

@@ -217,6 +217,102 @@ def test_session_affinity_keeps_a_session_on_its_instance(make_router, pair):
     assert sorted(routed(r, s) - b for s, b in zip(pair, before)) == [0, 3]
 
 
+def sse_events(data):
+    """A Responses stream's events as (type, payload) pairs."""
+    out = []
+    for block in data.decode().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "data" in lines:
+            out.append((lines.get("event"), json.loads(lines["data"])))
+    return out
+
+
+def test_responses_continue_on_the_instance_that_stores_them(make_router, pair):
+    # Round-robin would send every other turn to the instance that does not store the previous
+    # response: a continuation must go where its predecessor is stored.
+    r = fleet(make_router, pair, "--policy", "round-robin")
+    routed_client = client(r)
+    first = routed_client.responses.create(model="", input="Hello there.", max_output_tokens=6, temperature=0)
+    previous, turns = first, [first]
+    for i in range(5):
+        if i % 2:  # streamed turns are remembered from their response.created event
+            status, _, data = raw(r, "POST", "/v1/responses",
+                                  {"input": f"Go on ({i}).", "previous_response_id": previous.id,
+                                   "max_output_tokens": 6, "temperature": 0, "stream": True})
+            assert status == 200, data
+            events = sse_events(data)
+            assert events[0][0] == "response.created" and events[-1][0] in ("response.completed",
+                                                                            "response.incomplete")
+            previous = routed_client.responses.retrieve(events[0][1]["response"]["id"])
+        else:
+            previous = routed_client.responses.create(model="", input=f"Go on ({i}).", previous_response_id=previous.id,
+                                                      max_output_tokens=6, temperature=0)
+        turns.append(previous)
+    stored_on = [s for s in pair if raw(s, "GET", "/v1/responses/" + previous.id)[0] == 200]
+    assert len(stored_on) == 1
+    # The last turn's input items, as the instance that stores it has them.
+    items = client(stored_on[0]).responses.input_items.list(previous.id)
+    assert [i.content[0].text for i in items.data] == ["Go on (4)."]
+    # GET, input_items and DELETE reach the instance that stores the response.
+    status, _, data = raw(r, "GET", "/v1/responses/" + first.id)
+    assert status == 200 and json.loads(data)["id"] == first.id
+    status, _, data = raw(r, "GET", f"/v1/responses/{first.id}/input_items")
+    assert status == 200 and json.loads(data)["data"][0]["content"][0]["text"] == "Hello there."
+    assert raw(r, "POST", f"/v1/responses/{first.id}/cancel")[0] == 400  # the instance's answer
+    status, _, data = raw(r, "DELETE", "/v1/responses/" + previous.id)
+    assert status == 200 and json.loads(data)["deleted"] is True
+    status, _, data = raw(r, "GET", "/v1/responses/" + previous.id)
+    assert status == 404 and json.loads(data)["error"]["param"] == "response_id"
+    status, _, data = raw(r, "POST", "/v1/responses", {"input": "x", "previous_response_id": previous.id})
+    assert status == 400 and json.loads(data)["error"]["param"] == "previous_response_id"
+    assert raw(r, "GET", "/v1/responses/resp_nowhere")[0] == 404
+    # An id that would break the router's request line is not looked up: the instance answers.
+    status, _, data = raw(r, "POST", "/v1/responses", {"input": "x", "previous_response_id": "a b\r\nX-Evil: 1"})
+    assert status == 400 and json.loads(data)["error"]["param"] == "previous_response_id"
+    assert series(router_metrics(r), "inferd_router:errors_total") == 0
+
+
+def test_a_new_router_finds_the_stored_responses(make_router, pair):
+    r = fleet(make_router, pair, "--policy", "round-robin")
+    ids = [client(r).responses.create(model="", input=f"Remember {i}.", max_output_tokens=3).id for i in range(4)]
+    r.stop()
+    # A router that never saw them asks the instances: once per response, then it knows.
+    r2 = fleet(make_router, pair, "--policy", "round-robin")
+    for i in ids[:2]:
+        for _ in range(2):
+            status, _, data = raw(r2, "POST", "/v1/responses",
+                                  {"input": "And?", "previous_response_id": i, "max_output_tokens": 3})
+            assert status == 200, data
+    for i in ids[2:]:
+        for _ in range(2):
+            status, _, data = raw(r2, "GET", "/v1/responses/" + i)
+            assert status == 200 and json.loads(data)["id"] == i
+    assert series(router_metrics(r2), "inferd_router:responses_located_total") == 4
+
+
+def test_a_continuation_whose_instance_died_is_a_502_naming_it(make_router, make_server, pair):
+    doomed = make_server()
+    r = make_router("--instance", doomed.base, "--instance", pair[1].base, "--policy", "round-robin",
+                    "--health-interval", "60")
+    r.wait_healthy()
+    stored = None
+    for i in range(2):
+        resp = client(r).responses.create(model="", input=f"Hi {i}", max_output_tokens=2)
+        if raw(doomed, "GET", "/v1/responses/" + resp.id)[0] == 200:
+            stored = resp.id
+    assert stored is not None
+    doomed.proc.send_signal(signal.SIGKILL)
+    doomed.proc.wait()
+    status, _, data = raw(r, "POST", "/v1/responses", {"input": "More", "previous_response_id": stored})
+    assert status == 502
+    message = json.loads(data)["error"]["message"]
+    assert doomed.base in message and stored in message
+    status, _, data = raw(r, "GET", "/v1/responses/" + stored)
+    assert status == 502 and doomed.base in json.loads(data)["error"]["message"]
+    # Requests that continue nothing still go to the live instance.
+    assert raw(r, "POST", "/v1/responses", {"input": "Fresh", "max_output_tokens": 2})[0] == 200
+
+
 def test_health_models_metrics_and_auth(make_router, pair):
     r = fleet(make_router, pair)
     status, _, data = raw(r, "GET", "/health", key=False)
@@ -450,7 +546,15 @@ class FakeInstance:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 events = [f'data: {{"choices":[{{"index":0,"text":"{w} "}}]}}\n\n' for w in text.split()]
-                for i, e in enumerate(events + ["data: [DONE]\n\n"]):
+                events.append("data: [DONE]\n\n")
+                if self.path == "/v1/responses":  # typed events, numbered; no [DONE]
+                    response = {"id": "resp_fake", "object": "response", "store": True, "output": []}
+                    events = [f"event: response.created\ndata: " + json.dumps(
+                        {"type": "response.created", "response": response, "sequence_number": 0}) + "\n\n"]
+                    events += [f"event: response.output_text.delta\ndata: " + json.dumps(
+                        {"type": "response.output_text.delta", "delta": w + " ", "sequence_number": n + 1}) + "\n\n"
+                        for n, w in enumerate(text.split())]
+                for i, e in enumerate(events):
                     if fake.mode == "cut" and i == 2:
                         self.wfile.flush()
                         self.connection.shutdown(socket.SHUT_RDWR)
@@ -567,6 +671,24 @@ def test_a_decode_stream_cut_mid_way_ends_with_an_error_event(make_router, fakes
     assert decode.base in err["message"] and "mid-stream" in err["message"]
     assert events[3] == "data: [DONE]"
     assert series(router_metrics(r), "inferd_router:errors_total", kind="mid_stream") == 1
+
+
+def test_a_responses_stream_cut_mid_way_ends_with_an_error_event(make_router, fakes):
+    prefill, decode = fakes
+    r = disagg_router(make_router, fakes)
+    decode.mode = "cut"
+    status, _, data = raw(r, "POST", "/v1/responses", {"input": LONG, "stream": True}, timeout=30)
+    assert status == 200
+    events = sse_events(data)
+    assert [e[0] for e in events] == ["response.created", "response.output_text.delta", "error"]
+    err = events[-1][1]
+    assert err["type"] == "error" and err["code"] == "server_error" and err["sequence_number"] == 2
+    assert decode.base in err["message"] and "mid-stream" in err["message"]
+    assert b"[DONE]" not in data
+    # A Responses request is never disaggregated: the prefill instance saw nothing.
+    assert prefill.bodies == [] and decode.bodies[-1]["input"] == LONG
+    assert series(router_metrics(r), "inferd_router:disagg_decisions_total", decision="direct",
+                  reason="responses") == 1
 
 
 def test_a_failure_before_any_byte_is_retried_then_502(make_router):

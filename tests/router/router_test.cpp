@@ -241,6 +241,64 @@ TEST(RoutedRequestTest, BuildsThePromptKeyAndTheLegsBodies) {
   EXPECT_FALSE(parse_routed_request(RouteEndpoint::kCompletions, "[1,2]", ""));
 }
 
+TEST(RoutedRequestTest, ReadsAResponsesBodyAndItsAnswersId) {
+  // Instructions and input key as chat's system and user messages would.
+  auto r = parse_routed_request(RouteEndpoint::kResponses,
+                                R"({"instructions":"be brief","input":"hi","previous_response_id":"resp_1",
+                                    "stream":true,"max_output_tokens":1})",
+                                "s");
+  ASSERT_TRUE(r);
+  auto chat = parse_routed_request(
+      RouteEndpoint::kChat,
+      R"({"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]})", "");
+  EXPECT_EQ(r->prompt_key, chat->prompt_key);
+  EXPECT_EQ(r->previous_response_id, "resp_1");
+  EXPECT_TRUE(r->stream);
+  EXPECT_EQ(r->session_id, "s");
+  EXPECT_EQ(r->disagg_blocker, "responses");  // never disaggregated, whatever its fields
+  // Items: messages with parts, a call's arguments, its output.
+  auto items = parse_routed_request(RouteEndpoint::kResponses, R"({"input":[
+      {"role":"user","content":[{"type":"input_text","text":"weather?"}]},
+      {"type":"function_call","call_id":"c","name":"w","arguments":"{}"},
+      {"type":"function_call_output","call_id":"c","output":"sunny"}, 7]})",
+                                    "");
+  ASSERT_TRUE(items);
+  EXPECT_EQ(items->prompt_key,
+            "user\x1f"
+            "weather?\x1e"
+            "assistant\x1f{}\x1etool\x1fsunny\x1e");
+  EXPECT_TRUE(items->previous_response_id.empty());
+
+  // The answer's id: a response object, or a stream's response.created event.
+  auto body = response_record(R"({"id":"resp_a","object":"response","store":false,"output":[]})");
+  ASSERT_TRUE(body);
+  EXPECT_EQ(body->id, "resp_a");
+  EXPECT_FALSE(body->stored);
+  auto events = response_record(
+      "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,"
+      "\"response\":{\"id\":\"resp_b\",\"object\":\"response\"}}\n\nevent: response.in_progress\n");
+  ASSERT_TRUE(events);
+  EXPECT_EQ(events->id, "resp_b");
+  EXPECT_TRUE(events->stored);  // store defaults to true
+  EXPECT_FALSE(response_record(R"({"error":{"message":"bad"}})"));
+  EXPECT_FALSE(response_record(R"({"id":"chatcmpl-1","object":"chat.completion"})"));
+  EXPECT_FALSE(response_record("event: response.in_progress\ndata: {\"type\":\"response.in_progress\"}\n\n"));
+  EXPECT_FALSE(response_record("event: response.created\ndata: {\"type\":"));  // cut short
+  EXPECT_FALSE(response_record(std::string(5000, '[')));
+
+  EXPECT_EQ(last_sequence_number("data: {\"sequence_number\":3}\n\ndata: {\"sequence_number\": 14}\n\n"), 14);
+  EXPECT_FALSE(last_sequence_number("data: {\"x\":1}\n\n"));
+  const std::string error = responses_error_event(15, "instance gone");
+  ASSERT_EQ(error.rfind("event: error\ndata: ", 0), 0u);
+  const auto e = nlohmann::json::parse(error.substr(error.find('{')));
+  EXPECT_EQ(e, (nlohmann::json{{"type", "error"},
+                               {"code", "server_error"},
+                               {"message", "instance gone"},
+                               {"param", nullptr},
+                               {"sequence_number", 15}}));
+  EXPECT_EQ(error.substr(error.size() - 2), "\n\n");
+}
+
 // ---- Instances file ---------------------------------------------------------------------------
 
 TEST(InstancesFileTest, ParsesRolesUrlsAndComments) {
@@ -299,6 +357,10 @@ TEST(SessionAffinityTest, RemembersTheLastInstanceWithinAnLruBound) {
   s.forget_instance(4);
   EXPECT_FALSE(s.lookup("a"));
   EXPECT_EQ(*s.lookup("c"), 3u);
+  s.erase("c");
+  s.erase("never");
+  EXPECT_FALSE(s.lookup("c"));
+  EXPECT_EQ(s.size(), 0u);
 }
 
 // ---- InstancePool and RoutePlanner ------------------------------------------------------------
@@ -422,6 +484,39 @@ TEST(RoutePlannerTest, SessionsStayOnTheirInstanceWhileItIsHealthy) {
   }
   (void)pool.eject(first->target_id, "gone");
   EXPECT_NE(planner.plan(turn)->target_id, first->target_id);
+}
+
+TEST(RoutePlannerTest, ContinuationsGoToTheInstanceThatStoresTheirPreviousResponse) {
+  InstancePool pool;
+  pool.add_fixed(
+      {spec(InstanceRole::kPrefill, 1), spec(InstanceRole::kBoth, 2), spec(InstanceRole::kBoth, 3)});
+  all_up(pool);
+  RoutePlanner planner(&pool, PlannerOptions{PolicyKind::kRoundRobin});
+  const auto next = [](const char* previous) {
+    return *parse_routed_request(
+        RouteEndpoint::kResponses,
+        nlohmann::json{{"input", std::string(4000, 'x')}, {"previous_response_id", previous}}.dump(), "");
+  };
+  EXPECT_FALSE(planner.response_owner("resp_a"));
+  EXPECT_NE(planner.plan(next("resp_a"))->rule, "response");  // unknown: the policy chooses
+  planner.stored("resp_a", 3);
+  EXPECT_EQ(planner.response_owner("resp_a"), 3u);
+  for (int i = 0; i < 3; ++i) {  // round-robin would alternate
+    const auto p = planner.plan(next("resp_a"));
+    EXPECT_EQ(p->target_id, 3u);
+    EXPECT_EQ(p->rule, "response");
+    EXPECT_FALSE(p->disaggregated);  // a long prompt, but a Responses request
+    EXPECT_EQ(p->decision.reason, "responses");
+  }
+  // Down, the instance still gets it: no other can continue the response.
+  (void)pool.eject(3, "gone");
+  EXPECT_EQ(planner.plan(next("resp_a"))->target_id, 3u);
+  planner.forget_response("resp_a");
+  EXPECT_EQ(planner.plan(next("resp_a"))->target_id, 2u);
+  // An instance that leaves the fleet takes its responses with it.
+  planner.stored("resp_b", 2);
+  planner.forget_instance(2);
+  EXPECT_FALSE(planner.response_owner("resp_b"));
 }
 
 TEST(RoutePlannerTest, DisaggregatesLongPromptsAcrossPrefillAndDecode) {
