@@ -81,6 +81,9 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
                   "finished /v1/responses answers kept in memory for previous_response_id and GET "
                   "/v1/responses/{id}, the newest first (0: none)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--enable-prompt-tokens-details", s.enable_prompt_tokens_details,
+                "completions and chat usage report prompt_tokens_details.cached_tokens: the prompt "
+                "tokens the prefix cache (or a KV tier) supplied");
   cmd->add_option("--shutdown-grace", s.shutdown_grace_seconds,
                   "on SIGTERM, seconds in-flight requests get to finish before they are aborted")
       ->check(CLI::NonNegativeNumber);

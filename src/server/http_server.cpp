@@ -1308,6 +1308,11 @@ struct HttpServer::Impl {
 
     Usage usage{input.num_prompt_tokens, 0};
     for (const auto& c : choices) usage.completion_tokens += static_cast<int64_t>(c.token_ids().size());
+    if (options.enable_prompt_tokens_details) {  // each prompt counts once, as in prompt_tokens
+      usage.cached_tokens = 0;
+      for (size_t p = 0; p < input.requests.size(); ++p)
+        *usage.cached_tokens += choices.at(p * n).cached_tokens();
+    }
     if (api.generation.prediction) {
       usage.prediction.emplace(0, 0);
       for (const auto& c : choices) {

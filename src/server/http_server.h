@@ -44,6 +44,8 @@ struct ServerOptions {
   int64_t max_prompts = 256;           // prompts in one /v1/completions request (400 beyond)
   double shutdown_grace_seconds = 30;
   int64_t max_stored_responses = 1000;  // /v1/responses kept for previous_response_id (0: none)
+  // Completions and chat usage carry prompt_tokens_details.cached_tokens (vLLM's flag).
+  bool enable_prompt_tokens_details = false;
 };
 
 // What the server needs once the model is loaded; all not owned.

@@ -1462,6 +1462,7 @@ nlohmann::json OpenAiAnswer::usage_json(const Usage& u) {
   if (u.prediction)
     j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.prediction->first},
                                       {"rejected_prediction_tokens", u.prediction->second}};
+  if (u.cached_tokens) j["prompt_tokens_details"] = {{"cached_tokens", *u.cached_tokens}};
   return j;
 }
 

@@ -165,6 +165,9 @@ struct Usage {
   // With a prediction: the prediction's drafts the output kept and those it did not (OpenAI's
   // completion_tokens_details).
   std::optional<std::pair<int64_t, int64_t>> prediction;
+  // With --enable-prompt-tokens-details: the prompt tokens whose KV came from the prefix cache or
+  // a KV tier (prompt_tokens_details.cached_tokens).
+  std::optional<int64_t> cached_tokens;
 };
 
 // best_of: candidates hold each prompt's `per_prompt` samples in turn; returns the indices of the

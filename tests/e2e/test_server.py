@@ -644,3 +644,30 @@ def test_session_pin_survives_traffic_that_evicts_unpinned_blocks(make_server):
 
     assert two_turns("You are a terse assistant. " * 20, None) < 16 * 4  # evicted
     assert two_turns("You are a careful assistant. " * 20, "conversation-7") >= 16 * 4  # pinned
+
+
+def test_prompt_tokens_details_report_the_cached_prompt(server, make_server):
+    # Off by default, as in vLLM: usage has no prompt_tokens_details.
+    plain = client(server).chat.completions.create(model="", messages=[{"role": "user", "content": "Hi"}],
+                                                   max_tokens=2)
+    assert plain.usage.prompt_tokens_details is None
+    s = make_server("--enable-prompt-tokens-details")
+    system = "You answer questions about lighthouses and their keepers, briefly. " * 12
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Who keeps them?"}]
+    c = client(s)
+    first = c.chat.completions.create(model="", messages=messages, max_tokens=3)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0  # a fresh server: nothing cached
+    second = c.chat.completions.create(model="", messages=messages, max_tokens=3)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    # Whole blocks of the same prompt come from the cache; the last token is always recomputed.
+    assert first.usage.prompt_tokens - 16 <= cached < first.usage.prompt_tokens and cached % 16 == 0
+    # The streamed usage chunk says the same; n > 1 counts the prompt once.
+    chunks = list(c.chat.completions.create(model="", messages=messages, max_tokens=3, n=2, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == cached
+    # Completions: two prompts, one seen before (its cache) and one new.
+    prompt = "The keeper climbed the stairs of the lighthouse every evening to light the lamp. " * 6
+    assert c.completions.create(model="", prompt=prompt, max_tokens=1).usage.prompt_tokens_details.cached_tokens == 0
+    both = c.completions.create(model="", prompt=[prompt, "A new and unrelated prompt."], max_tokens=1)
+    again = c.completions.create(model="", prompt=prompt, max_tokens=1)
+    assert both.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens_details.cached_tokens > 0
