@@ -718,6 +718,15 @@ int main(int argc, char** argv) {
   ServeFlags serve;
   add_serve_flags(serve_cmd, &serve);
 
+  auto* batch_cmd = app.add_subcommand(
+      "run-batch", "run an OpenAI batch file (vLLM's run-batch format) through the server's endpoints");
+  add_common(batch_cmd, &common);
+  add_parallel_flags(batch_cmd, &par);
+  add_engine_flags(batch_cmd, &engine_flags);
+  add_serve_flags(batch_cmd, &serve);
+  BatchFileFlags batch_file;
+  add_batch_file_flags(batch_cmd, &batch_file);
+
   auto* router_cmd = app.add_subcommand("router", "an OpenAI-compatible front for inferd instances");
   RouterFlags router;
   add_router_flags(router_cmd, &router);
@@ -821,8 +830,9 @@ int main(int argc, char** argv) {
     if (*run_cmd && run.prompt.empty() && run.prompt_ids.empty() && run.chat.empty()) {
       return fail("run needs --chat, --prompt or --prompt-ids");
     }
-    if (*serve_cmd && !serve.profile.empty()) {
-      if (Status s = apply_profile(serve.profile, *serve_cmd, &engine_flags); !s.is_ok())
+    if ((*serve_cmd || *batch_cmd) && !serve.profile.empty()) {
+      if (Status s = apply_profile(serve.profile, *serve_cmd ? *serve_cmd : *batch_cmd, &engine_flags);
+          !s.is_ok())
         return fail(s.message());
     }
     if (*serve_cmd && serve.print_config) {
@@ -830,7 +840,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::unique_ptr<Parallel> parallel;
-    if (*run_cmd || *generate_cmd || *serve_cmd || *bench.latency) {
+    if (*run_cmd || *generate_cmd || *serve_cmd || *batch_cmd || *bench.latency) {
       auto p = Parallel::start(par);
       if (!p) return fail(p.status().message());
       parallel = std::move(*p);
@@ -848,6 +858,8 @@ int main(int argc, char** argv) {
     if (*tokenize_cmd) return run_tokenize(common, tokenize);
     if (*generate_cmd) return run_batch(common, engine_flags, gen, parallel.get());
     if (*serve_cmd) return run_serve(common.model, common.threads, engine_flags, serve, parallel.get());
+    if (*batch_cmd)
+      return run_batch_file(common.model, common.threads, engine_flags, serve, batch_file, parallel.get());
     if (*router_cmd) return run_router(router);
     if (*ppl_cmd) return run_perplexity(common, ppl);
     if (*quantize_cmd) return run_quantize(quant);

@@ -1,12 +1,21 @@
 #include "serve.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 
 #include "common/byte_size.h"
 #include "common/files.h"
@@ -14,6 +23,8 @@
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
+#include "server/batch_file.h"
+#include "server/openai_api.h"
 #include "tokenizer/tokenizer_loader.h"
 #include "transfer/ucx_kv_transfer.h"
 #include "version.h"
@@ -112,6 +123,15 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--kv-export-buffer", f->kv_export_buffer,
                   "prefill: the most prompt KV kept for pulls at once (e.g. 1GiB); beyond, answers carry no "
                   "kv_transfer_params and decode instances compute the prompt");
+}
+
+void add_batch_file_flags(CLI::App* cmd, BatchFileFlags* f) {
+  cmd->add_option("-i,--input-file", f->input,
+                  "JSONL, one request a line: {\"custom_id\", \"method\": \"POST\", \"url\", \"body\"}")
+      ->required();
+  cmd->add_option("-o,--output-file", f->output, "JSONL answers, in input order")->required();
+  cmd->add_option("--max-concurrency", f->max_concurrency, "requests in flight at once")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
 }
 
 namespace {
@@ -390,16 +410,19 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
 
 }  // namespace
 
-int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags,
-              Parallel* parallel) {
-  std::string path = model_path;
-  if (path.empty()) {
+namespace {
+
+// What serve and run-batch resolve before the server starts: the model's path and the server's
+// options from the flags. Returns the exit code on an error (printed), else 0.
+int prepare_serve(const std::string& model_path, ServeFlags& flags, std::string* path) {
+  *path = model_path;
+  if (path->empty()) {
     auto p = default_model_path();
     if (!p) {
       std::fprintf(stderr, "inferd: error: %s\n", p.status().message().c_str());
       return 1;
     }
-    path = *p;
+    *path = *p;
   }
   auto body = parse_byte_size(flags.max_body, 0);
   if (!body || *body < 1024) {
@@ -416,8 +439,17 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
     std::fprintf(stderr, "inferd: error: --enable-auto-tool-choice needs --tool-call-parser\n");
     return 2;
   }
-  if (flags.server.served_model_name.empty()) flags.server.served_model_name = name_of(path);
+  if (flags.server.served_model_name.empty()) flags.server.served_model_name = name_of(*path);
   flags.server.version = build_version();
+  return 0;
+}
+
+}  // namespace
+
+int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags,
+              Parallel* parallel) {
+  std::string path;
+  if (const int rc = prepare_serve(model_path, flags, &path); rc != 0) return rc;
   HttpServer server(flags.server);
   if (Status s = server.listen(); !s.is_ok()) {
     std::fprintf(stderr, "inferd: error: %s\n", s.message().c_str());
@@ -440,6 +472,142 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
   const int rc = server.run();
   loader.join();
   return rc;
+}
+
+namespace {
+
+// One POST to the server on loopback; the status and body, or a transport error.
+struct LoopbackAnswer {
+  int status = 0;
+  std::string body;
+  std::string error;  // non-empty: no answer
+};
+
+LoopbackAnswer post_loopback(uint16_t port, const std::string& key, const BatchLine& line) {
+  namespace net = boost::asio;
+  namespace http = boost::beast::http;
+  LoopbackAnswer out;
+  try {
+    net::io_context io;
+    net::ip::tcp::socket socket(io);
+    socket.connect({net::ip::address_v4::loopback(), port});
+    http::request<http::string_body> req{http::verb::post, line.url, 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.set(http::field::authorization, "Bearer " + key);
+    req.set(http::field::content_type, "application/json");
+    req.keep_alive(false);
+    req.body() = line.body;
+    req.prepare_payload();
+    http::write(socket, req);
+    boost::beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    http::read(socket, buffer, parser);
+    out.status = static_cast<int>(parser.get().result_int());
+    out.body = std::move(parser.get().body());
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_batch_file(const std::string& model_path, int threads, const EngineFlags& engine_flags,
+                   ServeFlags flags, const BatchFileFlags& batch, Parallel* parallel) {
+  std::string path;
+  if (const int rc = prepare_serve(model_path, flags, &path); rc != 0) return rc;
+  auto input = read_text_file(batch.input);
+  if (!input) {
+    std::fprintf(stderr, "inferd: error: %s\n", input.status().message().c_str());
+    return 1;
+  }
+  std::vector<BatchLine> lines;
+  {
+    size_t start = 0;
+    const std::string& text = *input;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      std::string_view l(text.data() + start, end - start);
+      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+      if (l.find_first_not_of(" \t") != std::string_view::npos) lines.push_back(parse_batch_line(l));
+      start = end + 1;
+    }
+  }
+  std::FILE* out = std::fopen(batch.output.c_str(), "w");
+  if (out == nullptr) {
+    std::fprintf(stderr, "inferd: error: cannot write %s\n", batch.output.c_str());
+    return 1;
+  }
+  // The server's own endpoints on a loopback port that only this process knows the key of.
+  flags.server.host = "127.0.0.1";
+  flags.server.port = 0;
+  flags.server.api_key = random_id("batch-");
+  flags.server.max_queue = std::max<int64_t>(flags.server.max_queue, batch.max_concurrency * 64);
+  HttpServer server(flags.server);
+  if (Status s = server.listen(); !s.is_ok()) {
+    std::fclose(out);
+    std::fprintf(stderr, "inferd: error: %s\n", s.message().c_str());
+    return 1;
+  }
+  const uint16_t port = server.port();
+  int server_rc = 0;
+  std::thread serving([&] { server_rc = server.run(); });
+  Loaded loaded;
+  ServingContext ctx;
+  if (Status s = load_all(path, flags, threads, engine_flags, parallel, &loaded, &ctx); !s.is_ok()) {
+    server.set_failed(s.message());
+    serving.join();
+    std::fclose(out);
+    std::fprintf(stderr, "inferd: error: %s\n", s.message().c_str());
+    return 1;
+  }
+  server.set_ready(ctx);
+  log_info("run-batch: " + std::to_string(lines.size()) + " requests from " + batch.input);
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::string> results(lines.size());
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> ok{0}, failed{0};
+  std::vector<std::thread> workers;
+  const size_t n_workers = std::min<size_t>(static_cast<size_t>(batch.max_concurrency), lines.size());
+  for (size_t w = 0; w < n_workers; ++w) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < lines.size(); i = next++) {
+        const BatchLine& line = lines[i];
+        if (!line.error.empty()) {
+          results[i] = batch_error_line(line, "invalid_request", line.error);
+          ++failed;
+          continue;
+        }
+        const LoopbackAnswer a = post_loopback(port, flags.server.api_key, line);
+        if (!a.error.empty()) {
+          results[i] = batch_error_line(line, "server_error", a.error);
+          ++failed;
+        } else {
+          results[i] = batch_answer_line(line, a.status, a.body);
+          ++(a.status == 200 ? ok : failed);
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  server.stop();
+  serving.join();
+  bool written = true;
+  for (const std::string& r : results) written = written && std::fprintf(out, "%s\n", r.c_str()) >= 0;
+  written = std::fclose(out) == 0 && written;
+  if (!written) {
+    std::fprintf(stderr, "inferd: error: cannot write %s\n", batch.output.c_str());
+    return 1;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  log_info("run-batch: done", {{"requests", static_cast<int64_t>(lines.size())},
+                               {"succeeded", ok.load()},
+                               {"failed", failed.load()},
+                               {"seconds", seconds},
+                               {"output", batch.output}});
+  return server_rc;
 }
 
 }  // namespace inferd

@@ -60,4 +60,15 @@ std::string describe_config(const std::string& profile, const CLI::App& cmd, con
 int run_serve(const std::string& model_path, int threads, const EngineFlags& engine_flags, ServeFlags flags,
               Parallel* parallel = nullptr);
 
+// `inferd run-batch`: an OpenAI batch file (vLLM's run-batch format, server/batch_file.h) through
+// the server's endpoints on a private loopback port; the answers in input order.
+struct BatchFileFlags {
+  std::string input;             // -i/--input-file
+  std::string output;            // -o/--output-file
+  int64_t max_concurrency = 64;  // requests in flight at once
+};
+void add_batch_file_flags(CLI::App* cmd, BatchFileFlags* flags);
+int run_batch_file(const std::string& model_path, int threads, const EngineFlags& engine_flags,
+                   ServeFlags flags, const BatchFileFlags& batch, Parallel* parallel = nullptr);
+
 }  // namespace inferd

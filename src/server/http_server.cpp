@@ -1623,6 +1623,15 @@ void HttpServer::set_failed(const std::string& message) {
   });
 }
 
+void HttpServer::stop() {
+  net::post(impl_->io, [impl = impl_.get()] {
+    impl->draining = true;
+    boost::system::error_code ec;
+    impl->acceptor.close(ec);
+    impl->io.stop();
+  });
+}
+
 int HttpServer::run() {
   std::signal(SIGPIPE, SIG_IGN);
   net::co_spawn(impl_->io, impl_->accept_loop(), net::detached);

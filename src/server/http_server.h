@@ -86,6 +86,8 @@ class HttpServer final {
   void set_failed(const std::string& message);
   // Serves on the calling thread until SIGTERM / SIGINT (or a failed load); returns the exit code.
   int run();
+  // Makes run() return at once (thread-safe): for a caller with no request left in flight.
+  void stop();
 
  private:
   struct Impl;
