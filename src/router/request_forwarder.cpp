@@ -101,6 +101,14 @@ UpstreamRequest RequestForwarder::upstream_request(const ClientRequest& req, std
   return up;
 }
 
+std::vector<uint64_t> RequestForwarder::answering_instances() const {
+  std::vector<uint64_t> ids;
+  for (InstanceRole role : {InstanceRole::kBoth, InstanceRole::kDecode}) {
+    for (const InstanceState* s : state_->pool.healthy(role)) ids.push_back(s->id);
+  }
+  return ids;
+}
+
 awaitable<bool> RequestForwarder::handle(std::shared_ptr<ClientConnection> conn, const ClientRequest& req,
                                          RouteEndpoint endpoint) {
   RouterState& st = *state_;
@@ -413,17 +421,11 @@ awaitable<std::optional<uint64_t>> RequestForwarder::locate_response(const Clien
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
   });
   if (!safe) co_return std::nullopt;
-  UpstreamRequest up;
+  UpstreamRequest up = upstream_request(req, "", false);
   up.method = "GET";
   up.target = "/v1/responses/" + id;
-  if (auto it = req.find(http::field::authorization); it != req.end())
-    up.authorization = std::string(it->value());
   const double timeout = std::min(st.options.request_timeout_seconds, 30.0);
-  std::vector<uint64_t> ids;
-  for (InstanceRole role : {InstanceRole::kBoth, InstanceRole::kDecode}) {
-    for (const InstanceState* s : st.pool.healthy(role)) ids.push_back(s->id);
-  }
-  for (uint64_t candidate : ids) {
+  for (uint64_t candidate : answering_instances()) {
     const InstanceState* s = st.pool.find(candidate);
     if (s == nullptr || !s->serving()) continue;
     const InstanceSpec spec = s->spec;
@@ -444,22 +446,11 @@ awaitable<bool> RequestForwarder::stored_response(ClientConnection& conn, const 
   std::string id = target.substr(std::string("/v1/responses/").size());
   id.resize(std::min(id.find('/'), id.size()));
   const http::verb verb = req.method();
-  UpstreamRequest up;
+  UpstreamRequest up = upstream_request(req, req.body(), false);
   up.method = verb == http::verb::get ? "GET" : verb == http::verb::delete_ ? "DELETE" : "POST";
-  up.target = std::string(req.target());
-  up.body = req.body();
-  if (auto it = req.find(http::field::authorization); it != req.end())
-    up.authorization = std::string(it->value());
   // The instance that stores it, else every healthy one until one does not answer 404.
-  std::vector<uint64_t> ids;
   const std::optional<uint64_t> owner = st.planner.response_owner(id);
-  if (owner) {
-    ids.push_back(*owner);
-  } else {
-    for (InstanceRole role : {InstanceRole::kBoth, InstanceRole::kDecode}) {
-      for (const InstanceState* s : st.pool.healthy(role)) ids.push_back(s->id);
-    }
-  }
+  const std::vector<uint64_t> ids = owner ? std::vector<uint64_t>{*owner} : answering_instances();
   std::optional<UpstreamResponse> not_found;
   std::string failures;
   for (uint64_t candidate : ids) {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <utility>  // before Asio's awaitable.hpp, which uses std::exchange
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -88,6 +89,8 @@ class RequestForwarder final {
   boost::asio::awaitable<std::optional<uint64_t>> locate_response(const ClientRequest& req,
                                                                   const std::string& id);
   UpstreamRequest upstream_request(const ClientRequest& req, std::string body, bool stream) const;
+  // The healthy instances that answer requests (both, then decode), in id order.
+  std::vector<uint64_t> answering_instances() const;
 
   RouterState* state_;
   std::optional<boost::asio::thread_pool::executor_type> parse_executor_;

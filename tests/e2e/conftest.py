@@ -14,6 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINARY = os.environ.get("INFERD_BINARY", os.path.join(ROOT, "build", "inferd"))
 API_KEY = "test-key"
+QWEN_TEMPLATE = os.path.join(ROOT, "tests", "fixtures", "chat_templates", "qwen2.5-instruct.jinja")
 
 
 def require(available, what):
@@ -83,6 +84,14 @@ class Server:
 @pytest.fixture(scope="session")
 def server():
     s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def tool_server():
+    """A server that parses hermes tool calls (the Qwen2.5 template), for the tool-call tests."""
+    s = Server("--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--chat-template", QWEN_TEMPLATE)
     yield s
     s.stop()
 

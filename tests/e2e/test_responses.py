@@ -3,16 +3,11 @@ the answer is the chat completion of the same conversation, streamed as typed ev
 responses continue with previous_response_id; tool calls, reasoning, logprobs and structured
 output come back as Responses items; what the server cannot do is a 400 naming the field."""
 import json
-import os
 import urllib.error
 import urllib.request
 
 import openai
 import pytest
-
-from conftest import ROOT, Server
-
-QWEN_TEMPLATE = os.path.join(ROOT, "tests", "fixtures", "chat_templates", "qwen2.5-instruct.jinja")
 
 
 def client(server):
@@ -178,13 +173,6 @@ TIME = {"type": "function", "name": "get_time", "description": "The time in a zo
         "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 20}},
                        "required": ["zone"], "additionalProperties": False}}
 ASK = "What is the weather in Paris and in Tokyo, and what time is it in Tokyo?"
-
-
-@pytest.fixture(scope="module")
-def tool_server():
-    s = Server("--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--chat-template", QWEN_TEMPLATE)
-    yield s
-    s.stop()
 
 
 def check_call(item):

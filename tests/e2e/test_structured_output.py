@@ -1,15 +1,12 @@
 """Structured output and tool calls through the official openai client, on the default model:
 every constrained answer parses and matches its schema, streamed or not."""
 import json
-import os
 import re
 
 import openai
 import pytest
 
-from conftest import ROOT
 
-QWEN_TEMPLATE = os.path.join(ROOT, "tests", "fixtures", "chat_templates", "qwen2.5-instruct.jinja")
 MESSAGES = [{"role": "user", "content": "Describe a person as JSON."}]
 PERSON = {
     "type": "object",
@@ -204,14 +201,6 @@ def check_call(name, arguments):
         assert isinstance(args["city"], str) and len(args["city"]) <= 30
     else:
         assert name == "get_time" and set(args) == {"zone"}
-
-
-@pytest.fixture(scope="module")
-def tool_server():
-    from conftest import Server
-    s = Server("--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--chat-template", QWEN_TEMPLATE)
-    yield s
-    s.stop()
 
 
 def test_tool_round_trip(tool_server):
