@@ -20,6 +20,7 @@
 #include "common/byte_size.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "model/classifier_head.h"
 #include "model/default_model.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
@@ -71,9 +72,13 @@ void add_serve_flags(CLI::App* cmd, ServeFlags* f) {
                   "mean over the input's tokens, or the first token's (default: the GGUF's pooling_type or "
                   "the directory's 1_Pooling/config.json, else last)")
       ->check(CLI::IsMember({"last", "mean", "cls"}));
-  cmd->add_option("--hf-overrides", f->hf_overrides,
-                  "JSON over the model's config, as vLLM's: is_matryoshka (true: /v1/embeddings may ask for "
-                  "fewer dimensions) and matryoshka_dimensions (the sizes it may ask for)");
+  cmd->add_option(
+      "--hf-overrides", f->hf_overrides,
+      "JSON over the model's config, as vLLM's: is_matryoshka (true: /v1/embeddings may ask for "
+      "fewer dimensions) and matryoshka_dimensions (the sizes it may ask for); classifier_from_token "
+      "(tokens whose vocabulary rows become a classifier head, e.g. [\"no\", \"yes\"]) with "
+      "method from_2_way_softmax or no_post_processing (or is_original_qwen3_reranker: true) and "
+      "architectures [\"...ForSequenceClassification\"]");
   cmd->add_option("--max-body", f->max_body, "largest request body (e.g. 8MiB)");
   cmd->add_option("--header-timeout", s.header_timeout_seconds,
                   "seconds to receive a request once it started")
@@ -216,6 +221,7 @@ struct Loaded {
   std::unique_ptr<Transformer> model;
   std::unique_ptr<DraftModel> draft;  // speculative decoding by draft model only
   std::unique_ptr<LoraRegistry> lora;
+  std::unique_ptr<ClassifierHead> classifier;  // a classification model's head
   std::unique_ptr<KvExportStore> kv_export;
   std::unique_ptr<AsyncEngine> engine;
   std::unique_ptr<UcxKvServer> kv_server;  // serves kv_export from the engine's cache layout
@@ -258,6 +264,77 @@ Expected<Pooling> resolve_pooling(const std::string& flag, const ModelWeights& w
                      ": a pooling mode other than last token, mean or cls (inferd serve --pooling)");
 }
 
+// vLLM's --hf-overrides keys that turn a causal LM into a classifier (resolve_classifier).
+bool is_classifier_override(const std::string& key) {
+  return key == "architectures" || key == "classifier_from_token" || key == "method" ||
+         key == "is_original_qwen3_reranker";
+}
+
+// The model's classification head (model/classifier_head.h): the one its file carries, or, with
+// vLLM's --hf-overrides '{"architectures": ["...ForSequenceClassification"], "classifier_from_token":
+// [tokens], "method": "from_2_way_softmax" | "no_post_processing"}' (or "is_original_qwen3_reranker":
+// true for the two-way head of the original Qwen3-Reranker), one built from the vocabulary
+// projection's rows of those tokens (looked up in the vocabulary as transformers'
+// convert_tokens_to_ids does). nullopt: a generative model.
+Expected<std::optional<ClassifierHead>> resolve_classifier(const std::string& overrides,
+                                                           const ModelWeights& w,
+                                                           const Tokenizer* tokenizer) {
+  INFERD_ASSIGN_OR_RETURN(std::optional<ClassifierHead> own, load_classifier_head(w));
+  if (overrides.empty()) return own;
+  const nlohmann::json j = nlohmann::json::parse(overrides, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return invalid_argument("--hf-overrides must be a JSON object");
+  const auto tokens = j.find("classifier_from_token");
+  const bool any = std::any_of(j.items().begin(), j.items().end(),
+                               [](const auto& kv) { return is_classifier_override(kv.key()); });
+  if (!any) return own;
+  if (tokens == j.end())
+    return invalid_argument(
+        "--hf-overrides: architectures, method and is_original_qwen3_reranker go with "
+        "classifier_from_token (the tokens whose rows become the classifier)");
+  if (own)
+    return invalid_argument("--hf-overrides: classifier_from_token on a model that has a classifier head (" +
+                            own->origin + ")");
+  if (auto a = j.find("architectures"); a != j.end()) {
+    const std::string suffix = "ForSequenceClassification";
+    if (!a->is_array() || a->size() != 1 || !(*a)[0].is_string() ||
+        (*a)[0].get<std::string>().size() <= suffix.size() ||
+        (*a)[0].get<std::string>().compare((*a)[0].get<std::string>().size() - suffix.size(), suffix.size(),
+                                           suffix) != 0)
+      return invalid_argument("--hf-overrides: architectures must be one ...ForSequenceClassification name");
+  }
+  bool two_way = false;
+  if (auto o = j.find("is_original_qwen3_reranker"); o != j.end()) {
+    if (!o->is_boolean())
+      return invalid_argument("--hf-overrides: is_original_qwen3_reranker must be true or false");
+    two_way = o->get<bool>();
+  }
+  if (auto m = j.find("method"); m != j.end()) {
+    if (!m->is_string() ||
+        (m->get<std::string>() != "from_2_way_softmax" && m->get<std::string>() != "no_post_processing"))
+      return invalid_argument(
+          "--hf-overrides: method must be \"from_2_way_softmax\" or \"no_post_processing\"");
+    two_way = m->get<std::string>() == "from_2_way_softmax";
+  }
+  if (!tokens->is_array() || tokens->empty() ||
+      !std::all_of(tokens->begin(), tokens->end(), [](const nlohmann::json& t) { return t.is_string(); }))
+    return invalid_argument("--hf-overrides: classifier_from_token must be a list of tokens");
+  if (tokenizer == nullptr)
+    return invalid_argument("--hf-overrides: classifier_from_token needs the model's tokenizer");
+  std::vector<int32_t> ids;
+  std::vector<std::string> names;
+  for (const nlohmann::json& t : *tokens) {
+    const std::string name = t.get<std::string>();
+    std::optional<int32_t> id = tokenizer->token_id(name);
+    if (!id)
+      return invalid_argument("--hf-overrides: classifier_from_token '" + name +
+                              "' is not a token of the vocabulary");
+    ids.push_back(*id);
+    names.push_back(name);
+  }
+  INFERD_ASSIGN_OR_RETURN(ClassifierHead head, classifier_from_tokens(w, ids, std::move(names), two_way));
+  return std::optional<ClassifierHead>(std::move(head));
+}
+
 // Whether the model is a Matryoshka embedding model, and its sizes (empty: any): from a Hugging
 // Face directory's config.json (is_matryoshka, matryoshka_dimensions, as vLLM reads them), then
 // --hf-overrides, which may set those two keys only.
@@ -279,9 +356,10 @@ Expected<std::optional<std::vector<int64_t>>> resolve_matryoshka(const std::stri
           return invalid_argument(where + ": matryoshka_dimensions must be a list of sizes in [1, " +
                                   std::to_string(w.config.hidden_size) + "]");
         out = value.get<std::vector<int64_t>>();
-      } else if (strict) {
+      } else if (strict && !is_classifier_override(key)) {
         return unsupported(where + ": '" + key +
-                           "' is not supported (only is_matryoshka and matryoshka_dimensions)");
+                           "' is not supported (only is_matryoshka, matryoshka_dimensions, architectures, "
+                           "classifier_from_token, method and is_original_qwen3_reranker)");
       }
     }
     return Status::ok();
@@ -299,6 +377,33 @@ Expected<std::optional<std::vector<int64_t>>> resolve_matryoshka(const std::stri
     INFERD_RETURN_IF_ERROR(apply(j, "--hf-overrides", true));
   }
   return out;
+}
+
+// A classification model's head and, from a GGUF, its rerank template (before the weights are
+// split: a classifier is served by one process).
+Status load_classifier(const ServeFlags& flags, Parallel* parallel, Loaded* out, ServingContext* ctx) {
+  INFERD_ASSIGN_OR_RETURN(std::optional<ClassifierHead> head,
+                          resolve_classifier(flags.hf_overrides, *out->weights, out->tokenizer.get()));
+  if (!head) return Status::ok();
+  if (parallel != nullptr)
+    return unsupported("a classification model (" + head->origin +
+                       ") with tensor or pipeline parallelism is not supported: serve it from one process");
+  if (flags.role != "both")
+    return unsupported("a classification model (" + head->origin +
+                       ") generates nothing to disaggregate (--role)");
+  out->classifier = std::make_unique<ClassifierHead>(std::move(*head));
+  ctx->classifier = out->classifier.get();
+  if (out->weights->gguf != nullptr) {
+    INFERD_ASSIGN_OR_RETURN(std::optional<std::string> tmpl,
+                            out->weights->gguf->get_string("tokenizer.chat_template.rerank"));
+    ctx->rerank_template = tmpl.value_or("");
+  }
+  std::string labels;
+  for (const std::string& l : out->classifier->labels) labels += (labels.empty() ? "" : ", ") + l;
+  log_info("classification model: " + out->classifier->origin + "; labels: " + labels +
+           (ctx->rerank_template.empty() ? "" : "; pairs use the GGUF's rerank template") +
+           "; generation is refused");
+  return Status::ok();
 }
 
 Status load_all(const std::string& path, const ServeFlags& flags, int threads,
@@ -322,6 +427,7 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
   } else {
     log_warning("no tokenizer (" + tok.status().message() + "): token-id prompts only");
   }
+  INFERD_RETURN_IF_ERROR(load_classifier(flags, parallel, out, ctx));
   INFERD_ASSIGN_OR_RETURN(EngineOptions options, engine_options(engine_flags, out->weights->config));
   log_info(describe_kv_cache(options, engine_flags, out->weights->config));
   out->pool = std::make_unique<ThreadPool>(threads);

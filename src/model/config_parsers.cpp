@@ -269,11 +269,13 @@ Expected<ModelConfig> parse_hf_config(const std::string& name, const std::string
       it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     arch_class = (*it)[0].get<std::string>();
   }
-  if (arch_class == "LlamaForCausalLM") {
+  // A sequence-classification checkpoint is its causal LM's body with a `score` head
+  // (model/classifier_head.h reads the head).
+  if (arch_class == "LlamaForCausalLM" || arch_class == "LlamaForSequenceClassification") {
     c.arch_name = "llama";
-  } else if (arch_class == "Qwen2ForCausalLM") {
+  } else if (arch_class == "Qwen2ForCausalLM" || arch_class == "Qwen2ForSequenceClassification") {
     c.arch_name = "qwen2";
-  } else if (arch_class == "Qwen3ForCausalLM") {
+  } else if (arch_class == "Qwen3ForCausalLM" || arch_class == "Qwen3ForSequenceClassification") {
     c.arch_name = "qwen3";
   } else if (arch_class == "Qwen2MoeForCausalLM") {
     c.arch_name = "qwen2moe";
@@ -282,7 +284,8 @@ Expected<ModelConfig> parse_hf_config(const std::string& name, const std::string
   } else {
     return unsupported(name + ": unsupported architecture '" + arch_class +
                        "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                       "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
+                       "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, and the dense three's "
+                       "ForSequenceClassification)");
   }
   INFERD_ASSIGN_OR_RETURN(c.arch, architecture_from_name(c.arch_name));
   INFERD_ASSIGN_OR_RETURN(c.vocab_size, json_int(name, j, "vocab_size"));

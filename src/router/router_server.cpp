@@ -251,10 +251,12 @@ struct RouterServer::Impl {
     co_return co_await send_response(conn, res, write_timeout);
   }
 
-  // The endpoints answered from embeddings: /v1/embeddings, /score, /rerank (vLLM's paths).
+  // The endpoints answered from pooled hidden states: /v1/embeddings, /score, /rerank, /classify
+  // (vLLM's paths).
   static bool pooling_path(const std::string& target) {
     return target == "/v1/embeddings" || target == "/score" || target == "/v1/score" || target == "/rerank" ||
-           target == "/v1/rerank" || target == "/v2/rerank";
+           target == "/v1/rerank" || target == "/v2/rerank" || target == "/classify" ||
+           target == "/v1/classify";
   }
 
   // POST of an embedding, score or rerank: to the least loaded healthy instance that computes

@@ -19,7 +19,7 @@ std::string dump(const json& j) {
 
 bool batch_url_supported(std::string_view url) {
   for (std::string_view u : {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
-                             "/v1/score", "/v1/rerank"}) {
+                             "/v1/score", "/v1/rerank", "/v1/classify"}) {
     if (url == u) return true;
   }
   return false;
@@ -51,7 +51,7 @@ BatchLine parse_batch_line(std::string_view text) {
   if (!batch_url_supported(line.url))
     return fail("'url' " + line.url +
                 " is not supported (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, "
-                "/v1/score, /v1/rerank)");
+                "/v1/score, /v1/rerank, /v1/classify)");
   auto body = j.find("body");
   if (body == j.end() || !body->is_object()) return fail("'body' must be a JSON object");
   if (auto s = body->find("stream"); s != body->end() && *s == true)

@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "engine/beam_search.h"
+#include "server/cross_encoder.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "server/responses_api.h"
@@ -296,7 +297,7 @@ struct HttpServer::Impl {
     if (!open_endpoint && !authorized(req)) {
       const ApiError e{401, "a valid API key is required (Authorization: Bearer ...)", "authentication_error",
                        "", "invalid_api_key"};
-      Response res = parse_triton_target(target) && !score_endpoint(target)
+      Response res = parse_triton_target(target) && !pooling_endpoint(target)
                          ? triton_error(req, e.status, e.message)
                          : error_response(req, e);
       res.set(http::field::www_authenticate, "Bearer");
@@ -334,12 +335,12 @@ struct HttpServer::Impl {
           make_response(req, http::status::ok, metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
       co_return co_await send(*conn, res);
     }
-    if (std::optional<TritonRoute> v2 = parse_triton_target(target); v2 && !score_endpoint(target))
+    if (std::optional<TritonRoute> v2 = parse_triton_target(target); v2 && !pooling_endpoint(target))
       co_return co_await triton_request(conn, req, *v2);
     const bool lora_admin = target == "/v1/load_lora_adapter" || target == "/v1/unload_lora_adapter";
     const bool known = target == "/v1/models" || target == "/v1/chat/completions" ||
                        target == "/v1/completions" || target == "/tokenize" || target == "/detokenize" ||
-                       target == "/v1/embeddings" || score_endpoint(target).has_value() || lora_admin ||
+                       target == "/v1/embeddings" || pooling_endpoint(target).has_value() || lora_admin ||
                        target == "/v1/responses" || target.rfind("/v1/responses/", 0) == 0;
     if (!known) {
       Response res = error_response(
@@ -375,12 +376,18 @@ struct HttpServer::Impl {
     }
     if (target.rfind("/v1/responses/", 0) == 0) co_return co_await stored_response(*conn, req, target);
     if (!post) co_return co_await method_not_allowed();
+    if (ctx.classifier != nullptr &&
+        (target == "/v1/responses" || target == "/v1/chat/completions" || target == "/v1/completions")) {
+      Response res = error_response(req, classifier_refusal());
+      co_return co_await send(*conn, res);
+    }
     if (target == "/v1/responses") co_return co_await generate(conn, req, ApiEndpoint::kChat, nullptr, true);
     if (lora_admin) co_return co_await lora_admin_request(*conn, req, target == "/v1/load_lora_adapter");
     if (target == "/tokenize") co_return co_await tokenize(*conn, req);
     if (target == "/detokenize") co_return co_await detokenize(*conn, req);
     if (target == "/v1/embeddings") co_return co_await embed(conn, req, EmbeddingEndpoint::kEmbeddings);
-    if (std::optional<EmbeddingEndpoint> e = score_endpoint(target)) co_return co_await embed(conn, req, *e);
+    if (std::optional<EmbeddingEndpoint> e = pooling_endpoint(target))
+      co_return co_await embed(conn, req, *e);
     co_return co_await generate(
         conn, req, target == "/v1/chat/completions" ? ApiEndpoint::kChat : ApiEndpoint::kCompletion);
   }
@@ -469,6 +476,8 @@ struct HttpServer::Impl {
       res = make_response(req, http::status::ok, triton_model_metadata(route.model));
     } else if (!ready) {
       res = triton_error(req, 503, not_ready_error(exit_code != 0).message);
+    } else if (ctx.classifier != nullptr) {
+      res = triton_error(req, 400, classifier_refusal().message);
     } else {
       // Its body becomes a completions body on the input worker (generate()).
       TritonAnswer answer{route.model, "", route.kind == K::kGenerateStream};
@@ -678,28 +687,45 @@ struct HttpServer::Impl {
     return std::nullopt;
   }
 
-  // The endpoints answered from embeddings.
-  enum class EmbeddingEndpoint { kEmbeddings, kScore, kRerank };
-  // vLLM's paths: /score and /v1/score; /rerank, /v1/rerank and /v2/rerank (Jina's and Cohere's).
-  static std::optional<EmbeddingEndpoint> score_endpoint(std::string_view target) {
+  // What a classification model's server answers to a generation request (as vLLM's pooling
+  // runner, it generates nothing).
+  ApiError classifier_refusal() const {
+    return ApiError{400,
+                    "this server runs a classification model (its head: " + ctx.classifier->origin +
+                        "); it serves /classify, /score, /rerank and /v1/embeddings, not generation",
+                    "invalid_request_error", "model", ""};
+  }
+  CrossEncoder cross_encoder() const {
+    return CrossEncoder{ctx.classifier, ctx.tokenizer, ctx.rerank_template, ctx.max_model_len};
+  }
+
+  // The endpoints answered from pooled final hidden states: embeddings, and (kClassify, and
+  // kScore / kRerank of a classification model) a classifier head's logits.
+  enum class EmbeddingEndpoint { kEmbeddings, kScore, kRerank, kClassify };
+  // vLLM's paths: /score and /v1/score; /rerank, /v1/rerank and /v2/rerank (Jina's and Cohere's);
+  // /classify and /v1/classify.
+  static std::optional<EmbeddingEndpoint> pooling_endpoint(std::string_view target) {
     if (target == "/score" || target == "/v1/score") return EmbeddingEndpoint::kScore;
     if (target == "/rerank" || target == "/v1/rerank" || target == "/v2/rerank")
       return EmbeddingEndpoint::kRerank;
+    if (target == "/classify" || target == "/v1/classify") return EmbeddingEndpoint::kClassify;
     return std::nullopt;
   }
   struct ReadEmbedding {
     std::optional<ApiError> error;
     EmbeddingRequest api;
     std::optional<ScoreRequest> score;  // kScore, kRerank: what to answer from the embeddings
+    bool head = false;                  // the answer is read through the classifier head
     InputProcessed processed;
   };
-  // On an input worker: parses the body and runs the input side with the server's pooling.
+  // On an input worker: parses the body and runs the input side with the server's pooling (a
+  // classifier head reads the last token's state, unnormalized).
   static ReadEmbedding read_embedding(const InputProcessor& inputs, EmbeddingEndpoint endpoint,
                                       const std::string& body, const std::string& request_id_header,
-                                      Pooling pooling) {
+                                      Pooling pooling, const CrossEncoder& cross) {
     ReadEmbedding out;
-    if (endpoint == EmbeddingEndpoint::kEmbeddings) {
-      ParsedEmbedding parsed = parse_embedding_request(body);
+    if (endpoint == EmbeddingEndpoint::kEmbeddings || endpoint == EmbeddingEndpoint::kClassify) {
+      ParsedEmbedding parsed = parse_embedding_request(body, endpoint == EmbeddingEndpoint::kClassify);
       if (!parsed.request) {
         out.error = parsed.error;
         return out;
@@ -716,14 +742,45 @@ struct HttpServer::Impl {
     }
     out.error = take_request_id_header(request_id_header, &out.api.request_id);
     if (out.error) return out;
+    out.head = cross.head != nullptr && endpoint != EmbeddingEndpoint::kEmbeddings;
+    if (endpoint == EmbeddingEndpoint::kClassify && cross.head == nullptr) {
+      out.error =
+          ApiError{400,
+                   "this model has no classification head: /classify serves a sequence-classification "
+                   "model (a *ForSequenceClassification checkpoint, a GGUF of pooling type rank, or "
+                   "--hf-overrides with classifier_from_token)",
+                   "invalid_request_error", "model", ""};
+      return out;
+    }
+    if (out.score && !out.head && out.api.use_activation) {
+      out.error = ApiError{
+          400, "'use_activation' is for a classification model; this one scores by cosine similarity",
+          "invalid_request_error", "use_activation", ""};
+      return out;
+    }
+    if (out.score && out.head) {
+      if (cross.head->score_rule == ClassifierHead::ScoreRule::kNone) {
+        out.error =
+            ApiError{400,
+                     "the model's classifier has " + std::to_string(cross.head->num_labels()) +
+                         " labels and no relevance score: /score and /rerank need a one-label head; use "
+                         "/classify",
+                     "invalid_request_error", "model", ""};
+        return out;
+      }
+      out.error = make_pair_prompts(cross, &*out.score);
+      if (out.error) return out;
+      out.api.generation = out.score->embedding.generation;
+    }
     GenerationRequest generation = out.api.generation;
-    generation.pooling = pooling;
-    generation.normalize_embedding = out.api.normalize.value_or(true);
+    generation.pooling = out.head ? Pooling::kLast : pooling;
+    generation.normalize_embedding = out.head ? false : out.api.normalize.value_or(true);
     out.processed = inputs.process(std::move(generation));
     if (!out.processed.input && out.processed.error.field == "prompt")
-      out.processed.error.field = endpoint == EmbeddingEndpoint::kEmbeddings ? "input"
-                                  : endpoint == EmbeddingEndpoint::kScore    ? "text_1"
-                                                                             : "documents";
+      out.processed.error.field =
+          endpoint == EmbeddingEndpoint::kEmbeddings || endpoint == EmbeddingEndpoint::kClassify ? "input"
+          : endpoint == EmbeddingEndpoint::kScore                                                ? "text_1"
+                                                  : "documents";
     return out;
   }
 
@@ -773,8 +830,8 @@ struct HttpServer::Impl {
     std::string request_id_header;
     if (auto h = req.find("X-Request-Id"); h != req.end()) request_id_header = std::string(h->value());
     auto read = start_on(input_workers, [inputs = inputs, endpoint, body = req.body(), request_id_header,
-                                         pooling = ctx.pooling] {
-      return read_embedding(*inputs, endpoint, body, request_id_header, pooling);
+                                         pooling = ctx.pooling, cross = cross_encoder()] {
+      return read_embedding(*inputs, endpoint, body, request_id_header, pooling, cross);
     });
     co_await until_done(*read);
     ReadEmbedding& r = *read->result;
@@ -833,7 +890,8 @@ struct HttpServer::Impl {
     for (RequestId rid : ids) active.erase(rid);
     const char* prefix = endpoint == EmbeddingEndpoint::kEmbeddings ? "embd-"
                          : endpoint == EmbeddingEndpoint::kScore    ? "score-"
-                                                                    : "rerank-";
+                         : endpoint == EmbeddingEndpoint::kRerank   ? "rerank-"
+                                                                    : "classify-";
     const std::string id = r.api.request_id.empty() ? random_id(prefix) : prefix + r.api.request_id;
     RequestTimings t;
     const auto end = Clock::now();
@@ -854,15 +912,26 @@ struct HttpServer::Impl {
                                                   : ApiError{400, failure, "invalid_request_error", "", ""});
       co_return co_await send(*conn, res);
     }
-    if (r.api.dimensions && *r.api.dimensions < ctx.hidden_size) {  // a Matryoshka model's shorter embedding
+    if (!r.head && r.api.dimensions &&
+        *r.api.dimensions < ctx.hidden_size) {  // a Matryoshka model's shorter embedding
       for (std::vector<float>& v : embeddings)
         shorten_embedding(&v, *r.api.dimensions, r.api.normalize.value_or(true));
     }
     const std::string& model = adapter ? r.api.model : options.served_model_name;
-    Response res =
-        make_response(req, http::status::ok,
-                      r.score ? score_body(id, model, *r.score, embeddings, input.num_prompt_tokens)
-                              : embedding_body(id, model, embeddings, r.api.base64, input.num_prompt_tokens));
+    std::string body;
+    if (r.head) {  // the states become the head's logits
+      for (std::vector<float>& v : embeddings) v = ctx.classifier->logits(v);
+      const bool activation = r.api.use_activation.value_or(true);
+      body = r.score
+                 ? score_body(id, model, *r.score, head_scores(*ctx.classifier, embeddings, activation),
+                              input.num_prompt_tokens)
+                 : classify_body(id, model, *ctx.classifier, embeddings, activation, input.num_prompt_tokens);
+    } else {
+      body = r.score ? score_body(id, model, *r.score, cosine_scores(*r.score, embeddings),
+                                  input.num_prompt_tokens)
+                     : embedding_body(id, model, embeddings, r.api.base64, input.num_prompt_tokens);
+    }
+    Response res = make_response(req, http::status::ok, body);
     co_return co_await send(*conn, res);
   }
 

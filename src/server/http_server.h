@@ -18,6 +18,7 @@
 #include "engine/tool_call_parser.h"
 #include "jinja/chat_template.h"
 #include "kv/kv_export_store.h"
+#include "model/classifier_head.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd {
@@ -60,6 +61,12 @@ struct ServingContext {
   // A Matryoshka embedding model (its first k dimensions are an embedding of their own): the
   // `dimensions` a request may ask for (empty: any up to hidden_size). Absent: only the full size.
   std::optional<std::vector<int64_t>> matryoshka;
+  // A classification model's head (model/classifier_head.h; null: none): /classify answers from
+  // it, /score and /rerank score each query-document pair through it (a cross-encoder), and
+  // generation requests are refused.
+  const ClassifierHead* classifier = nullptr;
+  // A GGUF's `tokenizer.chat_template.rerank`: the prompt of a pair (server/cross_encoder.h).
+  std::string rerank_template;
   // Disaggregation (docs/disaggregation.md): "both", "prefill" or "decode".
   std::string role = "both";
   KvExportStore* kv_export = nullptr;  // prefill: where prompts' KV waits for a pull

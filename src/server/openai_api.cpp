@@ -993,29 +993,27 @@ void read_prompt_options(Reader& r, GenerationRequest* g) {
 
 }  // namespace
 
-ParsedEmbedding parse_embedding_request(std::string_view body) {
+ParsedEmbedding parse_embedding_request(std::string_view body, bool classify) {
   ParsedEmbedding out;
   json j;
   if (!parse_object(body, &j, &out.error)) return out;
   Reader r(j);
   static constexpr std::string_view kFields[] = {"model",
                                                  "input",
-                                                 "encoding_format",
-                                                 "dimensions",
                                                  "user",
                                                  "priority",
                                                  "truncate_prompt_tokens",
                                                  "add_special_tokens",
-                                                 "normalize",
                                                  "request_id",
                                                  "messages",
                                                  "add_generation_prompt",
                                                  "continue_final_message",
                                                  "chat_template_kwargs",
                                                  "chat_template"};
+  static constexpr std::string_view kEmbeddingFields[] = {"encoding_format", "dimensions", "normalize"};
   for (const auto& [key, value] : j.items()) {
-    if (!contains(kFields, key)) {
-      r.fail(key, "unknown field '" + key + "' for embeddings");
+    if (!contains(kFields, key) && (classify ? key != "use_activation" : !contains(kEmbeddingFields, key))) {
+      r.fail(key, "unknown field '" + key + (classify ? "' for classify" : "' for embeddings"));
       break;
     }
   }
@@ -1063,6 +1061,7 @@ ParsedEmbedding parse_embedding_request(std::string_view body) {
   }
   if (int64_t d = 0; r.integer("dimensions", &d, 1, kInt32Max)) e.dimensions = d;
   if (bool n = true; r.boolean("normalize", &n)) e.normalize = n;
+  if (bool a = true; r.boolean("use_activation", &a)) e.use_activation = a;
   read_prompt_options(r, &g);
   if (r.failed()) {
     out.error = r.take_error();
@@ -1079,10 +1078,10 @@ ParsedScore parse_score_request(bool rerank, std::string_view body) {
   Reader r(j);
   static constexpr std::string_view kScoreFields[] = {
       "model",    "text_1",     "text_2", "truncate_prompt_tokens", "add_special_tokens",
-      "priority", "request_id", "user"};
+      "priority", "request_id", "user",   "use_activation"};
   static constexpr std::string_view kRerankFields[] = {
-      "model",    "query",      "documents", "top_n", "return_documents", "truncate_prompt_tokens",
-      "priority", "request_id", "user"};
+      "model",    "query",      "documents", "top_n",         "return_documents", "truncate_prompt_tokens",
+      "priority", "request_id", "user",      "use_activation"};
   for (const auto& [key, value] : j.items()) {
     if (rerank ? !contains(kRerankFields, key) : !contains(kScoreFields, key)) {
       r.fail(key, "unknown field '" + key + (rerank ? "' for rerank" : "' for score"));
@@ -1141,6 +1140,7 @@ ParsedScore parse_score_request(bool rerank, std::string_view body) {
       r.fail("text_1",
              "'text_1' must be one text, or as many texts as 'text_2' (" + std::to_string(docs) + ")");
   }
+  if (bool a = true; r.boolean("use_activation", &a)) e.use_activation = a;
   read_prompt_options(r, &g);
   if (r.failed()) {
     out.error = r.take_error();
@@ -1150,8 +1150,8 @@ ParsedScore parse_score_request(bool rerank, std::string_view body) {
   return out;
 }
 
-std::string score_body(const std::string& id, const std::string& model, const ScoreRequest& request,
-                       const std::vector<std::vector<float>>& embeddings, int64_t prompt_tokens) {
+std::vector<double> cosine_scores(const ScoreRequest& request,
+                                  const std::vector<std::vector<float>>& embeddings) {
   const size_t queries = request.num_queries;
   const size_t documents = embeddings.size() - queries;
   auto cosine = [&](size_t d) {
@@ -1165,10 +1165,18 @@ std::string score_body(const std::string& id, const std::string& model, const Sc
     }
     return dot / std::max(std::sqrt(qq * vv), 1e-12);
   };
+  std::vector<double> out;
+  for (size_t d = 0; d < documents; ++d) out.push_back(cosine(d));
+  return out;
+}
+
+std::string score_body(const std::string& id, const std::string& model, const ScoreRequest& request,
+                       const std::vector<double>& scores, int64_t prompt_tokens) {
+  const size_t documents = scores.size();
   if (!request.rerank) {
     json data = json::array();
     for (size_t d = 0; d < documents; ++d)
-      data.push_back({{"index", d}, {"object", "score"}, {"score", cosine(d)}});
+      data.push_back({{"index", d}, {"object", "score"}, {"score", scores[d]}});
     return json{{"id", id},
                 {"object", "list"},
                 {"created", static_cast<int64_t>(std::time(nullptr))},
@@ -1178,7 +1186,7 @@ std::string score_body(const std::string& id, const std::string& model, const Sc
         .dump(-1, ' ', false, json::error_handler_t::replace);
   }
   std::vector<std::pair<double, size_t>> ranked;
-  for (size_t d = 0; d < documents; ++d) ranked.emplace_back(cosine(d), d);
+  for (size_t d = 0; d < documents; ++d) ranked.emplace_back(scores[d], d);
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   if (request.top_n.value_or(0) > 0 && static_cast<size_t>(*request.top_n) < ranked.size())

@@ -106,6 +106,9 @@ struct EmbeddingRequest {
   bool base64 = false;                // encoding_format "base64": little-endian float32, base64
   std::optional<int64_t> dimensions;  // must be the model's hidden size (no Matryoshka models)
   std::optional<bool> normalize;      // L2-normalize (absent: yes)
+  // vLLM's use_activation (/classify, and /score, /rerank of a classification model): false
+  // answers the head's raw logits instead of probabilities. Absent: true.
+  std::optional<bool> use_activation;
   std::string user;
   std::string request_id;
 };
@@ -113,7 +116,9 @@ struct ParsedEmbedding {
   std::optional<EmbeddingRequest> request;
   ApiError error;
 };
-ParsedEmbedding parse_embedding_request(std::string_view body);
+// With `classify`, vLLM's /classify body: the same inputs (or messages), use_activation, and no
+// encoding_format, dimensions or normalize.
+ParsedEmbedding parse_embedding_request(std::string_view body, bool classify = false);
 // The answer: {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], ...}.
 std::string embedding_body(const std::string& id, const std::string& model,
                            const std::vector<std::vector<float>>& embeddings, bool base64,
@@ -135,11 +140,15 @@ struct ParsedScore {
   ApiError error;
 };
 ParsedScore parse_score_request(bool rerank, std::string_view body);
+// The pairs' cosine similarities, document by document, from the embeddings of the request's
+// texts in its order (the queries first).
+std::vector<double> cosine_scores(const ScoreRequest& request,
+                                  const std::vector<std::vector<float>>& embeddings);
 // The pairs' scores ({"object": "list", "data": [{"index", "object": "score", "score"}]}) or the
-// rerank results (best first: {"results": [{"index", "document", "relevance_score"}]}), from the
-// L2-normalized embeddings of the request's texts in its order.
+// rerank results (best first: {"results": [{"index", "document", "relevance_score"}]}), from one
+// score per document.
 std::string score_body(const std::string& id, const std::string& model, const ScoreRequest& request,
-                       const std::vector<std::vector<float>>& embeddings, int64_t prompt_tokens);
+                       const std::vector<double>& scores, int64_t prompt_tokens);
 
 // Why an embedding of `dimensions` cannot be given (nullopt: it can): the model's own size always;
 // a shorter one only from a Matryoshka model (`matryoshka`: its sizes, empty for any).

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,6 +44,13 @@ class Tokenizer final {
   // when skip_special.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
+  // The id of the vocabulary entry spelled `token` (in the vocabulary's own alphabet, e.g. "Ġyes"
+  // for " yes" in byte-level BPE), as transformers' convert_tokens_to_ids; nullopt when none is.
+  std::optional<int32_t> token_id(const std::string& token) const {
+    auto it = token_to_id_.find(token);
+    if (it == token_to_id_.end()) return std::nullopt;
+    return it->second;
+  }
   // The raw bytes token `id` stands for.
   const std::string& token_bytes(int32_t id) const { return token_bytes_[static_cast<size_t>(id)]; }
   bool is_special(int32_t id) const { return is_special_[static_cast<size_t>(id)] != 0; }

@@ -389,6 +389,9 @@ def test_embeddings_pass_through_and_survive_a_dead_instance(make_router, make_s
     status, _, data = raw(r, "POST", "/rerank", {"query": "routed", "documents": texts})
     direct = raw(pair[0], "POST", "/rerank", {"query": "routed", "documents": texts})
     assert status == 200 and json.loads(data)["results"] == json.loads(direct[2])["results"]
+    # /classify reaches an instance (whose model has no classification head: its 400 comes back).
+    status, _, data = raw(r, "POST", "/v1/classify", {"input": "x"})
+    assert status == 400 and "classification head" in json.loads(data)["error"]["message"]
     # An instance that died since its last health check is ejected and the next one serves the
     # request (the first listed is tried first: both are idle).
     doomed = make_server()

@@ -1,6 +1,6 @@
-// libFuzzer target: the OpenAI request-body parsers (chat, completions, embeddings, tokenize, detokenize),
-// the Responses API body, the Triton / KServe generate translation and /v2 targets, and the reasoning
-// splitter on arbitrary bytes.
+// libFuzzer target: the OpenAI request-body parsers (chat, completions, embeddings, classify, score,
+// rerank, tokenize, detokenize), the Responses API body, the Triton / KServe generate translation
+// and /v2 targets, and the reasoning splitter on arbitrary bytes.
 #include <cstdint>
 #include <string>
 
@@ -15,6 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)inferd::parse_generate_request(inferd::ApiEndpoint::kCompletion, body);
   (void)inferd::parse_tokenize_request(body);
   (void)inferd::parse_embedding_request(body);
+  (void)inferd::parse_embedding_request(body, /*classify=*/true);
   (void)inferd::parse_score_request(size % 2 == 0, body);
   (void)inferd::base64_encode(body);
   (void)inferd::parse_detokenize_request(body);

@@ -485,7 +485,7 @@ TEST(OpenAiApiTest, ScoreAndRerankBodies) {
   // Scores are cosine similarities; the rerank answer is best first, cut to top_n.
   const std::vector<std::vector<float>> e = {{1, 0}, {1, 0}, {0, 1}, {0.6f, 0.8f}};
   ScoreRequest sr = *parse_score_request(false, R"({"text_1": "q", "text_2": ["a", "b", "c"]})").request;
-  const auto scores = nlohmann::json::parse(score_body("score-1", "m", sr, e, 9));
+  const auto scores = nlohmann::json::parse(score_body("score-1", "m", sr, cosine_scores(sr, e), 9));
   ASSERT_EQ(scores["data"].size(), 3u);
   EXPECT_DOUBLE_EQ(scores["data"][0]["score"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(scores["data"][1]["score"].get<double>(), 0.0);
@@ -494,15 +494,15 @@ TEST(OpenAiApiTest, ScoreAndRerankBodies) {
   EXPECT_EQ(scores["usage"]["prompt_tokens"], 9);
   ScoreRequest rq =
       *parse_score_request(true, R"({"query": "q", "documents": ["a", "b", "c"], "top_n": 2})").request;
-  const auto ranked = nlohmann::json::parse(score_body("rerank-1", "m", rq, e, 9));
+  const auto ranked = nlohmann::json::parse(score_body("rerank-1", "m", rq, cosine_scores(rq, e), 9));
   ASSERT_EQ(ranked["results"].size(), 2u);
   EXPECT_EQ(ranked["results"][0]["index"], 0);
   EXPECT_EQ(ranked["results"][1]["index"], 2);
   EXPECT_EQ(ranked["results"][1]["document"]["text"], "c");
   // Pair by pair: query k against document k.
   ScoreRequest pairs = *parse_score_request(false, R"({"text_1": ["q", "r"], "text_2": ["a", "b"]})").request;
-  const auto paired =
-      nlohmann::json::parse(score_body("score-2", "m", pairs, {{1, 0}, {0, 1}, {0, 1}, {0, 1}}, 4));
+  const auto paired = nlohmann::json::parse(
+      score_body("score-2", "m", pairs, cosine_scores(pairs, {{1, 0}, {0, 1}, {0, 1}, {0, 1}}), 4));
   EXPECT_DOUBLE_EQ(paired["data"][0]["score"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(paired["data"][1]["score"].get<double>(), 1.0);
 }
