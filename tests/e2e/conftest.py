@@ -1,4 +1,5 @@
 """Starts real `inferd serve` processes for the end-to-end tests and stops them after."""
+import json
 import os
 import re
 import shutil
@@ -7,6 +8,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -25,6 +27,18 @@ def require(available, what):
     if os.environ.get("CI") == "true" or "INFERD_REQUIRE_PREREQUISITES" in os.environ:
         pytest.fail("missing prerequisite: " + what)
     pytest.skip(what)
+
+
+def post_json(server, path, body, timeout=120):
+    """POSTs `body` as JSON with the server's API key: (status, the parsed answer), errors included."""
+    req = urllib.request.Request(server.base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": "Bearer " + (server.api_key or "none")})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 class Server:

@@ -6,12 +6,11 @@ import json
 import math
 import os
 import subprocess
-import urllib.error
-import urllib.request
 
 import pytest
 
-from conftest import BINARY, ROOT
+from conftest import BINARY, ROOT, Server
+from conftest import post_json as post
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "tiny", "qwen3_classifier")
 REFERENCE = json.load(open(os.path.join(FIXTURE, "reference.json")))
@@ -19,17 +18,6 @@ REFERENCE = json.load(open(os.path.join(FIXTURE, "reference.json")))
 TOL = 1.5e-3
 YES_NO = json.dumps({"architectures": ["LlamaForSequenceClassification"],
                      "classifier_from_token": ["no", "yes"], "method": "from_2_way_softmax"})
-
-
-def post(server, path, body):
-    req = urllib.request.Request(server.base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": "Bearer " + server.api_key})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def softmax(v):
@@ -44,7 +32,6 @@ def sigmoid(x):
 
 @pytest.fixture(scope="module")
 def yes_no_server():
-    from conftest import Server
     s = Server("--hf-overrides", YES_NO)
     yield s
     s.stop()

@@ -6,26 +6,16 @@ import json
 import math
 import struct
 import threading
-import urllib.error
 import urllib.request
 
 import openai
 import pytest
 
+from conftest import post_json as post
+
 
 def client(server):
     return openai.OpenAI(base_url=server.base + "/v1", api_key=server.api_key or "none", max_retries=0, timeout=120)
-
-
-def post(server, path, body):
-    req = urllib.request.Request(server.base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": "Bearer " + server.api_key})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def embed(server, **body):
