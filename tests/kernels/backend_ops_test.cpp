@@ -206,6 +206,71 @@ TEST(BackendOpsTest, QkvPartsAndSwigluMatchTheirReferences) {
   }
 }
 
+// A linear whose matrices differ in dtype (a K-quant mix: Q and K in Q4_K, V in Q6_K; a SwiGLU
+// pair in two types) gives each part exactly what that part prepared alone gives, with and
+// without the fused RMSNorm, on every backend and path; the SwiGLU pair gives silu(gate) * up.
+TEST(BackendOpsTest, LinearOfMixedDtypesEqualsEachPartAlone) {
+  std::mt19937 rng(29);
+  ThreadPool pool(2);
+  const int64_t cols = 256, tokens = 19;
+  std::vector<std::byte> sq, sk, sv, sg, su;
+  const TensorView wq = test::random_tensor(DType::kQ4_K, 40, cols, rng, &sq);
+  const TensorView wk = test::random_tensor(DType::kQ4_K, 17, cols, rng, &sk);
+  const TensorView wv = test::random_tensor(DType::kQ6_K, 17, cols, rng, &sv);
+  const TensorView gate = test::random_tensor(DType::kQ4_K, 33, cols, rng, &sg);
+  const TensorView up = test::random_tensor(DType::kQ8_0, 33, cols, rng, &su);
+  const auto x = test::random_floats(static_cast<size_t>(tokens * cols), rng);
+  const auto norm = test::random_floats(static_cast<size_t>(cols), rng);
+  const auto bq = test::random_floats(40, rng), bk = test::random_floats(17, rng),
+             bv = test::random_floats(17, rng);
+  for (BackendKind kind : kinds()) {
+    for (Isa isa : isas(kind)) {
+      auto b = make(kind, isa, pool);
+      ASSERT_NE(b, nullptr);
+      for (const float* nw : {static_cast<const float*>(nullptr), norm.data()}) {
+        SCOPED_TRACE(label(kind, isa) + (nw != nullptr ? " +norm" : ""));
+        const TensorView* qkv[] = {&wq, &wk, &wv};
+        auto mixed = b->prepare_linear(qkv, false);
+        std::vector<float> q(tokens * 40), k(tokens * 17), v(tokens * 17);
+        const LinearOutput outs[] = {
+            {q.data(), 40, bq.data()}, {k.data(), 17, bk.data()}, {v.data(), 17, bv.data()}};
+        b->linear(x.data(), tokens, cols, nw, 1e-6f, *mixed, outs);
+        const std::vector<float>* got[] = {&q, &k, &v};
+        for (size_t i = 0; i < 3; ++i) {
+          auto alone = b->prepare_linear({&qkv[i], 1}, false);
+          std::vector<float> want(got[i]->size());
+          const LinearOutput out{want.data(), outs[i].ld, outs[i].bias};
+          b->linear(x.data(), tokens, cols, nw, 1e-6f, *alone, {&out, 1});
+          EXPECT_EQ(*got[i], want) << "part " << i;
+        }
+        const TensorView* pair[] = {&gate, &up};
+        auto swiglu = b->prepare_linear(pair, true);
+        std::vector<float> y(tokens * 33), g(tokens * 33), u(tokens * 33);
+        const LinearOutput out{y.data(), 33, nullptr};
+        b->linear(x.data(), tokens, cols, nw, 1e-6f, *swiglu, {&out, 1});
+        auto g_alone = b->prepare_linear({&pair[0], 1}, false),
+             u_alone = b->prepare_linear({&pair[1], 1}, false);
+        const LinearOutput og{g.data(), 33, nullptr}, ou{u.data(), 33, nullptr};
+        b->linear(x.data(), tokens, cols, nw, 1e-6f, *g_alone, {&og, 1});
+        b->linear(x.data(), tokens, cols, nw, 1e-6f, *u_alone, {&ou, 1});
+        double err = 0, mag = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          const double want = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+          err = std::max(err, std::fabs(y[i] - want));
+          mag = std::max(mag, std::fabs(want));
+        }
+        EXPECT_LE(err, 1e-5 * std::max(mag, 1.0));
+        // Gate and up apart (the LoRA path asks for them so).
+        std::vector<float> g2(g.size()), u2(u.size());
+        const LinearOutput two[] = {{g2.data(), 33, nullptr}, {u2.data(), 33, nullptr}};
+        b->linear(x.data(), tokens, cols, nw, 1e-6f, *swiglu, two);
+        EXPECT_EQ(g2, g);
+        EXPECT_EQ(u2, u);
+      }
+    }
+  }
+}
+
 // grouped_linear (a MoE step's experts as one op) gives exactly what linear() gives each group
 // alone: SwiGLU pairs and single parts, mixed row counts (0, 1, past the 8-token tile pass and the AMX path's
 // 16), on every backend, path and a float and block-quantized format each.

@@ -433,6 +433,25 @@ TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
   EXPECT_FALSE(PackedWeight::pack(unscaled).has_value());
 }
 
+// Decode streams every packed byte once per token, so a packed block format holds no more than
+// the file does (per 16 rows, K-quants add one copy of d / dmin per superblock: under 3 %): the
+// bits above a nibble (Q5_0, Q5_1, Q5_K, Q6_K) go in planes of 1 or 2 bits, and K-quants keep
+// their integer sub-scales beside one f16 d per row and superblock.
+TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
+  std::mt19937 rng(5);
+  for (DType dtype : kTypes) {
+    if (dtype == DType::kI8) continue;  // its row scales are a separate tensor in the file
+    std::vector<std::byte> storage;
+    const TensorView w = test::random_tensor(dtype, 32, 512, rng, &storage);
+    const TensorView* parts[] = {&w};
+    auto packed = PackedWeight::pack(parts);
+    ASSERT_TRUE(packed.has_value());
+    const double file = static_cast<double>(w.num_bytes);
+    EXPECT_LE(static_cast<double>(packed->num_bytes()), 1.03 * file) << dtype_info(dtype).name;
+    EXPECT_GE(static_cast<double>(packed->num_bytes()), file) << dtype_info(dtype).name;
+  }
+}
+
 // Float weights: every path bit-identical (for BF16 the vdpbf16ps path, where the CPU has it,
 // and the fma paths), within f32 rounding of the double product, odd sizes included; a token's
 // outputs do not depend on the batch.
