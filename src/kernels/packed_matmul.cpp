@@ -1,6 +1,7 @@
 #include "kernels/packed_matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -70,6 +71,9 @@ struct Format {
   int64_t group_blocks = 1;
   int high_bits = 0;      // bits of a quant above its nibble, in a plane after the nibbles
   bool k_scales = false;  // K-quant superblock heads (see above)
+  // IQ4_NL / IQ4_XS: a nibble is an index into kIq4Values; the kernels look the value up
+  // (vpshufb) and take it as u8 value + 128 (offset 128, as Q8_0's bytes).
+  bool lookup = false;
 };
 
 constexpr Format format_of(DType dtype) {
@@ -85,6 +89,8 @@ constexpr Format format_of(DType dtype) {
     case DType::kI8: return {false, false, false, 128, true};
     case DType::kQ4_G128: return {true, true, false, 0, false, 4};
     case DType::kQ4_G64: return {true, true, false, 0, false, 2};
+    case DType::kIQ4_NL: return {true, false, false, 128, false, 1, 0, false, true};
+    case DType::kIQ4_XS: return {true, false, false, 128, false, 8, 0, true, true};
     default: return {false, false, false, 0};
   }
 }
@@ -95,14 +101,14 @@ constexpr size_t scale_bytes(Format f) {
 constexpr size_t min_offset(Format f) {
   return scale_bytes(f);
 }
-// Where the integer sub-scales start: Q6_K's [block][2][16] i8, or a K-quant's sc [block][16] u8
-// followed by its mn [block][16] u8.
+// Where the integer sub-scales start: Q6_K's [block][2][16] i8, a K-quant's sc [block][16] u8
+// followed by its mn [block][16] u8, or IQ4_XS's ls - 32 [block][16] i8.
 constexpr size_t sub_offset(Format f) {
   return min_offset(f) + (f.has_min ? scale_bytes(f) : 0);
 }
 constexpr size_t sub_bytes(Format f) {
   if (f.sub_scales) return 32 * static_cast<size_t>(f.group_blocks);
-  return f.k_scales ? 32 * static_cast<size_t>(f.group_blocks) : 0;
+  return f.k_scales ? (f.has_min ? 32 : 16) * static_cast<size_t>(f.group_blocks) : 0;
 }
 constexpr size_t quant_offset(Format f) {
   return sub_offset(f) + sub_bytes(f);
@@ -220,6 +226,26 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       }
       break;
     }
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS: {
+      const uint8_t* qs;
+      if (dtype == DType::kIQ4_NL) {
+        out.d16 = load_u16(row + b * 18);
+        qs = row + b * 18 + 2;
+      } else {
+        const uint8_t* s = row + (b / per_super) * 136;
+        const int j = static_cast<int>(b % per_super);
+        out.d16 = load_u16(s);
+        const int ls = ((s[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | (((load_u16(s + 2) >> (2 * j)) & 3) << 4);
+        out.sc = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+        qs = s + 8 + 16 * j;
+      }
+      for (int l = 0; l < 16; ++l) {
+        out.q[l] = qs[l] & 0x0f;
+        out.q[l + 16] = qs[l] >> 4;
+      }
+      break;
+    }
     case DType::kQ6_K: {
       const uint8_t* s = row + (b / per_super) * 210;
       const int j = static_cast<int>(b % per_super);  // values 32j .. 32j+31 of the superblock
@@ -276,14 +302,16 @@ inline int stored_quant(const uint8_t* quants, Format f, int r, int k) {
   int q = g < 4 ? (byte & 0x0f) : (byte >> 4);
   if (f.high_bits == 1) q |= ((quants[256 + pos] >> g) & 1) << 4;
   if (f.high_bits == 2) q |= ((quants[256 + 64 * (g / 4) + pos] >> (2 * (g % 4))) & 3) << 4;
-  return q;
+  return f.lookup ? kIq4Values[q] + 128 : q;
 }
 
 // Block j's scale and min of row r from its group's head (see Format).
 inline float block_scale(Format f, const uint8_t* head, int64_t j, int r) {
   if (f.k_scales) {
     const float d = load_f16(head + 2 * r);
-    return f.has_min ? d * static_cast<float>(head[sub_offset(f) + 16 * j + r]) : d;
+    if (f.has_min) return d * static_cast<float>(head[sub_offset(f) + 16 * j + r]);
+    if (!f.sub_scales) return d * static_cast<float>(static_cast<int8_t>(head[sub_offset(f) + 16 * j + r]));
+    return d;
   }
   return load_f16(head + 2 * r);
 }
@@ -410,9 +438,12 @@ INFERD_AVX2 void quantize_row_avx2(const float* x, int64_t k, int8_t* q, float* 
 // Q8_0's stored quants reach 255, which vpmaddubsw could saturate, so its dot is taken signed
 // (sign trick) and needs no offset; the other formats' quants are at most 63.
 
-// 8 u8 at p as f32.
+// 8 u8 (i8) at p as f32.
 INFERD_AVX2 __attribute__((always_inline)) inline __m256 u8x8_ps(const std::byte* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+INFERD_AVX2 __attribute__((always_inline)) inline __m256 i8x8_ps(const std::byte* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
 template <DType DT, int NT>
@@ -441,6 +472,8 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
               _mm256_mul_ps(dmin, u8x8_ps(blk + sub_offset(f) +
                                           16 * static_cast<size_t>(f.group_blocks + ref.j) + 8 * h)),
               _mm256_set1_ps(-0.0f));
+        } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32)
+          dw = _mm256_mul_ps(dw, i8x8_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j) + 8 * h));
         }
       } else {
         dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
@@ -474,6 +507,11 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
             const __m256i moved = bit <= 4 ? _mm256_slli_epi16(hb, 4 - bit) : _mm256_srli_epi16(hb, bit - 4);
             w[g] = _mm256_or_si256(w[g], _mm256_and_si256(moved, mask));
           }
+        }
+        if constexpr (f.lookup) {  // the table's signed values: kSigned's dot takes them as they are
+          const __m256i table =
+              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+          for (int g = 0; g < 8; ++g) w[g] = _mm256_shuffle_epi8(table, w[g]);
         }
       } else {
         for (int g = 0; g < 8; ++g) {
@@ -532,6 +570,18 @@ INFERD_AVX512 __attribute__((always_inline)) inline __m512 u8x16_ps(const std::b
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
+INFERD_AVX512 __attribute__((always_inline)) inline __m512 i8x16_ps(const std::byte* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// kIq4Values + 128 as u8, the table of the 512-bit paths' lookup.
+constexpr std::array<uint8_t, 16> iq4_values_u8() {
+  std::array<uint8_t, 16> t{};
+  for (int i = 0; i < 16; ++i) t[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4Values[i] + 128);
+  return t;
+}
+alignas(16) constexpr std::array<uint8_t, 16> kIq4ValuesU8 = iq4_values_u8();
+
 template <DType DT>
 INFERD_AVX512 __attribute__((always_inline)) inline void load_scales512(const BlockRef& ref, __m512& dw,
                                                                         __m512& mw, __m512i& sub0,
@@ -547,6 +597,8 @@ INFERD_AVX512 __attribute__((always_inline)) inline void load_scales512(const Bl
           _mm512_mul_ps(f16x16_ps(blk + min_offset(f)),
                         u8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(f.group_blocks + ref.j))),
           _mm512_set1_ps(-0.0f));
+    } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32)
+      dw = _mm512_mul_ps(dw, i8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j)));
     }
   } else {
     dw = f16x16_ps(blk);
@@ -580,6 +632,11 @@ INFERD_AVX512 __attribute__((always_inline)) inline void load_quants512(const st
                                        : _mm512_srli_epi16(hb, static_cast<unsigned>(bit - 4));
         w[g] = _mm512_ternarylogic_epi32(w[g], moved, mask, 0xf8);  // w | (moved & mask)
       }
+    }
+    if constexpr (f.lookup) {
+      const __m512i table =
+          _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4ValuesU8.data())));
+      for (int g = 0; g < 8; ++g) w[g] = _mm512_shuffle_epi8(table, w[g]);
     }
   } else {
     for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(qs + 64 * g);
@@ -1065,6 +1122,8 @@ const TileFn* tables_for(DType dtype) {
     case DType::kQ4_K: return ByTokens<Kernel, DType::kQ4_K>::table;
     case DType::kQ5_K: return ByTokens<Kernel, DType::kQ5_K>::table;
     case DType::kI8: return ByTokens<Kernel, DType::kI8>::table;
+    case DType::kIQ4_NL: return ByTokens<Kernel, DType::kIQ4_NL>::table;
+    case DType::kIQ4_XS: return ByTokens<Kernel, DType::kIQ4_XS>::table;
     default: return ByTokens<Kernel, DType::kQ6_K>::table;
   }
 }
@@ -1093,6 +1152,8 @@ AmxFunctions amx_functions(DType dtype) {
     case DType::kQ4_K: return kAmxFunctions<DType::kQ4_K>;
     case DType::kQ5_K: return kAmxFunctions<DType::kQ5_K>;
     case DType::kI8: return kAmxFunctions<DType::kI8>;
+    case DType::kIQ4_NL: return kAmxFunctions<DType::kIQ4_NL>;
+    case DType::kIQ4_XS: return kAmxFunctions<DType::kIQ4_XS>;
     default: return kAmxFunctions<DType::kQ6_K>;
   }
 }
@@ -1274,6 +1335,8 @@ bool PackedWeight::supports(DType dtype) {
     case DType::kI8:
     case DType::kQ4_G128:
     case DType::kQ4_G64:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
@@ -1376,8 +1439,8 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
             std::memcpy(blk + 2 * r, &sb.d16, 2);
             if (f.has_min) std::memcpy(blk + min_offset(f) + 2 * r, &sb.m16, 2);
           }
+          if (f.k_scales && !f.sub_scales) blk[sub_offset(f) + 16 * j + r] = sb.sc;  // u8, or IQ4_XS's i8
           if (f.k_scales && f.has_min) {
-            blk[sub_offset(f) + 16 * j + r] = sb.sc;
             blk[sub_offset(f) + 16 * (static_cast<size_t>(f.group_blocks) + j) + r] = sb.mn;
           }
           if (f.sub_scales) {

@@ -1,5 +1,5 @@
 // Integer matmul for block-quantized weights (GGUF Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K,
-// Q6_K): activations are quantized per token to int8 in blocks of 32, each weight block's dot
+// Q6_K, IQ4_NL, IQ4_XS): activations are quantized per token to int8 in blocks of 32, each weight block's dot
 // product is an exact int32 sum (AMX-INT8 tdpbssd for 16 tokens, AVX512-VNNI vpdpbusd, AVX2
 // vpmaddubsw, or scalar), then scaled and accumulated in f32.
 //
@@ -18,7 +18,9 @@
 //   then the 8 blocks' quants; a block's scale is d * sc, its min -(dmin * mn) (exact in f32)
 //   e.g. Q8_0 544 bytes, Q4_0 288, Q4_1 320, Q5_0 352, Q4_K 296, Q5_K 360, Q6_K 420 per 16 x 32
 //   values: what the file holds, but for Q4_K / Q5_K's 6-bit sub-scales and sub-mins kept as
-//   whole bytes (3 % more)
+//   whole bytes (3 % more); IQ4_NL / IQ4_XS pack like Q4_0 / Q4_K (IQ4_XS's head: d and each
+//   block's ls - 32 as i8), their nibbles indices into kIq4Values, looked up in the kernel
+//   as u8 value + 128 (offset 128, as Q8_0)
 //
 // Per (token, row, block): i = sum_j (q_j - offset) * x_j exactly (offset 128 for Q8_0 whose
 // quants are stored + 128, 16 for Q5_0, 8 for Q4_0, 32 for Q6_K, else 0; Q6_K: i = s0 * i_lo +

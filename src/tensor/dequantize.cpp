@@ -158,6 +158,33 @@ void dequant_q4_group(const u8* b, float* y) {
   }
 }
 
+// IQ4_NL: { f16 d; u8 qs[16] } -> y[j] = d * table[lo(qs[j])], y[j + 16] = d * table[hi(qs[j])].
+void dequant_iq4_nl(const u8* b, float* y) {
+  const float d = load_f16(b);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4Values[b[2 + j] & 0x0f]);
+    y[j + 16] = d * static_cast<float>(kIq4Values[b[2 + j] >> 4]);
+  }
+}
+
+// IQ4_XS: { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128] }: block ib of 32 values has the
+// 6-bit scale ls = (nibble ib of scales_l) | (bits 2ib, 2ib+1 of scales_h) << 4, and its values
+// (d * (ls - 32)) * table[q], its 16 bytes of qs holding values j (low) and j + 16 (high).
+void dequant_iq4_xs(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const uint32_t scales_h = load_u16(b + 2);
+  const u8* scales_l = b + 4;
+  const u8* qs = b + 8;
+  for (int ib = 0; ib < 8; ++ib, qs += 16, y += 32) {
+    const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * static_cast<float>(kIq4Values[qs[j] & 0x0f]);
+      y[j + 16] = dl * static_cast<float>(kIq4Values[qs[j] >> 4]);
+    }
+  }
+}
+
 template <void (*Block)(const u8*, float*)>
 void dequant_blocks(const std::byte* src, float* dst, int64_t num_values, DType dtype) {
   const DTypeInfo& info = dtype_info(dtype);
@@ -196,6 +223,8 @@ void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_v
       return;
     case DType::kQ4_G128: return dequant_blocks<dequant_q4_group<128>>(src, dst, num_values, dtype);
     case DType::kQ4_G64: return dequant_blocks<dequant_q4_group<64>>(src, dst, num_values, dtype);
+    case DType::kIQ4_NL: return dequant_blocks<dequant_iq4_nl>(src, dst, num_values, dtype);
+    case DType::kIQ4_XS: return dequant_blocks<dequant_iq4_xs>(src, dst, num_values, dtype);
   }
   INFERD_CHECK_MSG(false, "unknown dtype");
 }

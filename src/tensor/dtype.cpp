@@ -6,7 +6,7 @@ namespace inferd {
 
 namespace {
 // Indexed by DType. Block layouts follow ggml's definitions (see docs/formats.md).
-constexpr std::array<DTypeInfo, 15> kInfos = {{
+constexpr std::array<DTypeInfo, 17> kInfos = {{
     {"F32", 1, 4, 0},
     {"F16", 1, 2, 1},
     {"BF16", 1, 2, 30},
@@ -22,6 +22,8 @@ constexpr std::array<DTypeInfo, 15> kInfos = {{
     {"F8_E4M3", 1, 1, 200},
     {"Q4_G128", 128, 68, 201},
     {"Q4_G64", 64, 36, 202},
+    {"IQ4_NL", 32, 18, 20},
+    {"IQ4_XS", 256, 136, 23},
 }};
 static_assert(kInfos.size() == static_cast<size_t>(DType::kLast) + 1);
 }  // namespace

@@ -28,7 +28,10 @@ enum class DType : uint8_t {
   kQ4_G128,  // 4-bit asymmetric, groups of 128: { f16 d; f16 m; u8 qs[64] }, value = q * d + m,
              // byte j holds value j (low nibble) and value j + 64 (high); custom GGUF type id 201
   kQ4_G64,   // the same with groups of 64 ({ f16 d; f16 m; u8 qs[32] }); custom GGUF type id 202
-  kLast = kQ4_G64,
+  // ggml's non-linear 4-bit types: an index into a fixed table of 16 int8 values (kIq4Values).
+  kIQ4_NL,  // { f16 d; u8 qs[16] } per 32 values: d * table[q]
+  kIQ4_XS,  // { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128] } per 256: 8 blocks of 32 with 6-bit scales
+  kLast = kIQ4_XS,
 };
 
 struct DTypeInfo {
@@ -43,6 +46,10 @@ const DTypeInfo& dtype_info(DType dtype);
 
 // The DType of a GGUF (ggml) type id, or nullopt when inferd does not support it.
 std::optional<DType> dtype_from_ggml(uint32_t ggml_type);
+
+// IQ4_NL's and IQ4_XS's 16 values (ggml's kvalues_iq4nl), indexed by a 4-bit code.
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
 
 // Whether values of `dtype` are multiplied by a per-row scale kept beside the tensor.
 // Values per group of the 4-bit asymmetric group formats (Q4_G128, Q4_G64), else 0.

@@ -15,9 +15,9 @@
 namespace inferd {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ5_0,    DType::kQ5_1,  DType::kQ4_0,
-                            DType::kQ4_1, DType::kQ4_K,    DType::kQ5_K,  DType::kQ6_K,
-                            DType::kI8,   DType::kQ4_G128, DType::kQ4_G64};
+constexpr DType kTypes[] = {DType::kQ8_0,   DType::kQ5_0,   DType::kQ5_1,  DType::kQ4_0, DType::kQ4_1,
+                            DType::kQ4_K,   DType::kQ5_K,   DType::kQ6_K,  DType::kI8,   DType::kQ4_G128,
+                            DType::kQ4_G64, DType::kIQ4_NL, DType::kIQ4_XS};
 
 // k rounded up to the dtype's block (256 values for K-quants).
 int64_t k_for(DType dtype, int64_t k) {
