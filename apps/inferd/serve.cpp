@@ -295,11 +295,8 @@ Expected<std::optional<ClassifierHead>> resolve_classifier(const std::string& ov
     return invalid_argument("--hf-overrides: classifier_from_token on a model that has a classifier head (" +
                             own->origin + ")");
   if (auto a = j.find("architectures"); a != j.end()) {
-    const std::string suffix = "ForSequenceClassification";
     if (!a->is_array() || a->size() != 1 || !(*a)[0].is_string() ||
-        (*a)[0].get<std::string>().size() <= suffix.size() ||
-        (*a)[0].get<std::string>().compare((*a)[0].get<std::string>().size() - suffix.size(), suffix.size(),
-                                           suffix) != 0)
+        !is_sequence_classification((*a)[0].get<std::string>()))
       return invalid_argument("--hf-overrides: architectures must be one ...ForSequenceClassification name");
   }
   bool two_way = false;

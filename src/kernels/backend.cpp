@@ -1,5 +1,6 @@
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "common/check.h"
@@ -174,18 +175,35 @@ class CpuBackend final : public CpuKernelOps {
  private:
   void split_linear(const float* x, int64_t tokens, int64_t k, const float* norm_weight, float eps,
                     const SplitLinear& s, std::span<const LinearOutput> outputs) {
+    // Pieces all on the integer kernels share one quantization of the (normed) activations: the
+    // bits each piece's own linear() would make.
+    const bool shared = std::all_of(s.pieces.begin(), s.pieces.end(), [](const SplitLinear::Piece& p) {
+      const auto* q = dynamic_cast<const PackedLinear*>(p.w.get());
+      return q != nullptr && !q->packed.is_float();
+    });
+    if (shared) {
+      if (norm_weight != nullptr) {
+        quantized_.quantize_rms_norm(x, norm_weight, eps, tokens, k, isa_);
+      } else {
+        quantized_.quantize(x, tokens, k, isa_);
+      }
+    }
+    auto run = [&](const SplitLinear::Piece& p, std::span<const LinearOutput> outs) {
+      if (shared)
+        return quant_matmul(quantized_, static_cast<const PackedLinear&>(*p.w).packed, outs, pool_, isa_);
+      linear(x, tokens, k, norm_weight, eps, *p.w, outs);
+    };
     if (!s.swiglu || outputs.size() == 2) {  // one output per part (a SwiGLU pair's gate and up as they are)
       INFERD_CHECK(outputs.size() == s.pieces.back().first + s.pieces.back().count);
-      for (const SplitLinear::Piece& p : s.pieces)
-        linear(x, tokens, k, norm_weight, eps, *p.w, outputs.subspan(p.first, p.count));
+      for (const SplitLinear::Piece& p : s.pieces) run(p, outputs.subspan(p.first, p.count));
       return;
     }
     // outputs[0] = silu(x gate^T) * (x up^T)
     INFERD_CHECK(outputs.size() == 1 && outputs[0].ld == s.gate_rows && s.pieces.size() == 2);
     grow(split_up_, tokens * s.gate_rows);
     const LinearOutput up{split_up_.data(), s.gate_rows, nullptr};
-    linear(x, tokens, k, norm_weight, eps, *s.pieces[0].w, outputs.first(1));
-    linear(x, tokens, k, norm_weight, eps, *s.pieces[1].w, {&up, 1});
+    run(s.pieces[0], outputs.first(1));
+    run(s.pieces[1], {&up, 1});
     silu_mul(outputs[0].y, split_up_.data(), outputs[0].y, tokens * s.gate_rows);
   }
 

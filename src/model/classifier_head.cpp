@@ -83,10 +83,7 @@ Expected<std::optional<ClassifierHead>> hf_head(const ModelWeights& w) {
         it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
       arch_class = (*it)[0].get<std::string>();
   }
-  const std::string suffix = "ForSequenceClassification";
-  if (arch_class.size() <= suffix.size() ||
-      arch_class.compare(arch_class.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return std::optional<ClassifierHead>();
+  if (!is_sequence_classification(arch_class)) return std::optional<ClassifierHead>();
   const TensorView* score = nullptr;
   const TensorView* bias = nullptr;
   for (const SafetensorsFile& f : w.safetensors) {
@@ -153,6 +150,11 @@ std::optional<float> ClassifierHead::score(std::span<const float> logits, bool a
   if (score_rule == ScoreRule::kNone || logits.empty()) return std::nullopt;
   if (!activation) return logits[0];
   return probabilities(logits)[0];
+}
+
+bool is_sequence_classification(std::string_view architecture) {
+  constexpr std::string_view kSuffix = "ForSequenceClassification";
+  return architecture.size() > kSuffix.size() && architecture.ends_with(kSuffix);
 }
 
 Expected<std::optional<ClassifierHead>> load_classifier_head(const ModelWeights& weights) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -51,6 +52,9 @@ struct ClassifierHead {
 //   `id2label` (LABEL_i when absent).
 // Errors name the file and the tensor or key.
 Expected<std::optional<ClassifierHead>> load_classifier_head(const ModelWeights& weights);
+
+// Whether a Hugging Face architecture name is a sequence classifier (`...ForSequenceClassification`).
+bool is_sequence_classification(std::string_view architecture);
 
 // vLLM's `classifier_from_token` on a causal LM: the vocabulary projection's rows of `ids`, one
 // label per token named by `names`; or, with `two_way` (vLLM's from_2_way_softmax, the original
