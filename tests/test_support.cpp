@@ -164,6 +164,11 @@ TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
             put_f16(blk + 2, scale(rng));
             break;
           case DType::kQ6_K: put_f16(blk + 208, scale(rng)); break;
+          case DType::kQ2_K:
+            put_f16(blk + 80, scale(rng));
+            put_f16(blk + 82, scale(rng));
+            break;
+          case DType::kQ3_K: put_f16(blk + 108, scale(rng)); break;
           default: put_f16(blk, scale(rng)); break;
         }
       }

@@ -50,10 +50,13 @@ std::byte* weight_bytes(size_t n) {
 // How a packed dtype stores a block of 32 values for 16 rows (see the header's layout):
 //   scales  16 x f16
 //   mins    16 x same, when the value is scale * q + min
-//   subs    16 x i8 twice: Q6_K's scales of the two halves of the block (integers)
-//   quants  bytes: 8 groups x 16 rows x 4 u8;  nibbles: 4 groups, value 4g+j low, 16+4g+j high,
-//           then the bits above the nibbles (Q5_*: 1, Q6_K: 2) in a plane of the same layout
-// value = scale * (q - offset) [+ min], or for Q6_K scale * sub_half * (q - offset). Row-scaled
+//   subs    16 x i8 twice: Q6_K's and Q3_K's scales of the two halves of the block (integers),
+//           or Q2_K's sc | mn << 4 (u8) of each half
+//   quants  bytes: 8 groups x 16 rows x 4 u8;  nibbles: 4 groups, value 4g+j low, 16+4g+j high;
+//           crumbs (2 bits): 2 groups, value 4(g + 2c)+j in bits 2c; then the bits above the
+//           nibbles or crumbs (Q5_*, Q3_K: 1, Q6_K: 2) in a plane of the same layout
+// value = scale * (q - offset) [+ min], or for Q6_K / Q3_K scale * sub_half * (q - offset), for
+// Q2_K d * sc_half * q - dmin * mn_half. Row-scaled
 // formats (I8) have no per-block scale: their 16 rows' f32 scales head the tile, and the value
 // is row_scale * (q - offset). K-quants pack a whole superblock (8 blocks) as one group whose
 // head holds the file's own scales: the 16 rows' f16 d (and dmin), and each block's integer
@@ -74,6 +77,7 @@ struct Format {
   // IQ4_NL / IQ4_XS: a nibble is an index into kIq4Values; the kernels look the value up
   // (vpshufb) and take it as u8 value + 128 (offset 128, as Q8_0's bytes).
   bool lookup = false;
+  bool crumbs = false;  // Q2_K, Q3_K: 2-bit quants (see above)
 };
 
 constexpr Format format_of(DType dtype) {
@@ -91,6 +95,8 @@ constexpr Format format_of(DType dtype) {
     case DType::kQ4_G64: return {true, true, false, 0, false, 2};
     case DType::kIQ4_NL: return {true, false, false, 128, false, 1, 0, false, true};
     case DType::kIQ4_XS: return {true, false, false, 128, false, 8, 0, true, true};
+    case DType::kQ2_K: return {false, true, true, 0, false, 8, 0, true, false, true};
+    case DType::kQ3_K: return {false, false, true, 4, false, 8, 1, true, false, true};
     default: return {false, false, false, 0};
   }
 }
@@ -101,8 +107,9 @@ constexpr size_t scale_bytes(Format f) {
 constexpr size_t min_offset(Format f) {
   return scale_bytes(f);
 }
-// Where the integer sub-scales start: Q6_K's [block][2][16] i8, a K-quant's sc [block][16] u8
-// followed by its mn [block][16] u8, or IQ4_XS's ls - 32 [block][16] i8.
+// Where the integer sub-scales start: Q6_K's and Q3_K's [block][2][16] i8, Q2_K's [block][2][16]
+// sc | mn << 4, a K-quant's sc [block][16] u8 followed by its mn [block][16] u8, or IQ4_XS's
+// ls - 32 [block][16] i8.
 constexpr size_t sub_offset(Format f) {
   return min_offset(f) + (f.has_min ? scale_bytes(f) : 0);
 }
@@ -113,8 +120,18 @@ constexpr size_t sub_bytes(Format f) {
 constexpr size_t quant_offset(Format f) {
   return sub_offset(f) + sub_bytes(f);
 }
+// Q2_K: a sub-scale and a sub-min for each half block of 16 values (the min term then needs the
+// activations' half sums).
+constexpr bool half_mins(Format f) {
+  return f.has_min && f.sub_scales;
+}
+// The bit of a quant where its high plane's bits go.
+constexpr int base_bits(Format f) {
+  return f.crumbs ? 2 : (f.nibbles ? 4 : 8);
+}
 constexpr size_t quant_bytes(Format f) {
-  return f.nibbles ? 256 + 64 * static_cast<size_t>(f.high_bits) : 512;
+  const size_t planes = 64 * static_cast<size_t>(f.high_bits);
+  return f.crumbs ? 128 + planes : (f.nibbles ? 256 + planes : 512);
 }
 constexpr size_t packed_block_bytes(Format f) {
   return quant_offset(f) + static_cast<size_t>(f.group_blocks) * quant_bytes(f);
@@ -246,6 +263,35 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       }
       break;
     }
+    case DType::kQ2_K:
+    case DType::kQ3_K: {
+      // Both keep value 128h + 32s + l's low 2 bits at bits 2s of qs[32h + l]; block j of 32 is
+      // h = j / 4, s = j % 4, and its halves are sub-blocks 2j and 2j + 1.
+      const bool two = dtype == DType::kQ2_K;
+      const uint8_t* s = row + (b / per_super) * (two ? 84 : 110);
+      const int j = static_cast<int>(b % per_super);
+      const uint8_t* qs = s + (two ? 16 : 32) + 32 * (j / 4);
+      for (int l = 0; l < 32; ++l) {
+        int v = (qs[l] >> (2 * (j % 4))) & 3;
+        if (!two) v |= ((s[l] >> j) & 1) << 2;  // hmask bit j of byte l
+        out.q[l] = static_cast<uint8_t>(v);
+      }
+      if (two) {
+        out.d16 = load_u16(s + 80);
+        out.m16 = load_u16(s + 82);
+        out.sub[0] = static_cast<int8_t>(s[2 * j]);  // sc | mn << 4
+        out.sub[1] = static_cast<int8_t>(s[2 * j + 1]);
+      } else {
+        out.d16 = load_u16(s + 108);
+        const uint8_t* scales = s + 96;
+        for (int h = 0; h < 2; ++h) {
+          const int i = 2 * j + h;
+          const int low = (scales[i % 8] >> (i < 8 ? 0 : 4)) & 0x0f;
+          out.sub[h] = static_cast<int8_t>((low | (((scales[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32);
+        }
+      }
+      break;
+    }
     case DType::kQ6_K: {
       const uint8_t* s = row + (b / per_super) * 210;
       const int j = static_cast<int>(b % per_super);  // values 32j .. 32j+31 of the superblock
@@ -297,6 +343,10 @@ struct TileArgs {
 // 2(g % 4) and up of plane g / 4 (two bits).
 inline int stored_quant(const uint8_t* quants, Format f, int r, int k) {
   const int g = k / 4, pos = 4 * r + k % 4;
+  if (f.crumbs) {
+    const int q = (quants[64 * (g % 2) + pos] >> (2 * (g / 2))) & 3;
+    return f.high_bits == 1 ? q | (((quants[128 + pos] >> g) & 1) << 2) : q;
+  }
   if (!f.nibbles) return quants[64 * g + pos];
   const uint8_t byte = quants[64 * (g % 4) + pos];
   int q = g < 4 ? (byte & 0x0f) : (byte >> 4);
@@ -309,9 +359,9 @@ inline int stored_quant(const uint8_t* quants, Format f, int r, int k) {
 inline float block_scale(Format f, const uint8_t* head, int64_t j, int r) {
   if (f.k_scales) {
     const float d = load_f16(head + 2 * r);
+    if (f.sub_scales) return d;
     if (f.has_min) return d * static_cast<float>(head[sub_offset(f) + 16 * j + r]);
-    if (!f.sub_scales) return d * static_cast<float>(static_cast<int8_t>(head[sub_offset(f) + 16 * j + r]));
-    return d;
+    return d * static_cast<float>(static_cast<int8_t>(head[sub_offset(f) + 16 * j + r]));
   }
   return load_f16(head + 2 * r);
 }
@@ -330,6 +380,7 @@ void tile_scalar(const TileArgs& a) {
     const int8_t* xq = a.x->q(a.first_token + t);
     const float* xd = a.x->scale(a.first_token + t);
     const float* xss = a.x->scaled_sum(a.first_token + t);
+    const int32_t* xhs = a.x->half_sum(a.first_token + t);
     float acc[kQuantTileRows] = {};
     for (int64_t b = 0; b < a.blocks; ++b) {
       const BlockRef ref = block_ref(f, a.tile, a.block_bytes, b);
@@ -340,7 +391,12 @@ void tile_scalar(const TileArgs& a) {
         int32_t half[2] = {0, 0};
         for (int k = 0; k < 32; ++k) half[k / 16] += (stored_quant(quants, f, r, k) - f.offset) * xb[k];
         int32_t dot = half[0] + half[1];
-        if constexpr (f.sub_scales) {
+        int32_t min_dot = 0;  // Q2_K: sum over the halves of mn * sum(x)
+        if constexpr (half_mins(f)) {
+          const uint8_t* sub = blk + sub_offset(f) + 32 * ref.j;
+          dot = (sub[r] & 15) * half[0] + (sub[16 + r] & 15) * half[1];
+          min_dot = (sub[r] >> 4) * xhs[2 * b] + (sub[16 + r] >> 4) * xhs[2 * b + 1];
+        } else if constexpr (f.sub_scales) {
           const auto* sub = reinterpret_cast<const int8_t*>(blk + sub_offset(f) + 32 * ref.j);
           dot = sub[r] * half[0] + sub[16 + r] * half[1];
         }
@@ -350,7 +406,12 @@ void tile_scalar(const TileArgs& a) {
         }
         const float dw = block_scale(f, blk, ref.j, r);
         acc[r] = std::fma(dw * xd[b], static_cast<float>(dot), acc[r]);
-        if constexpr (f.has_min) acc[r] = std::fma(block_min(f, blk, ref.j, r), xss[b], acc[r]);
+        if constexpr (half_mins(f)) {
+          const float mw = -load_f16(blk + min_offset(f) + 2 * r);
+          acc[r] = std::fma(mw * xd[b], static_cast<float>(min_dot), acc[r]);
+        } else if constexpr (f.has_min) {
+          acc[r] = std::fma(block_min(f, blk, ref.j, r), xss[b], acc[r]);
+        }
       }
     }
     if constexpr (f.row_scales)
@@ -464,7 +525,12 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
       if constexpr (f.row_scales) {
       } else if constexpr (f.k_scales) {
         dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-        if constexpr (f.has_min) {
+        if constexpr (half_mins(f)) {  // Q2_K: -dmin, the sub-mins are integers
+          mw = _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+                                 reinterpret_cast<const __m128i*>(blk + min_offset(f) + 16 * h))),
+                             _mm256_set1_ps(-0.0f));
+        } else if constexpr (f.sub_scales) {
+        } else if constexpr (f.has_min) {
           dw = _mm256_mul_ps(dw, u8x8_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j) + 8 * h));
           const __m256 dmin = _mm256_cvtph_ps(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + min_offset(f) + 16 * h)));
@@ -482,14 +548,40 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + min_offset(f) + 16 * h)));
       }
       __m256i sub0 = _mm256_setzero_si256(), sub1 = _mm256_setzero_si256();
-      if constexpr (f.sub_scales) {
+      __m256i mn0 = _mm256_setzero_si256(), mn1 = _mm256_setzero_si256();
+      if constexpr (half_mins(f)) {
+        const std::byte* sub = blk + sub_offset(f) + 32 * static_cast<size_t>(ref.j);
+        const __m256i raw0 =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sub + 8 * h)));
+        const __m256i raw1 =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sub + 16 + 8 * h)));
+        const __m256i low = _mm256_set1_epi32(15);
+        sub0 = _mm256_and_si256(raw0, low);
+        sub1 = _mm256_and_si256(raw1, low);
+        mn0 = _mm256_srli_epi32(raw0, 4);
+        mn1 = _mm256_srli_epi32(raw1, 4);
+      } else if constexpr (f.sub_scales) {
         const std::byte* sub = blk + sub_offset(f) + 32 * static_cast<size_t>(ref.j);
         sub0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sub + 8 * h)));
         sub1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sub + 16 + 8 * h)));
       }
       const std::byte* qs = ref.quants;
       __m256i w[8];
-      if constexpr (f.nibbles) {
+      if constexpr (f.crumbs) {
+        const __m256i low2 = _mm256_set1_epi8(0x03);
+        for (int p = 0; p < 2; ++p) {
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p + 32 * h));
+          for (int c = 0; c < 4; ++c) w[p + 2 * c] = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * c), low2);
+        }
+        if constexpr (f.high_bits == 1) {  // bit g of the plane to bit 2
+          const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 128 + 32 * h));
+          const __m256i mask = _mm256_set1_epi8(0x04);
+          for (int g = 0; g < 8; ++g) {
+            const __m256i moved = g <= 2 ? _mm256_slli_epi16(hb, 2 - g) : _mm256_srli_epi16(hb, g - 2);
+            w[g] = _mm256_or_si256(w[g], _mm256_and_si256(moved, mask));
+          }
+        }
+      } else if constexpr (f.nibbles) {
         for (int g = 0; g < 4; ++g) {
           const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g + 32 * h));
           w[g] = _mm256_and_si256(raw, low4);
@@ -533,7 +625,10 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
           part[g / 4] = _mm256_add_epi32(part[g / 4], _mm256_madd_epi16(p, ones16));
         }
         const int32_t* hs = a.x->half_sum(a.first_token + t) + 2 * b;
-        __m256i dot;
+        __m256i dot, min_dot = _mm256_setzero_si256();
+        if constexpr (half_mins(f))
+          min_dot = _mm256_add_epi32(_mm256_mullo_epi32(mn0, _mm256_set1_epi32(hs[0])),
+                                     _mm256_mullo_epi32(mn1, _mm256_set1_epi32(hs[1])));
         if constexpr (f.sub_scales) {
           part[0] = _mm256_sub_epi32(part[0], _mm256_set1_epi32(offset * hs[0]));
           part[1] = _mm256_sub_epi32(part[1], _mm256_set1_epi32(offset * hs[1]));
@@ -546,7 +641,9 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
         const __m256 dx = _mm256_set1_ps(a.x->scale(a.first_token + t)[b]);
         const __m256 dwdx = f.row_scales ? dx : _mm256_mul_ps(dw, dx);
         acc[t] = _mm256_fmadd_ps(dwdx, _mm256_cvtepi32_ps(dot), acc[t]);
-        if constexpr (f.has_min)
+        if constexpr (half_mins(f))
+          acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_cvtepi32_ps(min_dot), acc[t]);
+        else if constexpr (f.has_min)
           acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.x->scaled_sum(a.first_token + t)[b]), acc[t]);
       }
     }
@@ -582,16 +679,21 @@ constexpr std::array<uint8_t, 16> iq4_values_u8() {
 }
 alignas(16) constexpr std::array<uint8_t, 16> kIq4ValuesU8 = iq4_values_u8();
 
+// Q2_K's sub-mins go to mn0, mn1 (and mw = -dmin).
 template <DType DT>
 INFERD_AVX512 __attribute__((always_inline)) inline void load_scales512(const BlockRef& ref, __m512& dw,
                                                                         __m512& mw, __m512i& sub0,
-                                                                        __m512i& sub1) {
+                                                                        __m512i& sub1, __m512i& mn0,
+                                                                        __m512i& mn1) {
   constexpr Format f = format_of(DT);
   const std::byte* blk = ref.head;
   if constexpr (f.row_scales) {
   } else if constexpr (f.k_scales) {
     dw = f16x16_ps(blk);
-    if constexpr (f.has_min) {
+    if constexpr (half_mins(f)) {
+      mw = _mm512_xor_ps(f16x16_ps(blk + min_offset(f)), _mm512_set1_ps(-0.0f));
+    } else if constexpr (f.sub_scales) {
+    } else if constexpr (f.has_min) {
       dw = _mm512_mul_ps(dw, u8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j)));
       mw = _mm512_xor_ps(
           _mm512_mul_ps(f16x16_ps(blk + min_offset(f)),
@@ -604,18 +706,45 @@ INFERD_AVX512 __attribute__((always_inline)) inline void load_scales512(const Bl
     dw = f16x16_ps(blk);
     if constexpr (f.has_min) mw = f16x16_ps(blk + min_offset(f));
   }
-  if constexpr (f.sub_scales) {
+  if constexpr (half_mins(f)) {
+    const std::byte* sub = blk + sub_offset(f) + 32 * static_cast<size_t>(ref.j);
+    const __m512i raw0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sub)));
+    const __m512i raw1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sub + 16)));
+    const __m512i low = _mm512_set1_epi32(15);
+    sub0 = _mm512_and_si512(raw0, low);
+    sub1 = _mm512_and_si512(raw1, low);
+    mn0 = _mm512_srli_epi32(raw0, 4);
+    mn1 = _mm512_srli_epi32(raw1, 4);
+  } else if constexpr (f.sub_scales) {
     const std::byte* sub = blk + sub_offset(f) + 32 * static_cast<size_t>(ref.j);
     sub0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sub)));
     sub1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sub + 16)));
   }
+  (void)mn0;
+  (void)mn1;
 }
 
 template <DType DT>
 INFERD_AVX512 __attribute__((always_inline)) inline void load_quants512(const std::byte* qs,
                                                                         __m512i (&w)[8]) {
   constexpr Format f = format_of(DT);
-  if constexpr (f.nibbles) {
+  if constexpr (f.crumbs) {
+    const __m512i low2 = _mm512_set1_epi8(0x03);
+    for (int p = 0; p < 2; ++p) {
+      const __m512i raw = _mm512_loadu_si512(qs + 64 * p);
+      for (int c = 0; c < 4; ++c)
+        w[p + 2 * c] = _mm512_and_si512(_mm512_srli_epi16(raw, static_cast<unsigned>(2 * c)), low2);
+    }
+    if constexpr (f.high_bits == 1) {  // bit g of the plane to bit 2 (see stored_quant)
+      const __m512i hb = _mm512_loadu_si512(qs + 128);
+      const __m512i mask = _mm512_set1_epi8(0x04);
+      for (int g = 0; g < 8; ++g) {
+        const __m512i moved = g <= 2 ? _mm512_slli_epi16(hb, static_cast<unsigned>(2 - g))
+                                     : _mm512_srli_epi16(hb, static_cast<unsigned>(g - 2));
+        w[g] = _mm512_ternarylogic_epi32(w[g], moved, mask, 0xf8);  // w | (moved & mask)
+      }
+    }
+  } else if constexpr (f.nibbles) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int g = 0; g < 4; ++g) {
       const __m512i raw = _mm512_loadu_si512(qs + 64 * g);
@@ -1124,6 +1253,8 @@ const TileFn* tables_for(DType dtype) {
     case DType::kI8: return ByTokens<Kernel, DType::kI8>::table;
     case DType::kIQ4_NL: return ByTokens<Kernel, DType::kIQ4_NL>::table;
     case DType::kIQ4_XS: return ByTokens<Kernel, DType::kIQ4_XS>::table;
+    case DType::kQ2_K: return ByTokens<Kernel, DType::kQ2_K>::table;
+    case DType::kQ3_K: return ByTokens<Kernel, DType::kQ3_K>::table;
     default: return ByTokens<Kernel, DType::kQ6_K>::table;
   }
 }
@@ -1154,6 +1285,8 @@ AmxFunctions amx_functions(DType dtype) {
     case DType::kI8: return kAmxFunctions<DType::kI8>;
     case DType::kIQ4_NL: return kAmxFunctions<DType::kIQ4_NL>;
     case DType::kIQ4_XS: return kAmxFunctions<DType::kIQ4_XS>;
+    case DType::kQ2_K: return kAmxFunctions<DType::kQ2_K>;
+    case DType::kQ3_K: return kAmxFunctions<DType::kQ3_K>;
     default: return kAmxFunctions<DType::kQ6_K>;
   }
 }
@@ -1337,6 +1470,8 @@ bool PackedWeight::supports(DType dtype) {
     case DType::kQ4_G64:
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
@@ -1440,7 +1575,7 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
             if (f.has_min) std::memcpy(blk + min_offset(f) + 2 * r, &sb.m16, 2);
           }
           if (f.k_scales && !f.sub_scales) blk[sub_offset(f) + 16 * j + r] = sb.sc;  // u8, or IQ4_XS's i8
-          if (f.k_scales && f.has_min) {
+          if (f.k_scales && f.has_min && !f.sub_scales) {
             blk[sub_offset(f) + 16 * (static_cast<size_t>(f.group_blocks) + j) + r] = sb.mn;
           }
           if (f.sub_scales) {
@@ -1450,6 +1585,11 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
           uint8_t* qs = blk + quant_offset(f) + j * quant_bytes(f);
           for (int k = 0; k < 32; ++k) {
             const int g = k / 4, pos = 4 * r + k % 4;
+            if (f.crumbs) {
+              qs[64 * (g % 2) + pos] |= static_cast<uint8_t>((sb.q[k] & 3) << (2 * (g / 2)));
+              if (f.high_bits == 1) qs[128 + pos] |= static_cast<uint8_t>(((sb.q[k] >> 2) & 1) << g);
+              continue;
+            }
             if (!f.nibbles) {
               qs[64 * g + pos] = sb.q[k];
               continue;

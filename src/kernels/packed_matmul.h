@@ -1,7 +1,7 @@
-// Integer matmul for block-quantized weights (GGUF Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K,
-// Q6_K, IQ4_NL, IQ4_XS): activations are quantized per token to int8 in blocks of 32, each weight block's dot
-// product is an exact int32 sum (AMX-INT8 tdpbssd for 16 tokens, AVX512-VNNI vpdpbusd, AVX2
-// vpmaddubsw, or scalar), then scaled and accumulated in f32.
+// Integer matmul for block-quantized weights (GGUF Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS): activations are quantized per token to int8 in blocks of
+// 32, each weight block's dot product is an exact int32 sum (AMX-INT8 tdpbssd for 16 tokens,
+// AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled and accumulated in f32.
 //
 // Weights are repacked once, at load, into tiles of 16 output rows: for each block of 32 inputs a
 // tile holds the 16 rows' scales (and mins, and Q6_K's two half-block scales) and their quants
@@ -13,6 +13,8 @@
 //   quants, nibbles (Q4_*, Q5_*, Q6_K): 4 groups x 16 rows x 4 u8, low nibble value 4g+j, high
 //                   nibble value 16+4g+j; then the bits above the nibble (Q5_*: 1, Q6_K: 2) in
 //                   planes of the same 16 x 4 byte layout (bit g, or bits 2(g%4) of plane g/4)
+//   quants, crumbs  (Q2_K, Q3_K): 2 groups x 16 rows x 4 u8, value 4(g+2c)+j in bits 2c..2c+1;
+//                   Q3_K's third bit in a plane (bit g)
 //   K-quants pack a superblock (8 blocks) as one group: a head with the 16 rows' f16 d (and
 //   dmin) and each block's integer sub-scales (sc and mn u8, or Q6_K's two i8 half scales),
 //   then the 8 blocks' quants; a block's scale is d * sc, its min -(dmin * mn) (exact in f32)
@@ -20,12 +22,14 @@
 //   values: what the file holds, but for Q4_K / Q5_K's 6-bit sub-scales and sub-mins kept as
 //   whole bytes (3 % more); IQ4_NL / IQ4_XS pack like Q4_0 / Q4_K (IQ4_XS's head: d and each
 //   block's ls - 32 as i8), their nibbles indices into kIq4Values, looked up in the kernel
-//   as u8 value + 128 (offset 128, as Q8_0)
+//   as u8 value + 128 (offset 128, as Q8_0); Q2_K 168 and Q3_K 228 (file: 220) bytes, their
+//   heads holding two sub-scales per block (Q3_K's as Q6_K's, Q2_K's sc | mn << 4 of each half)
 //
 // Per (token, row, block): i = sum_j (q_j - offset) * x_j exactly (offset 128 for Q8_0 whose
-// quants are stored + 128, 16 for Q5_0, 8 for Q4_0, 32 for Q6_K, else 0; Q6_K: i = s0 * i_lo +
-// s1 * i_hi over the halves), then acc = fma(d_w * d_x, float(i), acc), and with a min acc =
-// fma(m_w, d_x * sum_j x_j, acc). Every ISA path performs exactly these f32 operations in this
+// quants are stored + 128, 16 for Q5_0, 8 for Q4_0, 32 for Q6_K, 4 for Q3_K, else 0; Q6_K,
+// Q3_K, Q2_K: i = s0 * i_lo + s1 * i_hi over the halves), then acc = fma(d_w * d_x, float(i),
+// acc), and with a min acc = fma(m_w, d_x * sum_j x_j, acc) (Q2_K: acc = fma(-dmin * d_x,
+// float(m0 * sum x_lo + m1 * sum x_hi), acc)). Every ISA path performs exactly these f32 operations in this
 // order, so all paths give bit-identical results, and a token's result never depends on the
 // other tokens of the batch (the thread split is over tiles of rows): batch invariance holds.
 #pragma once

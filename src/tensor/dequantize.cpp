@@ -185,6 +185,37 @@ void dequant_iq4_xs(const u8* b, float* y) {
   }
 }
 
+// Q2_K: { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin }: sub-block i (values 16i..16i+15) has scale
+// d * (scales[i] & 15) and min dmin * (scales[i] >> 4); value v's 2-bit q is bits 2s of
+// qs[32h + l] for v = 128h + 32s + l.
+void dequant_q2_k(const u8* b, float* y) {
+  const float d = load_f16(b + 80);
+  const float dmin = load_f16(b + 82);
+  for (int v = 0; v < 256; ++v) {
+    const u8 sc = b[v / 16];
+    const int q = (b[16 + 32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+    y[v] = d * static_cast<float>(sc & 0x0f) * static_cast<float>(q) - dmin * static_cast<float>(sc >> 4);
+  }
+}
+
+// Q3_K: { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d }: value v's low 2 bits as Q2_K's, its
+// third bit (v / 32) of hmask[v % 32], q = low + 4 * bit - 4; sub-block i's 6-bit scale is the
+// nibble (i % 8 of bytes 0..7, low for i < 8) with bits 2 (i / 4) of byte 8 + i % 4 above, - 32.
+void dequant_q3_k(const u8* b, float* y) {
+  const u8* hmask = b;
+  const u8* qs = b + 32;
+  const u8* scales = b + 96;
+  const float d = load_f16(b + 108);
+  for (int v = 0; v < 256; ++v) {
+    const int i = v / 16;
+    const int low = (scales[i % 8] >> (i < 8 ? 0 : 4)) & 0x0f;
+    const int sc = (low | (((scales[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32;
+    const int q = ((qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3) |
+                  (((hmask[v % 32] >> (v / 32)) & 1) << 2);
+    y[v] = d * static_cast<float>(sc) * static_cast<float>(q - 4);
+  }
+}
+
 template <void (*Block)(const u8*, float*)>
 void dequant_blocks(const std::byte* src, float* dst, int64_t num_values, DType dtype) {
   const DTypeInfo& info = dtype_info(dtype);
@@ -225,6 +256,8 @@ void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_v
     case DType::kQ4_G64: return dequant_blocks<dequant_q4_group<64>>(src, dst, num_values, dtype);
     case DType::kIQ4_NL: return dequant_blocks<dequant_iq4_nl>(src, dst, num_values, dtype);
     case DType::kIQ4_XS: return dequant_blocks<dequant_iq4_xs>(src, dst, num_values, dtype);
+    case DType::kQ2_K: return dequant_blocks<dequant_q2_k>(src, dst, num_values, dtype);
+    case DType::kQ3_K: return dequant_blocks<dequant_q3_k>(src, dst, num_values, dtype);
   }
   INFERD_CHECK_MSG(false, "unknown dtype");
 }

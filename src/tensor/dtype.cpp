@@ -5,8 +5,10 @@
 namespace inferd {
 
 namespace {
+// One type per line:
+// clang-format off
 // Indexed by DType. Block layouts follow ggml's definitions (see docs/formats.md).
-constexpr std::array<DTypeInfo, 17> kInfos = {{
+constexpr std::array<DTypeInfo, 19> kInfos = {{
     {"F32", 1, 4, 0},
     {"F16", 1, 2, 1},
     {"BF16", 1, 2, 30},
@@ -24,7 +26,10 @@ constexpr std::array<DTypeInfo, 17> kInfos = {{
     {"Q4_G64", 64, 36, 202},
     {"IQ4_NL", 32, 18, 20},
     {"IQ4_XS", 256, 136, 23},
+    {"Q2_K", 256, 84, 10},
+    {"Q3_K", 256, 110, 11},
 }};
+// clang-format on
 static_assert(kInfos.size() == static_cast<size_t>(DType::kLast) + 1);
 }  // namespace
 

@@ -31,7 +31,10 @@ enum class DType : uint8_t {
   // ggml's non-linear 4-bit types: an index into a fixed table of 16 int8 values (kIq4Values).
   kIQ4_NL,  // { f16 d; u8 qs[16] } per 32 values: d * table[q]
   kIQ4_XS,  // { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128] } per 256: 8 blocks of 32 with 6-bit scales
-  kLast = kIQ4_XS,
+  // ggml's 2- and 3-bit K-quants: 256 values in 16 sub-blocks of 16, each with its own scale.
+  kQ2_K,  // { u8 scales[16] (sc | mn << 4); u8 qs[64]; f16 d; f16 dmin }: d * sc * q - dmin * mn
+  kQ3_K,  // { u8 hmask[32]; u8 qs[64]; u8 scales[12] (6-bit, - 32); f16 d }: d * sc * (q - 4)
+  kLast = kQ3_K,
 };
 
 struct DTypeInfo {

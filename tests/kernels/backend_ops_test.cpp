@@ -121,7 +121,8 @@ TEST(BackendOpsTest, LinearMatchesTheDoubleProductOnEveryBackendAndPath) {
       {DType::kQ5_0, 3, 64, 4},     {DType::kQ4_K, 17, 256, 16}, {DType::kQ6_K, 33, 512, 18},
       {DType::kQ5_K, 8, 256, 1},    {DType::kI8, 13, 96, 33},    {DType::kQ4_G128, 9, 256, 3},
       {DType::kF8_E4M3, 11, 64, 2}, {DType::kQ5_1, 6, 64, 16},   {DType::kQ4_G64, 18, 128, 20},
-      {DType::kIQ4_NL, 23, 96, 17}, {DType::kIQ4_XS, 9, 512, 5},
+      {DType::kIQ4_NL, 23, 96, 17}, {DType::kIQ4_XS, 9, 512, 5}, {DType::kQ2_K, 19, 512, 17},
+      {DType::kQ3_K, 14, 256, 3},
   };
   for (const LinearCase& c : cases) {
     std::vector<std::byte> storage;

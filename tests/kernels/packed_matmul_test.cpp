@@ -15,9 +15,9 @@
 namespace inferd {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ8_0,   DType::kQ5_0,   DType::kQ5_1,  DType::kQ4_0, DType::kQ4_1,
-                            DType::kQ4_K,   DType::kQ5_K,   DType::kQ6_K,  DType::kI8,   DType::kQ4_G128,
-                            DType::kQ4_G64, DType::kIQ4_NL, DType::kIQ4_XS};
+constexpr DType kTypes[] = {DType::kQ8_0,   DType::kQ5_0,   DType::kQ5_1,   DType::kQ4_0, DType::kQ4_1,
+                            DType::kQ4_K,   DType::kQ5_K,   DType::kQ6_K,   DType::kI8,   DType::kQ4_G128,
+                            DType::kQ4_G64, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K, DType::kQ3_K};
 
 // k rounded up to the dtype's block (256 values for K-quants).
 int64_t k_for(DType dtype, int64_t k) {
@@ -434,9 +434,10 @@ TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
 }
 
 // Decode streams every packed byte once per token, so a packed block format holds no more than
-// the file does (per 16 rows, K-quants add one copy of d / dmin per superblock: under 3 %): the
-// bits above a nibble (Q5_0, Q5_1, Q5_K, Q6_K) go in planes of 1 or 2 bits, and K-quants keep
-// their integer sub-scales beside one f16 d per row and superblock.
+// the file does (per 16 rows, K-quants add one copy of d / dmin per superblock: under 3 %; Q3_K's
+// 6-bit sub-scales kept as bytes: 3.6 %): the bits above a nibble or 2-bit quant (Q5_0, Q5_1,
+// Q5_K, Q6_K, Q3_K) go in planes of 1 or 2 bits, and K-quants keep their integer sub-scales
+// beside one f16 d per row and superblock.
 TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
   std::mt19937 rng(5);
   for (DType dtype : kTypes) {
@@ -447,7 +448,8 @@ TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
     auto packed = PackedWeight::pack(parts);
     ASSERT_TRUE(packed.has_value());
     const double file = static_cast<double>(w.num_bytes);
-    EXPECT_LE(static_cast<double>(packed->num_bytes()), 1.03 * file) << dtype_info(dtype).name;
+    EXPECT_LE(static_cast<double>(packed->num_bytes()), (dtype == DType::kQ3_K ? 1.04 : 1.03) * file)
+        << dtype_info(dtype).name;
     EXPECT_GE(static_cast<double>(packed->num_bytes()), file) << dtype_info(dtype).name;
   }
 }

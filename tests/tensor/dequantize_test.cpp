@@ -38,7 +38,7 @@ TEST(DequantizeTest, MatchesGgufPyReferenceForEveryType) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 12);
+  EXPECT_EQ(checked, 14);
 }
 
 TEST(DequantizeTest, BlockSizesMatchGgml) {
@@ -50,6 +50,8 @@ TEST(DequantizeTest, BlockSizesMatchGgml) {
   EXPECT_EQ(dtype_bytes(DType::kQ4_K, 256), 144);
   EXPECT_EQ(dtype_bytes(DType::kQ5_K, 256), 176);
   EXPECT_EQ(dtype_bytes(DType::kQ6_K, 512), 420);
+  EXPECT_EQ(dtype_bytes(DType::kQ2_K, 256), 84);
+  EXPECT_EQ(dtype_bytes(DType::kQ3_K, 512), 220);
   EXPECT_FALSE(dtype_from_ggml(9999).has_value());
 }
 
