@@ -56,12 +56,12 @@ std::byte* weight_bytes(size_t n) {
 //           crumbs (2 bits): 2 groups, value 4(g + 2c)+j in bits 2c; then the bits above the
 //           nibbles or crumbs (Q5_*, Q3_K: 1, Q6_K: 2) in a plane of the same layout
 // value = scale * (q - offset) [+ min], or for Q6_K / Q3_K scale * sub_half * (q - offset), for
-// Q2_K d * sc_half * q - dmin * mn_half. Row-scaled
-// formats (I8) have no per-block scale: their 16 rows' f32 scales head the tile, and the value
-// is row_scale * (q - offset). K-quants pack a whole superblock (8 blocks) as one group whose
-// head holds the file's own scales: the 16 rows' f16 d (and dmin), and each block's integer
-// sub-scales (and sub-mins, or Q6_K's two half scales); a block's scale is then d * sc and its
-// min -(dmin * mn), products exact in f32.
+// Q2_K d * sc_half * q - dmin * mn_half. Row-scaled formats (I8) have no per-block scale: their
+// 16 rows' f32 scales head the tile, and the value is row_scale * (q - offset). K-quants pack a
+// whole superblock (8 blocks) as one group whose head holds the file's own scales: the 16 rows'
+// f16 d (and dmin), and each block's integer sub-scales (and sub-mins; Q6_K's, Q3_K's and
+// Q2_K's two half scales; IQ4_XS's ls - 32 as i8); a block's scale is then d * sc and its min
+// -(dmin * mn), products exact in f32.
 struct Format {
   bool nibbles;
   bool has_min;
