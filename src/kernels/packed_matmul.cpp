@@ -15,6 +15,7 @@
 #include "kernels/exp_poly.h"
 #include "kernels/ops.h"
 #include "kernels/simd.h"
+#include "tensor/ggml_blocks.h"
 
 namespace inferd {
 
@@ -227,14 +228,7 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       const int j = static_cast<int>(b % per_super);  // sub-block
       out.d16 = load_u16(s);                          // value = d * sc * q - dmin * mn
       out.m16 = load_u16(s + 2);
-      const uint8_t* scales = s + 4;
-      if (j < 4) {
-        out.sc = scales[j] & 63;
-        out.mn = scales[j + 4] & 63;
-      } else {
-        out.sc = static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
-        out.mn = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
-      }
+      k_scale_min(j, s + 4, &out.sc, &out.mn);
       const uint8_t* ql = s + (five ? 48 : 16) + (j / 2) * 32;
       for (int l = 0; l < 32; ++l) {
         int v = j % 2 == 0 ? (ql[l] & 0x0f) : (ql[l] >> 4);
@@ -253,7 +247,7 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
         const uint8_t* s = row + (b / per_super) * 136;
         const int j = static_cast<int>(b % per_super);
         out.d16 = load_u16(s);
-        const int ls = ((s[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | (((load_u16(s + 2) >> (2 * j)) & 3) << 4);
+        const int ls = iq4_xs_scale(load_u16(s + 2), s + 4, j);
         out.sc = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
         qs = s + 8 + 16 * j;
       }
@@ -265,14 +259,12 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
     }
     case DType::kQ2_K:
     case DType::kQ3_K: {
-      // Both keep value 128h + 32s + l's low 2 bits at bits 2s of qs[32h + l]; block j of 32 is
-      // h = j / 4, s = j % 4, and its halves are sub-blocks 2j and 2j + 1.
+      // Block j of 32 is values 32j.. of the superblock; its halves are sub-blocks 2j, 2j + 1.
       const bool two = dtype == DType::kQ2_K;
       const uint8_t* s = row + (b / per_super) * (two ? 84 : 110);
       const int j = static_cast<int>(b % per_super);
-      const uint8_t* qs = s + (two ? 16 : 32) + 32 * (j / 4);
       for (int l = 0; l < 32; ++l) {
-        int v = (qs[l] >> (2 * (j % 4))) & 3;
+        int v = k_low2(s + (two ? 16 : 32), 32 * j + l);
         if (!two) v |= ((s[l] >> j) & 1) << 2;  // hmask bit j of byte l
         out.q[l] = static_cast<uint8_t>(v);
       }
@@ -283,12 +275,7 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
         out.sub[1] = static_cast<int8_t>(s[2 * j + 1]);
       } else {
         out.d16 = load_u16(s + 108);
-        const uint8_t* scales = s + 96;
-        for (int h = 0; h < 2; ++h) {
-          const int i = 2 * j + h;
-          const int low = (scales[i % 8] >> (i < 8 ? 0 : 4)) & 0x0f;
-          out.sub[h] = static_cast<int8_t>((low | (((scales[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32);
-        }
+        for (int h = 0; h < 2; ++h) out.sub[h] = static_cast<int8_t>(q3_k_scale(s + 96, 2 * j + h));
       }
       break;
     }

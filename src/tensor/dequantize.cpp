@@ -4,6 +4,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "tensor/ggml_blocks.h"
 
 namespace inferd {
 
@@ -63,17 +64,6 @@ void dequant_q5_1(const u8* b, float* y) {
 void dequant_q8_0(const u8* b, float* y) {
   const float d = load_f16(b);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
-}
-
-// K-quant 6-bit scales and mins packed into 12 bytes (Q4_K, Q5_K): entry j of 8.
-void k_scale_min(int j, const u8* q, u8* scale, u8* min) {
-  if (j < 4) {
-    *scale = q[j] & 63;
-    *min = q[j + 4] & 63;
-  } else {
-    *scale = static_cast<u8>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-    *min = static_cast<u8>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
 }
 
 // Scale and offset of sub-block j of a Q4_K / Q5_K block: value = scale * q - offset.
@@ -176,7 +166,7 @@ void dequant_iq4_xs(const u8* b, float* y) {
   const u8* scales_l = b + 4;
   const u8* qs = b + 8;
   for (int ib = 0; ib < 8; ++ib, qs += 16, y += 32) {
-    const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const int ls = iq4_xs_scale(scales_h, scales_l, ib);
     const float dl = d * static_cast<float>(ls - 32);
     for (int j = 0; j < 16; ++j) {
       y[j] = dl * static_cast<float>(kIq4Values[qs[j] & 0x0f]);
@@ -187,31 +177,27 @@ void dequant_iq4_xs(const u8* b, float* y) {
 
 // Q2_K: { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin }: sub-block i (values 16i..16i+15) has scale
 // d * (scales[i] & 15) and min dmin * (scales[i] >> 4); value v's 2-bit q is bits 2s of
-// qs[32h + l] for v = 128h + 32s + l.
+// qs[32h + l] for v = 128h + 32s + l (k_low2).
 void dequant_q2_k(const u8* b, float* y) {
   const float d = load_f16(b + 80);
   const float dmin = load_f16(b + 82);
   for (int v = 0; v < 256; ++v) {
     const u8 sc = b[v / 16];
-    const int q = (b[16 + 32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+    const int q = k_low2(b + 16, v);
     y[v] = d * static_cast<float>(sc & 0x0f) * static_cast<float>(q) - dmin * static_cast<float>(sc >> 4);
   }
 }
 
 // Q3_K: { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d }: value v's low 2 bits as Q2_K's, its
-// third bit (v / 32) of hmask[v % 32], q = low + 4 * bit - 4; sub-block i's 6-bit scale is the
-// nibble (i % 8 of bytes 0..7, low for i < 8) with bits 2 (i / 4) of byte 8 + i % 4 above, - 32.
+// third bit (v / 32) of hmask[v % 32], q = low + 4 * bit - 4; sub-block i's scale q3_k_scale.
 void dequant_q3_k(const u8* b, float* y) {
   const u8* hmask = b;
   const u8* qs = b + 32;
   const u8* scales = b + 96;
   const float d = load_f16(b + 108);
   for (int v = 0; v < 256; ++v) {
-    const int i = v / 16;
-    const int low = (scales[i % 8] >> (i < 8 ? 0 : 4)) & 0x0f;
-    const int sc = (low | (((scales[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32;
-    const int q = ((qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3) |
-                  (((hmask[v % 32] >> (v / 32)) & 1) << 2);
+    const int sc = q3_k_scale(scales, v / 16);
+    const int q = k_low2(qs, v) | (((hmask[v % 32] >> (v / 32)) & 1) << 2);
     y[v] = d * static_cast<float>(sc) * static_cast<float>(q - 4);
   }
 }
