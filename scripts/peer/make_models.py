@@ -14,9 +14,9 @@
   1536, 12 heads / 2 KV heads of 128, FFN 8960). Its rows are multiples of 256, so llama.cpp's
   K-quant mixes keep their types on every matrix (the 0.5B's hidden size, 896, is not: most of
   its matrices fall back to Q5_0 / Q8_0).
-- K-quant and IQ4 mixes (--types q4_k_m,q4_k_s,q5_k_m,q6_k,q3_k_m,q3_k_s,q2_k,iq4_xs,iq4_nl): written by the peer's
-  llama-quantize (scripts/peer/build_llama_cpp.sh) from the f16 file of the same shapes, as a user
-  makes them; the gguf package cannot write K-quants.
+- K-quant and IQ mixes (--types q4_k_m,q4_k_s,q5_k_m,q6_k,q3_k_m,q3_k_s,q2_k,iq4_xs,iq4_nl,
+  iq3_xxs,iq3_s,iq3_m): written by the peer's llama-quantize (scripts/peer/build_llama_cpp.sh)
+  from the f16 file of the same shapes, as a user makes them; the gguf package cannot write K-quants.
 DIR defaults to $INFERD_PEER_DIR/models (~/.cache/inferd-peer/models). Existing files are kept.
 """
 # Runs under the checkout's virtual environment (.venv, made by scripts/setup: the PyPI packages).
@@ -48,7 +48,8 @@ SHAPES = {
 }
 # llama-quantize's names of its mixes
 PEER_QUANTIZED = {"q4_k_m": "Q4_K_M", "q4_k_s": "Q4_K_S", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K", "q3_k_m": "Q3_K_M",
-                  "q3_k_s": "Q3_K_S", "q2_k": "Q2_K", "iq4_xs": "IQ4_XS", "iq4_nl": "IQ4_NL"}
+                  "q3_k_s": "Q3_K_S", "q2_k": "Q2_K", "iq4_xs": "IQ4_XS", "iq4_nl": "IQ4_NL",
+                  "iq3_xxs": "IQ3_XXS", "iq3_s": "IQ3_S", "iq3_m": "IQ3_M"}
 TYPES = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
          "q4_0": gguf.GGMLQuantizationType.Q4_0}
 FILE_TYPES = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,

@@ -48,6 +48,32 @@ std::byte* weight_bytes(size_t n) {
   return static_cast<std::byte*>(p);
 }
 
+// The 16 values a nibble code stands for (IQ4: kIq4Values; IQ3: the sign and the 3-bit level of
+// a grid point's value, code = sign << 3 | level), signed and as u8 value + 128.
+struct LookupTable {
+  alignas(16) std::array<int8_t, 16> values;
+  alignas(16) std::array<uint8_t, 16> biased;
+};
+constexpr LookupTable lookup_of(const int8_t (&values)[16]) {
+  LookupTable t{};
+  for (size_t i = 0; i < 16; ++i) {
+    t.values[i] = values[i];
+    t.biased[i] = static_cast<uint8_t>(values[i] + 128);
+  }
+  return t;
+}
+constexpr LookupTable signed_levels(const int8_t (&levels)[8]) {
+  int8_t values[16] = {};
+  for (int i = 0; i < 8; ++i) {
+    values[i] = levels[i];
+    values[i + 8] = static_cast<int8_t>(-levels[i]);
+  }
+  return lookup_of(values);
+}
+constexpr LookupTable kIq4Lookup = lookup_of(kIq4Values);
+constexpr LookupTable kIq3XxsLookup = signed_levels(kIq3XxsLevels);
+constexpr LookupTable kIq3sLookup = signed_levels(kIq3sLevels);
+
 // How a packed dtype stores a block of 32 values for 16 rows (see the header's layout):
 //   scales  16 x f16
 //   mins    16 x same, when the value is scale * q + min
@@ -61,7 +87,7 @@ std::byte* weight_bytes(size_t n) {
 // 16 rows' f32 scales head the tile, and the value is row_scale * (q - offset). K-quants pack a
 // whole superblock (8 blocks) as one group whose head holds the file's own scales: the 16 rows'
 // f16 d (and dmin), and each block's integer sub-scales (and sub-mins; Q6_K's, Q3_K's and
-// Q2_K's two half scales; IQ4_XS's ls - 32 as i8); a block's scale is then d * sc and its min
+// Q2_K's two half scales; IQ4_XS's ls - 32, IQ3's 2s + 1 as i8); a block's scale is then d * sc and its min
 // -(dmin * mn), products exact in f32.
 struct Format {
   bool nibbles;
@@ -75,10 +101,12 @@ struct Format {
   int64_t group_blocks = 1;
   int high_bits = 0;      // bits of a quant above its nibble, in a plane after the nibbles
   bool k_scales = false;  // K-quant superblock heads (see above)
-  // IQ4_NL / IQ4_XS: a nibble is an index into kIq4Values; the kernels look the value up
-  // (vpshufb) and take it as u8 value + 128 (offset 128, as Q8_0's bytes).
-  bool lookup = false;
+  // IQ4_NL / IQ4_XS / IQ3_*: a nibble is a code into a table of 16 values; the kernels look the
+  // value up (vpshufb) and take it as u8 value + 128 (offset 128, as Q8_0's bytes).
+  const LookupTable* lookup = nullptr;
   bool crumbs = false;  // Q2_K, Q3_K: 2-bit quants (see above)
+  // IQ3_XXS: a block's scale is d * m / 4 (m its i8 sub-scale), else d * m; exact in f32.
+  bool quarter_scale = false;
 };
 
 constexpr Format format_of(DType dtype) {
@@ -94,10 +122,12 @@ constexpr Format format_of(DType dtype) {
     case DType::kI8: return {false, false, false, 128, true};
     case DType::kQ4_G128: return {true, true, false, 0, false, 4};
     case DType::kQ4_G64: return {true, true, false, 0, false, 2};
-    case DType::kIQ4_NL: return {true, false, false, 128, false, 1, 0, false, true};
-    case DType::kIQ4_XS: return {true, false, false, 128, false, 8, 0, true, true};
-    case DType::kQ2_K: return {false, true, true, 0, false, 8, 0, true, false, true};
-    case DType::kQ3_K: return {false, false, true, 4, false, 8, 1, true, false, true};
+    case DType::kIQ4_NL: return {true, false, false, 128, false, 1, 0, false, &kIq4Lookup};
+    case DType::kIQ4_XS: return {true, false, false, 128, false, 8, 0, true, &kIq4Lookup};
+    case DType::kQ2_K: return {false, true, true, 0, false, 8, 0, true, nullptr, true};
+    case DType::kQ3_K: return {false, false, true, 4, false, 8, 1, true, nullptr, true};
+    case DType::kIQ3_XXS: return {true, false, false, 128, false, 8, 0, true, &kIq3XxsLookup, false, true};
+    case DType::kIQ3_S: return {true, false, false, 128, false, 8, 0, true, &kIq3sLookup};
     default: return {false, false, false, 0};
   }
 }
@@ -257,6 +287,16 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       }
       break;
     }
+    case DType::kIQ3_XXS:
+    case DType::kIQ3_S: {
+      const bool xxs = dtype == DType::kIQ3_XXS;
+      const uint8_t* s = row + (b / per_super) * (xxs ? 98 : 110);
+      const int j = static_cast<int>(b % per_super);
+      out.d16 = load_u16(s);
+      const int m = xxs ? iq3_xxs_block(s, j, out.q) : iq3_s_block(s, j, out.q);
+      out.sc = static_cast<uint8_t>(static_cast<int8_t>(m));  // i8, as IQ4_XS's ls - 32
+      break;
+    }
     case DType::kQ2_K:
     case DType::kQ3_K: {
       // Block j of 32 is values 32j.. of the superblock; its halves are sub-blocks 2j, 2j + 1.
@@ -339,7 +379,7 @@ inline int stored_quant(const uint8_t* quants, Format f, int r, int k) {
   int q = g < 4 ? (byte & 0x0f) : (byte >> 4);
   if (f.high_bits == 1) q |= ((quants[256 + pos] >> g) & 1) << 4;
   if (f.high_bits == 2) q |= ((quants[256 + 64 * (g / 4) + pos] >> (2 * (g % 4))) & 3) << 4;
-  return f.lookup ? kIq4Values[q] + 128 : q;
+  return f.lookup != nullptr ? f.lookup->biased[static_cast<size_t>(q)] : q;
 }
 
 // Block j's scale and min of row r from its group's head (see Format).
@@ -348,7 +388,8 @@ inline float block_scale(Format f, const uint8_t* head, int64_t j, int r) {
     const float d = load_f16(head + 2 * r);
     if (f.sub_scales) return d;
     if (f.has_min) return d * static_cast<float>(head[sub_offset(f) + 16 * j + r]);
-    return d * static_cast<float>(static_cast<int8_t>(head[sub_offset(f) + 16 * j + r]));
+    const float dm = d * static_cast<float>(static_cast<int8_t>(head[sub_offset(f) + 16 * j + r]));
+    return f.quarter_scale ? dm * 0.25f : dm;
   }
   return load_f16(head + 2 * r);
 }
@@ -525,8 +566,9 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
               _mm256_mul_ps(dmin, u8x8_ps(blk + sub_offset(f) +
                                           16 * static_cast<size_t>(f.group_blocks + ref.j) + 8 * h)),
               _mm256_set1_ps(-0.0f));
-        } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32)
+        } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32); IQ3: d * m (/ 4)
           dw = _mm256_mul_ps(dw, i8x8_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j) + 8 * h));
+          if constexpr (f.quarter_scale) dw = _mm256_mul_ps(dw, _mm256_set1_ps(0.25f));
         }
       } else {
         dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
@@ -587,9 +629,10 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
             w[g] = _mm256_or_si256(w[g], _mm256_and_si256(moved, mask));
           }
         }
-        if constexpr (f.lookup) {  // the table's signed values: kSigned's dot takes them as they are
-          const __m256i table =
-              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+        // The table's signed values: kSigned's dot takes them as they are.
+        if constexpr (f.lookup != nullptr) {
+          const __m256i table = _mm256_broadcastsi128_si256(
+              _mm_load_si128(reinterpret_cast<const __m128i*>(f.lookup->values.data())));
           for (int g = 0; g < 8; ++g) w[g] = _mm256_shuffle_epi8(table, w[g]);
         }
       } else {
@@ -658,14 +701,6 @@ INFERD_AVX512 __attribute__((always_inline)) inline __m512 i8x16_ps(const std::b
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// kIq4Values + 128 as u8, the table of the 512-bit paths' lookup.
-constexpr std::array<uint8_t, 16> iq4_values_u8() {
-  std::array<uint8_t, 16> t{};
-  for (int i = 0; i < 16; ++i) t[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4Values[i] + 128);
-  return t;
-}
-alignas(16) constexpr std::array<uint8_t, 16> kIq4ValuesU8 = iq4_values_u8();
-
 // Q2_K's sub-mins go to mn0, mn1 (and mw = -dmin).
 template <DType DT>
 INFERD_AVX512 __attribute__((always_inline)) inline void load_scales512(const BlockRef& ref, __m512& dw,
@@ -686,8 +721,9 @@ INFERD_AVX512 __attribute__((always_inline)) inline void load_scales512(const Bl
           _mm512_mul_ps(f16x16_ps(blk + min_offset(f)),
                         u8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(f.group_blocks + ref.j))),
           _mm512_set1_ps(-0.0f));
-    } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32)
+    } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32); IQ3: d * m (/ 4)
       dw = _mm512_mul_ps(dw, i8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j)));
+      if constexpr (f.quarter_scale) dw = _mm512_mul_ps(dw, _mm512_set1_ps(0.25f));
     }
   } else {
     dw = f16x16_ps(blk);
@@ -749,9 +785,9 @@ INFERD_AVX512 __attribute__((always_inline)) inline void load_quants512(const st
         w[g] = _mm512_ternarylogic_epi32(w[g], moved, mask, 0xf8);  // w | (moved & mask)
       }
     }
-    if constexpr (f.lookup) {
+    if constexpr (f.lookup != nullptr) {
       const __m512i table =
-          _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4ValuesU8.data())));
+          _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(f.lookup->biased.data())));
       for (int g = 0; g < 8; ++g) w[g] = _mm512_shuffle_epi8(table, w[g]);
     }
   } else {
@@ -1240,6 +1276,8 @@ const TileFn* tables_for(DType dtype) {
     case DType::kI8: return ByTokens<Kernel, DType::kI8>::table;
     case DType::kIQ4_NL: return ByTokens<Kernel, DType::kIQ4_NL>::table;
     case DType::kIQ4_XS: return ByTokens<Kernel, DType::kIQ4_XS>::table;
+    case DType::kIQ3_XXS: return ByTokens<Kernel, DType::kIQ3_XXS>::table;
+    case DType::kIQ3_S: return ByTokens<Kernel, DType::kIQ3_S>::table;
     case DType::kQ2_K: return ByTokens<Kernel, DType::kQ2_K>::table;
     case DType::kQ3_K: return ByTokens<Kernel, DType::kQ3_K>::table;
     default: return ByTokens<Kernel, DType::kQ6_K>::table;
@@ -1272,6 +1310,8 @@ AmxFunctions amx_functions(DType dtype) {
     case DType::kI8: return kAmxFunctions<DType::kI8>;
     case DType::kIQ4_NL: return kAmxFunctions<DType::kIQ4_NL>;
     case DType::kIQ4_XS: return kAmxFunctions<DType::kIQ4_XS>;
+    case DType::kIQ3_XXS: return kAmxFunctions<DType::kIQ3_XXS>;
+    case DType::kIQ3_S: return kAmxFunctions<DType::kIQ3_S>;
     case DType::kQ2_K: return kAmxFunctions<DType::kQ2_K>;
     case DType::kQ3_K: return kAmxFunctions<DType::kQ3_K>;
     default: return kAmxFunctions<DType::kQ6_K>;
@@ -1459,6 +1499,8 @@ bool PackedWeight::supports(DType dtype) {
     case DType::kIQ4_XS:
     case DType::kQ2_K:
     case DType::kQ3_K:
+    case DType::kIQ3_XXS:
+    case DType::kIQ3_S:
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:

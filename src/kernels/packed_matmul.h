@@ -1,5 +1,5 @@
 // Integer matmul for block-quantized weights (GGUF Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q2_K, Q3_K,
-// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS): activations are quantized per token to int8 in blocks of
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S): activations are quantized per token to int8 in blocks of
 // 32, each weight block's dot product is an exact int32 sum (AMX-INT8 tdpbssd for 16 tokens,
 // AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled and accumulated in f32.
 //
@@ -22,7 +22,10 @@
 //   values: what the file holds, but for Q4_K / Q5_K's 6-bit sub-scales and sub-mins kept as
 //   whole bytes (3 % more); IQ4_NL / IQ4_XS pack like Q4_0 / Q4_K (IQ4_XS's head: d and each
 //   block's ls - 32 as i8), their nibbles indices into kIq4Values, looked up in the kernel
-//   as u8 value + 128 (offset 128, as Q8_0); Q2_K 168 and Q3_K 228 (file: 220) bytes, their
+//   as u8 value + 128 (offset 128, as Q8_0); IQ3_XXS / IQ3_S pack as IQ4_XS, each grid point's
+//   values expanded at load to nibble codes sign << 3 | level into a table of their signed levels
+//   (276 bytes against the files' 196 / 220), the head's i8 the block's 2s + 1 (IQ3_XXS: scale
+//   d * m / 4); Q2_K 168 and Q3_K 228 (file: 220) bytes, their
 //   heads holding two sub-scales per block (Q3_K's as Q6_K's, Q2_K's sc | mn << 4 of each half)
 //
 // Per (token, row, block): i = sum_j (q_j - offset) * x_j exactly (offset 128 for Q8_0 whose

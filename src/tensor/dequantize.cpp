@@ -175,6 +175,23 @@ void dequant_iq4_xs(const u8* b, float* y) {
   }
 }
 
+// IQ3_XXS / IQ3_S: block ib's 32 values are (d * m [/ 4]) * -+level, from iq3_*_block's codes
+// (tensor/ggml_blocks.h); the products are exact in f32 up to the last one, as ggml's.
+template <bool kXxs>
+void dequant_iq3(const u8* b, float* y) {
+  const float d = load_f16(b);
+  const int8_t* levels = kXxs ? kIq3XxsLevels : kIq3sLevels;
+  uint8_t codes[32];
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const int m = kXxs ? iq3_xxs_block(b, ib, codes) : iq3_s_block(b, ib, codes);
+    const float dl = kXxs ? d * static_cast<float>(m) * 0.25f : d * static_cast<float>(m);
+    for (int v = 0; v < 32; ++v) {
+      const float level = static_cast<float>(levels[codes[v] & 7]);
+      y[v] = dl * ((codes[v] & 8) != 0 ? -level : level);
+    }
+  }
+}
+
 // Q2_K: { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin }: sub-block i (values 16i..16i+15) has scale
 // d * (scales[i] & 15) and min dmin * (scales[i] >> 4); value v's 2-bit q is bits 2s of
 // qs[32h + l] for v = 128h + 32s + l (k_low2).
@@ -244,6 +261,8 @@ void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_v
     case DType::kIQ4_XS: return dequant_blocks<dequant_iq4_xs>(src, dst, num_values, dtype);
     case DType::kQ2_K: return dequant_blocks<dequant_q2_k>(src, dst, num_values, dtype);
     case DType::kQ3_K: return dequant_blocks<dequant_q3_k>(src, dst, num_values, dtype);
+    case DType::kIQ3_XXS: return dequant_blocks<dequant_iq3<true>>(src, dst, num_values, dtype);
+    case DType::kIQ3_S: return dequant_blocks<dequant_iq3<false>>(src, dst, num_values, dtype);
   }
   INFERD_CHECK_MSG(false, "unknown dtype");
 }

@@ -34,7 +34,12 @@ enum class DType : uint8_t {
   // ggml's 2- and 3-bit K-quants: 256 values in 16 sub-blocks of 16, each with its own scale.
   kQ2_K,  // { u8 scales[16] (sc | mn << 4); u8 qs[64]; f16 d; f16 dmin }: d * sc * q - dmin * mn
   kQ3_K,  // { u8 hmask[32]; u8 qs[64]; u8 scales[12] (6-bit, - 32); f16 d }: d * sc * (q - 4)
-  kLast = kQ3_K,
+  // ggml's 3-bit grid types: each 4 values are a point of a fixed grid (src/tensor/iq_grids.h),
+  // each value with its own sign; 8 blocks of 32 per 256 with a 4-bit block scale s.
+  kIQ3_XXS,  // { f16 d; u8 qs[64] (grid indices); u32 signs_scales[8] }: d * (2s + 1) / 4 * ±level
+  kIQ3_S,    // { f16 d; u8 qs[64]; u8 qh[8] (9th index bits); u8 signs[32]; u8 scales[4] }:
+             // d * (2s + 1) * ±level
+  kLast = kIQ3_S,
 };
 
 struct DTypeInfo {

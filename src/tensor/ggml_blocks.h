@@ -1,9 +1,13 @@
-// Bit fields of ggml's K-quant and IQ4_XS blocks that more than one reader unpacks: the
+// Bit fields of ggml's K-quant, IQ4_XS and IQ3 blocks that more than one reader unpacks: the
 // reference dequantizer (tensor/dequantize.cpp) and the packer of the integer kernels
 // (kernels/packed_matmul.cpp). Layouts as ggml defines them (docs/formats.md).
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
+
+#include "tensor/iq_grids.h"
 
 namespace inferd {
 
@@ -35,6 +39,50 @@ inline int q3_k_scale(const uint8_t* scales, int i) {
 // u8 scales_l[4]; the block's scale is d * (ls - 32).
 inline int iq4_xs_scale(uint32_t scales_h, const uint8_t* scales_l, int ib) {
   return ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
+}
+
+// IQ3_XXS and IQ3_S: block ib (0..7) of a superblock, its 32 values as 4-bit codes
+// code = sign << 3 | level (value = -+Levels[level], kIq3XxsLevels or kIq3sLevels), and the
+// block's odd scale multiplier m = 2s + 1 (1..31): the block's scale is d * m / 4 (IQ3_XXS) or
+// d * m (IQ3_S).
+//
+// IQ3_XXS { f16 d; u8 qs[64]; u32 aux[8] }: the block's points are qs[8ib..8ib+7]; aux[ib] holds
+// four 7-bit sign fields (one per 8 values, low first; the eighth sign makes the count of minus
+// signs even) and s in its top 4 bits.
+inline int iq3_xxs_block(const uint8_t* b, int ib, uint8_t* codes) {
+  uint32_t aux;
+  std::memcpy(&aux, b + 2 + 64 + 4 * ib, 4);
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t seven = (aux >> (7 * l)) & 127;
+    const uint32_t signs = seven | (static_cast<uint32_t>(std::popcount(seven) & 1) << 7);
+    for (int p = 0; p < 2; ++p) {
+      const uint16_t point = kIq3XxsGrid[b[2 + 8 * ib + 2 * l + p]];
+      for (int j = 0; j < 4; ++j) {
+        const int v = 4 * p + j;  // of the 8 values
+        codes[8 * l + v] = static_cast<uint8_t>(((point >> (4 * j)) & 7) | (((signs >> v) & 1) << 3));
+      }
+    }
+  }
+  return 2 * static_cast<int>(aux >> 28) + 1;
+}
+
+// IQ3_S { f16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4] }: point i (of 64) has the
+// 9-bit index qs[i] | bit i % 8 of qh[i / 8] << 8; value v's sign is bit v % 8 of signs[v / 8];
+// block ib's s is nibble ib % 2 of scales[ib / 2].
+inline int iq3_s_block(const uint8_t* b, int ib, uint8_t* codes) {
+  const uint8_t* qs = b + 2;
+  const uint8_t* qh = b + 66;
+  const uint8_t* signs = b + 74;
+  for (int i = 0; i < 8; ++i) {
+    const int point_index = 8 * ib + i;
+    const uint16_t point = kIq3sGrid[qs[point_index] | (((qh[ib] >> i) & 1) << 8)];
+    for (int j = 0; j < 4; ++j) {
+      const int v = 4 * i + j;  // of the block's 32 values
+      codes[v] =
+          static_cast<uint8_t>(((point >> (4 * j)) & 7) | (((signs[4 * ib + v / 8] >> (v % 8)) & 1) << 3));
+    }
+  }
+  return 2 * ((b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0f) + 1;
 }
 
 }  // namespace inferd

@@ -116,13 +116,13 @@ TEST(BackendOpsTest, LinearMatchesTheDoubleProductOnEveryBackendAndPath) {
   std::mt19937 rng(11);
   ThreadPool pool(2);
   const std::vector<LinearCase> cases = {
-      {DType::kF32, 37, 96, 3},     {DType::kF16, 5, 160, 17},   {DType::kBF16, 19, 64, 1},
-      {DType::kQ8_0, 37, 96, 21},   {DType::kQ4_0, 21, 224, 2},  {DType::kQ4_1, 16, 32, 17},
-      {DType::kQ5_0, 3, 64, 4},     {DType::kQ4_K, 17, 256, 16}, {DType::kQ6_K, 33, 512, 18},
-      {DType::kQ5_K, 8, 256, 1},    {DType::kI8, 13, 96, 33},    {DType::kQ4_G128, 9, 256, 3},
-      {DType::kF8_E4M3, 11, 64, 2}, {DType::kQ5_1, 6, 64, 16},   {DType::kQ4_G64, 18, 128, 20},
-      {DType::kIQ4_NL, 23, 96, 17}, {DType::kIQ4_XS, 9, 512, 5}, {DType::kQ2_K, 19, 512, 17},
-      {DType::kQ3_K, 14, 256, 3},
+      {DType::kF32, 37, 96, 3},     {DType::kF16, 5, 160, 17},     {DType::kBF16, 19, 64, 1},
+      {DType::kQ8_0, 37, 96, 21},   {DType::kQ4_0, 21, 224, 2},    {DType::kQ4_1, 16, 32, 17},
+      {DType::kQ5_0, 3, 64, 4},     {DType::kQ4_K, 17, 256, 16},   {DType::kQ6_K, 33, 512, 18},
+      {DType::kQ5_K, 8, 256, 1},    {DType::kI8, 13, 96, 33},      {DType::kQ4_G128, 9, 256, 3},
+      {DType::kF8_E4M3, 11, 64, 2}, {DType::kQ5_1, 6, 64, 16},     {DType::kQ4_G64, 18, 128, 20},
+      {DType::kIQ4_NL, 23, 96, 17}, {DType::kIQ4_XS, 9, 512, 5},   {DType::kQ2_K, 19, 512, 17},
+      {DType::kQ3_K, 14, 256, 3},   {DType::kIQ3_XXS, 7, 512, 19}, {DType::kIQ3_S, 22, 256, 2},
   };
   for (const LinearCase& c : cases) {
     std::vector<std::byte> storage;

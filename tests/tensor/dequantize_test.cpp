@@ -38,7 +38,7 @@ TEST(DequantizeTest, MatchesGgufPyReferenceForEveryType) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 14);
+  EXPECT_EQ(checked, 16);
 }
 
 TEST(DequantizeTest, BlockSizesMatchGgml) {
@@ -52,6 +52,8 @@ TEST(DequantizeTest, BlockSizesMatchGgml) {
   EXPECT_EQ(dtype_bytes(DType::kQ6_K, 512), 420);
   EXPECT_EQ(dtype_bytes(DType::kQ2_K, 256), 84);
   EXPECT_EQ(dtype_bytes(DType::kQ3_K, 512), 220);
+  EXPECT_EQ(dtype_bytes(DType::kIQ3_XXS, 256), 98);
+  EXPECT_EQ(dtype_bytes(DType::kIQ3_S, 512), 220);
   EXPECT_FALSE(dtype_from_ggml(9999).has_value());
 }
 
