@@ -33,4 +33,12 @@ class MappedFile final {
   std::string path_;
 };
 
+// Drops this process's resident pages of [p, p + n) when the range lies inside the mapping of a
+// live MappedFile: the whole pages inside the range only. Their memory goes back to the system
+// (the file's page cache keeps them while it has room), and a later read faults them in again
+// from the file, so the bytes read are the same. A weight repacked at load calls it on the
+// file's copy it no longer reads. Elsewhere (heap memory) it does nothing. Returns the bytes
+// released.
+size_t release_mapped_pages(const void* p, size_t n);
+
 }  // namespace inferd

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/mapped_file.h"
 #include "kernels/matmul.h"
 #include "kernels/onednn_matmul.h"
 #include "tensor/dequantize.h"
@@ -78,7 +79,12 @@ class CpuBackend final : public CpuKernelOps {
     }
     if (kind_ != BackendKind::kF32 && packable(parts)) {
       auto packed = swiglu ? PackedWeight::pack_swiglu(*parts[0], *parts[1]) : PackedWeight::pack(parts);
-      if (packed) return std::make_unique<PackedLinear>(std::move(packed).value());
+      if (packed) {
+        // The kernels read the packed copy only: the file's pages of these weights go back to the
+        // system (a model in memory once, not twice; read again from the file if ever needed).
+        for (const TensorView* part : parts) release_mapped_pages(part->data, part->num_bytes);
+        return std::make_unique<PackedLinear>(std::move(packed).value());
+      }
     }
     auto view = std::make_unique<ViewLinear>();
     view->parts.assign(parts.begin(), parts.end());
