@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the peer we compare against: llama.cpp's llama-server, llama-bench and
-# llama-batched-bench (and llama-quantize, which writes the K-quant test models), from the
-# llama.cpp source that the PyPI sdist of llama-cpp-python carries (pinned below). Built outside
+# llama-batched-bench (and llama-quantize and llama-imatrix, which write the K-quant and IQ test
+# models), from the llama.cpp source that the PyPI sdist of llama-cpp-python carries (pinned below). Built outside
 # the repository (never committed), without CURL, as the build that runs at its best on this
 # machine:
 #   native         -march=native (AVX-512 / VNNI / BF16 / AMX where the CPU has them), kept when
@@ -18,7 +18,7 @@
 # machine with no network: gpu-check carries it).
 # INFERD_PEER_VARIANT=native|avx512-no-amx|cuda forces one. The chosen build and why are written to
 # $INFERD_PEER_DIR/BUILD; the comparison scripts print it with their figures.
-#   scripts/peer/build_llama_cpp.sh            -> $INFERD_PEER_DIR/bin/{llama-server,llama-bench,llama-batched-bench,llama-quantize}
+#   scripts/peer/build_llama_cpp.sh            -> $INFERD_PEER_DIR/bin/{llama-server,llama-bench,llama-batched-bench,llama-quantize,llama-imatrix}
 # INFERD_PEER_DIR defaults to ~/.cache/inferd-peer. Idempotent: an existing build is kept.
 set -euo pipefail
 VERSION=0.3.36
@@ -34,7 +34,7 @@ case "$VARIANT" in auto|native|avx512-no-amx|cuda) ;; *)
 esac
 built_variant() { sed -n 's/^variant: //p' "$PEER_DIR/BUILD" 2>/dev/null; }
 if [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-batched-bench" ] &&
-   [ -x "$BIN/llama-quantize" ] &&
+   [ -x "$BIN/llama-quantize" ] && [ -x "$BIN/llama-imatrix" ] &&
    [ "$(cat "$PEER_DIR/VERSION" 2>/dev/null)" = "$VERSION" ] && [ -n "$(built_variant)" ] &&
    { [ "$VARIANT" = auto ] || [ "$VARIANT" = "$(built_variant)" ]; }; then
   echo "peer: llama.cpp of llama-cpp-python $VERSION already built in $BIN ($(built_variant))"
@@ -67,7 +67,7 @@ build() {
   cmake -S "$SRC" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DBUILD_SHARED_LIBS=OFF >/dev/null
-  cmake --build "$2" -j "$JOBS" --target llama-server llama-bench llama-batched-bench llama-quantize
+  cmake --build "$2" -j "$JOBS" --target llama-server llama-bench llama-batched-bench llama-quantize llama-imatrix
 }
 tool() { find "$1" -name "$2" -type f -perm -u+x | head -1; }
 
@@ -114,7 +114,7 @@ elif [ "$VARIANT" = native ]; then
   build native "$DIR"
 fi
 mkdir -p "$BIN"
-for t in llama-server llama-bench llama-batched-bench llama-quantize; do
+for t in llama-server llama-bench llama-batched-bench llama-quantize llama-imatrix; do
   cp "$(tool "$DIR" "$t")" "$BIN/$t"
 done
 echo "$VERSION" > "$PEER_DIR/VERSION"

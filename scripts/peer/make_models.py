@@ -17,6 +17,9 @@
 - K-quant and IQ mixes (--types q4_k_m,q4_k_s,q5_k_m,q6_k,q3_k_m,q3_k_s,q2_k,iq4_xs,iq4_nl,
   iq3_xxs,iq3_s,iq3_m): written by the peer's llama-quantize (scripts/peer/build_llama_cpp.sh)
   from the f16 file of the same shapes, as a user makes them; the gguf package cannot write K-quants.
+  The IQ3_XXS mix stores some matrices in IQ2_S, which llama-quantize writes only with an
+  importance matrix: the peer's llama-imatrix computes one from the f16 file over
+  tests/fixtures/text/evaluation.txt (qwen2.5-<shapes>-shapes.imatrix.gguf beside the models).
 DIR defaults to $INFERD_PEER_DIR/models (~/.cache/inferd-peer/models). Existing files are kept.
 """
 # Runs under the checkout's virtual environment (.venv, made by scripts/setup: the PyPI packages).
@@ -50,6 +53,8 @@ SHAPES = {
 PEER_QUANTIZED = {"q4_k_m": "Q4_K_M", "q4_k_s": "Q4_K_S", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K", "q3_k_m": "Q3_K_M",
                   "q3_k_s": "Q3_K_S", "q2_k": "Q2_K", "iq4_xs": "IQ4_XS", "iq4_nl": "IQ4_NL",
                   "iq3_xxs": "IQ3_XXS", "iq3_s": "IQ3_S", "iq3_m": "IQ3_M"}
+# The mixes llama-quantize writes only with an importance matrix.
+NEEDS_IMATRIX = {"iq3_xxs"}
 TYPES = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
          "q4_0": gguf.GGMLQuantizationType.Q4_0}
 FILE_TYPES = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
@@ -173,7 +178,16 @@ def main():
             if not quantize.exists():
                 sys.exit(f"make_models: {quantize} is missing (scripts/peer/build_llama_cpp.sh builds it)")
             src = args.out / f"qwen2.5-{args.shapes}-shapes-f16.gguf"
-            subprocess.run([str(quantize), str(src), str(path.with_suffix(".tmp")), PEER_QUANTIZED[t], "2"],
+            extra = []
+            if t in NEEDS_IMATRIX:
+                imatrix = args.out / f"qwen2.5-{args.shapes}-shapes.imatrix.gguf"
+                if not imatrix.exists():
+                    subprocess.run([str(peer / "bin" / "llama-imatrix"), "-m", str(src), "-f",
+                                    str(ROOT / "tests/fixtures/text/evaluation.txt"), "-c", "256", "-t", "2",
+                                    "-o", str(imatrix)], check=True, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+                extra = ["--imatrix", str(imatrix)]
+            subprocess.run([str(quantize), *extra, str(src), str(path.with_suffix(".tmp")), PEER_QUANTIZED[t], "2"],
                            check=True, stdout=subprocess.DEVNULL)
         else:
             vocab = vocab or qwen_vocab()

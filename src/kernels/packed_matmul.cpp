@@ -62,9 +62,11 @@ constexpr LookupTable lookup_of(const int8_t (&values)[16]) {
   }
   return t;
 }
-constexpr LookupTable signed_levels(const int8_t (&levels)[8]) {
-  int8_t values[16] = {};
-  for (int i = 0; i < 8; ++i) {
+template <size_t N>
+constexpr LookupTable signed_levels(const int8_t (&levels)[N]) {
+  static_assert(N <= 8);
+  int8_t values[16] = {};  // codes of no level (IQ2_S: 3..7, 11..15) stand for 0
+  for (size_t i = 0; i < N; ++i) {
     values[i] = levels[i];
     values[i + 8] = static_cast<int8_t>(-levels[i]);
   }
@@ -73,6 +75,7 @@ constexpr LookupTable signed_levels(const int8_t (&levels)[8]) {
 constexpr LookupTable kIq4Lookup = lookup_of(kIq4Values);
 constexpr LookupTable kIq3XxsLookup = signed_levels(kIq3XxsLevels);
 constexpr LookupTable kIq3sLookup = signed_levels(kIq3sLevels);
+constexpr LookupTable kIq2sLookup = signed_levels(kIq2sLevels);
 
 // How a packed dtype stores a block of 32 values for 16 rows (see the header's layout):
 //   scales  16 x f16
@@ -105,8 +108,9 @@ struct Format {
   // value up (vpshufb) and take it as u8 value + 128 (offset 128, as Q8_0's bytes).
   const LookupTable* lookup = nullptr;
   bool crumbs = false;  // Q2_K, Q3_K: 2-bit quants (see above)
-  // IQ3_XXS: a block's scale is d * m / 4 (m its i8 sub-scale), else d * m; exact in f32.
-  bool quarter_scale = false;
+  // IQ3_XXS, IQ2_S: a block's scale is d * m / 2^scale_shift (m its i8 sub-scale, shift 2 and
+  // 3), exact in f32.
+  int scale_shift = 0;
 };
 
 constexpr Format format_of(DType dtype) {
@@ -126,12 +130,17 @@ constexpr Format format_of(DType dtype) {
     case DType::kIQ4_XS: return {true, false, false, 128, false, 8, 0, true, &kIq4Lookup};
     case DType::kQ2_K: return {false, true, true, 0, false, 8, 0, true, nullptr, true};
     case DType::kQ3_K: return {false, false, true, 4, false, 8, 1, true, nullptr, true};
-    case DType::kIQ3_XXS: return {true, false, false, 128, false, 8, 0, true, &kIq3XxsLookup, false, true};
+    case DType::kIQ3_XXS: return {true, false, false, 128, false, 8, 0, true, &kIq3XxsLookup, false, 2};
+    case DType::kIQ2_S: return {true, false, true, 128, false, 8, 0, true, &kIq2sLookup, false, 3};
     case DType::kIQ3_S: return {true, false, false, 128, false, 8, 0, true, &kIq3sLookup};
     default: return {false, false, false, 0};
   }
 }
 
+// 2^-scale_shift: a power of two, so multiplying by it is exact.
+constexpr float scale_factor(Format f) {
+  return 1.0f / static_cast<float>(1 << f.scale_shift);
+}
 constexpr size_t scale_bytes(Format f) {
   return f.row_scales ? 0 : 32;  // 16 x f16
 }
@@ -297,6 +306,15 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       out.sc = static_cast<uint8_t>(static_cast<int8_t>(m));  // i8, as IQ4_XS's ls - 32
       break;
     }
+    case DType::kIQ2_S: {
+      const uint8_t* s = row + (b / per_super) * 82;
+      int m[2];
+      out.d16 = load_u16(s);
+      iq2_s_block(s, static_cast<int>(b % per_super), out.q, m);
+      out.sub[0] = static_cast<int8_t>(m[0]);  // the halves' multipliers, as Q6_K's sub-scales
+      out.sub[1] = static_cast<int8_t>(m[1]);
+      break;
+    }
     case DType::kQ2_K:
     case DType::kQ3_K: {
       // Block j of 32 is values 32j.. of the superblock; its halves are sub-blocks 2j, 2j + 1.
@@ -386,10 +404,10 @@ inline int stored_quant(const uint8_t* quants, Format f, int r, int k) {
 inline float block_scale(Format f, const uint8_t* head, int64_t j, int r) {
   if (f.k_scales) {
     const float d = load_f16(head + 2 * r);
-    if (f.sub_scales) return d;
-    if (f.has_min) return d * static_cast<float>(head[sub_offset(f) + 16 * j + r]);
-    const float dm = d * static_cast<float>(static_cast<int8_t>(head[sub_offset(f) + 16 * j + r]));
-    return f.quarter_scale ? dm * 0.25f : dm;
+    if (f.has_min && !f.sub_scales) return d * static_cast<float>(head[sub_offset(f) + 16 * j + r]);
+    const float dm =
+        f.sub_scales ? d : d * static_cast<float>(static_cast<int8_t>(head[sub_offset(f) + 16 * j + r]));
+    return f.scale_shift != 0 ? dm * scale_factor(f) : dm;
   }
   return load_f16(head + 2 * r);
 }
@@ -566,10 +584,10 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
               _mm256_mul_ps(dmin, u8x8_ps(blk + sub_offset(f) +
                                           16 * static_cast<size_t>(f.group_blocks + ref.j) + 8 * h)),
               _mm256_set1_ps(-0.0f));
-        } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32); IQ3: d * m (/ 4)
+        } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32); IQ3: d * m
           dw = _mm256_mul_ps(dw, i8x8_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j) + 8 * h));
-          if constexpr (f.quarter_scale) dw = _mm256_mul_ps(dw, _mm256_set1_ps(0.25f));
         }
+        if constexpr (f.scale_shift != 0) dw = _mm256_mul_ps(dw, _mm256_set1_ps(scale_factor(f)));
       } else {
         dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
         if constexpr (f.has_min)
@@ -721,10 +739,10 @@ INFERD_AVX512 __attribute__((always_inline)) inline void load_scales512(const Bl
           _mm512_mul_ps(f16x16_ps(blk + min_offset(f)),
                         u8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(f.group_blocks + ref.j))),
           _mm512_set1_ps(-0.0f));
-    } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32); IQ3: d * m (/ 4)
+    } else if constexpr (!f.sub_scales) {  // IQ4_XS: d * (ls - 32); IQ3: d * m
       dw = _mm512_mul_ps(dw, i8x16_ps(blk + sub_offset(f) + 16 * static_cast<size_t>(ref.j)));
-      if constexpr (f.quarter_scale) dw = _mm512_mul_ps(dw, _mm512_set1_ps(0.25f));
     }
+    if constexpr (f.scale_shift != 0) dw = _mm512_mul_ps(dw, _mm512_set1_ps(scale_factor(f)));
   } else {
     dw = f16x16_ps(blk);
     if constexpr (f.has_min) mw = f16x16_ps(blk + min_offset(f));
@@ -1278,6 +1296,7 @@ const TileFn* tables_for(DType dtype) {
     case DType::kIQ4_XS: return ByTokens<Kernel, DType::kIQ4_XS>::table;
     case DType::kIQ3_XXS: return ByTokens<Kernel, DType::kIQ3_XXS>::table;
     case DType::kIQ3_S: return ByTokens<Kernel, DType::kIQ3_S>::table;
+    case DType::kIQ2_S: return ByTokens<Kernel, DType::kIQ2_S>::table;
     case DType::kQ2_K: return ByTokens<Kernel, DType::kQ2_K>::table;
     case DType::kQ3_K: return ByTokens<Kernel, DType::kQ3_K>::table;
     default: return ByTokens<Kernel, DType::kQ6_K>::table;
@@ -1312,6 +1331,7 @@ AmxFunctions amx_functions(DType dtype) {
     case DType::kIQ4_XS: return kAmxFunctions<DType::kIQ4_XS>;
     case DType::kIQ3_XXS: return kAmxFunctions<DType::kIQ3_XXS>;
     case DType::kIQ3_S: return kAmxFunctions<DType::kIQ3_S>;
+    case DType::kIQ2_S: return kAmxFunctions<DType::kIQ2_S>;
     case DType::kQ2_K: return kAmxFunctions<DType::kQ2_K>;
     case DType::kQ3_K: return kAmxFunctions<DType::kQ3_K>;
     default: return kAmxFunctions<DType::kQ6_K>;
@@ -1501,6 +1521,7 @@ bool PackedWeight::supports(DType dtype) {
     case DType::kQ3_K:
     case DType::kIQ3_XXS:
     case DType::kIQ3_S:
+    case DType::kIQ2_S:
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:

@@ -192,6 +192,21 @@ void dequant_iq3(const u8* b, float* y) {
   }
 }
 
+// IQ2_S: block ib's halves of 16 values are (d * m * 0.125) * -+level (iq2_s_block).
+void dequant_iq2_s(const u8* b, float* y) {
+  const float d = load_f16(b);
+  uint8_t codes[32];
+  int m[2];
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    iq2_s_block(b, ib, codes, m);
+    for (int v = 0; v < 32; ++v) {
+      const float dl = d * static_cast<float>(m[v / 16]) * 0.125f;
+      const float level = static_cast<float>(kIq2sLevels[codes[v] & 7]);
+      y[v] = dl * ((codes[v] & 8) != 0 ? -level : level);
+    }
+  }
+}
+
 // Q2_K: { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin }: sub-block i (values 16i..16i+15) has scale
 // d * (scales[i] & 15) and min dmin * (scales[i] >> 4); value v's 2-bit q is bits 2s of
 // qs[32h + l] for v = 128h + 32s + l (k_low2).
@@ -263,6 +278,7 @@ void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_v
     case DType::kQ3_K: return dequant_blocks<dequant_q3_k>(src, dst, num_values, dtype);
     case DType::kIQ3_XXS: return dequant_blocks<dequant_iq3<true>>(src, dst, num_values, dtype);
     case DType::kIQ3_S: return dequant_blocks<dequant_iq3<false>>(src, dst, num_values, dtype);
+    case DType::kIQ2_S: return dequant_blocks<dequant_iq2_s>(src, dst, num_values, dtype);
   }
   INFERD_CHECK_MSG(false, "unknown dtype");
 }

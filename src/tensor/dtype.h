@@ -39,7 +39,11 @@ enum class DType : uint8_t {
   kIQ3_XXS,  // { f16 d; u8 qs[64] (grid indices); u32 signs_scales[8] }: d * (2s + 1) / 4 * ±level
   kIQ3_S,    // { f16 d; u8 qs[64]; u8 qh[8] (9th index bits); u8 signs[32]; u8 scales[4] }:
              // d * (2s + 1) * ±level
-  kLast = kIQ3_S,
+  // ggml's 2-bit grid type: each 8 values a point of a grid of 1024 with 3 levels, each value
+  // signed; a 4-bit scale s per 16 values.
+  kIQ2_S,  // { f16 d; u8 qs[32] (grid indices); u8 signs[32]; u8 qh[8] (their bits 8, 9); u8 scales[8] }:
+           // d * (2s + 1) / 8 * ±level
+  kLast = kIQ2_S,
 };
 
 struct DTypeInfo {

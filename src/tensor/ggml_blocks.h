@@ -1,4 +1,4 @@
-// Bit fields of ggml's K-quant, IQ4_XS and IQ3 blocks that more than one reader unpacks: the
+// Bit fields of ggml's K-quant, IQ4_XS, IQ3 and IQ2_S blocks that more than one reader unpacks: the
 // reference dequantizer (tensor/dequantize.cpp) and the packer of the integer kernels
 // (kernels/packed_matmul.cpp). Layouts as ggml defines them (docs/formats.md).
 #pragma once
@@ -83,6 +83,26 @@ inline int iq3_s_block(const uint8_t* b, int ib, uint8_t* codes) {
     }
   }
   return 2 * ((b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0f) + 1;
+}
+
+// IQ2_S { f16 d; u8 qs[32]; u8 signs[32]; u8 qh[8]; u8 scales[8] }: block ib (0..7) of 32 values
+// as codes sign << 3 | level (value = -+kIq2sLevels[level]), and the odd multipliers m = 2s + 1
+// of its two halves of 16 (scale d * m / 8). Point l (0..3) of the block, values 8l..8l+7, has
+// the 10-bit index qs[4ib + l] | bits 2l, 2l + 1 of qh[ib] << 8; value v's sign is bit v % 8 of
+// signs[4ib + v / 8]; the halves' s are the nibbles of scales[ib], low first.
+inline void iq2_s_block(const uint8_t* b, int ib, uint8_t* codes, int* m) {
+  const uint8_t* qs = b + 2;
+  const uint8_t* signs = b + 34;
+  const uint8_t* qh = b + 66;
+  for (int l = 0; l < 4; ++l) {
+    const uint16_t point = kIq2sGrid[qs[4 * ib + l] | (((qh[ib] >> (2 * l)) & 3) << 8)];
+    for (int j = 0; j < 8; ++j) {
+      const int level = (point >> (2 * j)) & 3;
+      codes[8 * l + j] = static_cast<uint8_t>(level | (((signs[4 * ib + l] >> j) & 1) << 3));
+    }
+  }
+  m[0] = 2 * (b[74 + ib] & 0x0f) + 1;
+  m[1] = 2 * (b[74 + ib] >> 4) + 1;
 }
 
 }  // namespace inferd

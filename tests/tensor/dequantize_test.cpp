@@ -38,7 +38,7 @@ TEST(DequantizeTest, MatchesGgufPyReferenceForEveryType) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 16);
+  EXPECT_EQ(checked, 17);
 }
 
 TEST(DequantizeTest, BlockSizesMatchGgml) {
@@ -54,6 +54,7 @@ TEST(DequantizeTest, BlockSizesMatchGgml) {
   EXPECT_EQ(dtype_bytes(DType::kQ3_K, 512), 220);
   EXPECT_EQ(dtype_bytes(DType::kIQ3_XXS, 256), 98);
   EXPECT_EQ(dtype_bytes(DType::kIQ3_S, 512), 220);
+  EXPECT_EQ(dtype_bytes(DType::kIQ2_S, 256), 82);
   EXPECT_FALSE(dtype_from_ggml(9999).has_value());
 }
 
