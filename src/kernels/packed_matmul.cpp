@@ -49,7 +49,8 @@ std::byte* weight_bytes(size_t n) {
 }
 
 // The 16 values a nibble code stands for (IQ4: kIq4Values; IQ3: the sign and the 3-bit level of
-// a grid point's value, code = sign << 3 | level), signed and as u8 value + 128.
+// a grid point's value, code = sign << 3 | level), or the 8 a 3-bit code of crumb and plane bit
+// stands for (IQ2: code = sign << 2 | level), signed and as u8 value + 128.
 struct LookupTable {
   alignas(16) std::array<int8_t, 16> values;
   alignas(16) std::array<uint8_t, 16> biased;
@@ -62,20 +63,21 @@ constexpr LookupTable lookup_of(const int8_t (&values)[16]) {
   }
   return t;
 }
-template <size_t N>
+// Code = sign << kSignBit | level.
+template <int kSignBit, size_t N>
 constexpr LookupTable signed_levels(const int8_t (&levels)[N]) {
-  static_assert(N <= 8);
-  int8_t values[16] = {};  // codes of no level (IQ2_S: 3..7, 11..15) stand for 0
+  static_assert(N <= (size_t{1} << kSignBit) && kSignBit <= 3);
+  int8_t values[16] = {};  // codes of no level (IQ2: 3, 7 and 8..15) stand for 0
   for (size_t i = 0; i < N; ++i) {
     values[i] = levels[i];
-    values[i + 8] = static_cast<int8_t>(-levels[i]);
+    values[i + (size_t{1} << kSignBit)] = static_cast<int8_t>(-levels[i]);
   }
   return lookup_of(values);
 }
 constexpr LookupTable kIq4Lookup = lookup_of(kIq4Values);
-constexpr LookupTable kIq3XxsLookup = signed_levels(kIq3XxsLevels);
-constexpr LookupTable kIq3sLookup = signed_levels(kIq3sLevels);
-constexpr LookupTable kIq2sLookup = signed_levels(kIq2sLevels);
+constexpr LookupTable kIq3XxsLookup = signed_levels<3>(kIq3XxsLevels);
+constexpr LookupTable kIq3sLookup = signed_levels<3>(kIq3sLevels);
+constexpr LookupTable kIq2Lookup = signed_levels<2>(kIq2sLevels);  // all three IQ2 grids
 
 // How a packed dtype stores a block of 32 values for 16 rows (see the header's layout):
 //   scales  16 x f16
@@ -108,7 +110,7 @@ struct Format {
   // value up (vpshufb) and take it as u8 value + 128 (offset 128, as Q8_0's bytes).
   const LookupTable* lookup = nullptr;
   bool crumbs = false;  // Q2_K, Q3_K: 2-bit quants (see above)
-  // IQ3_XXS, IQ2_S: a block's scale is d * m / 2^scale_shift (m its i8 sub-scale, shift 2 and
+  // IQ3_XXS, IQ2: a block's scale is d * m / 2^scale_shift (m its i8 sub-scale, shift 2 and
   // 3), exact in f32.
   int scale_shift = 0;
 };
@@ -131,7 +133,9 @@ constexpr Format format_of(DType dtype) {
     case DType::kQ2_K: return {false, true, true, 0, false, 8, 0, true, nullptr, true};
     case DType::kQ3_K: return {false, false, true, 4, false, 8, 1, true, nullptr, true};
     case DType::kIQ3_XXS: return {true, false, false, 128, false, 8, 0, true, &kIq3XxsLookup, false, 2};
-    case DType::kIQ2_S: return {true, false, true, 128, false, 8, 0, true, &kIq2sLookup, false, 3};
+    case DType::kIQ2_S:
+    case DType::kIQ2_XS: return {false, false, true, 128, false, 8, 1, true, &kIq2Lookup, true, 3};
+    case DType::kIQ2_XXS: return {false, false, false, 128, false, 8, 1, true, &kIq2Lookup, true, 3};
     case DType::kIQ3_S: return {true, false, false, 128, false, 8, 0, true, &kIq3sLookup};
     default: return {false, false, false, 0};
   }
@@ -306,13 +310,24 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       out.sc = static_cast<uint8_t>(static_cast<int8_t>(m));  // i8, as IQ4_XS's ls - 32
       break;
     }
-    case DType::kIQ2_S: {
-      const uint8_t* s = row + (b / per_super) * 82;
+    case DType::kIQ2_S:
+    case DType::kIQ2_XS:
+    case DType::kIQ2_XXS: {
+      const size_t bytes = dtype == DType::kIQ2_S ? 82 : (dtype == DType::kIQ2_XS ? 74 : 66);
+      const uint8_t* s = row + (b / per_super) * bytes;
+      const int j = static_cast<int>(b % per_super);
       int m[2];
       out.d16 = load_u16(s);
-      iq2_s_block(s, static_cast<int>(b % per_super), out.q, m);
-      out.sub[0] = static_cast<int8_t>(m[0]);  // the halves' multipliers, as Q6_K's sub-scales
-      out.sub[1] = static_cast<int8_t>(m[1]);
+      if (dtype == DType::kIQ2_XXS) {
+        out.sc = static_cast<uint8_t>(static_cast<int8_t>(iq2_xxs_block(s, j, out.q)));  // as IQ3_XXS's
+      } else {
+        if (dtype == DType::kIQ2_S) iq2_s_block(s, j, out.q, m);
+        if (dtype == DType::kIQ2_XS) iq2_xs_block(s, j, out.q, m);
+        out.sub[0] = static_cast<int8_t>(m[0]);  // the halves' multipliers, as Q6_K's sub-scales
+        out.sub[1] = static_cast<int8_t>(m[1]);
+      }
+      // Codes sign << 3 | level to 3 bits, sign << 2 | level: a crumb and a plane bit.
+      for (uint8_t& q : out.q) q = static_cast<uint8_t>((q & 3) | ((q >> 3) << 2));
       break;
     }
     case DType::kQ2_K:
@@ -389,8 +404,9 @@ struct TileArgs {
 inline int stored_quant(const uint8_t* quants, Format f, int r, int k) {
   const int g = k / 4, pos = 4 * r + k % 4;
   if (f.crumbs) {
-    const int q = (quants[64 * (g % 2) + pos] >> (2 * (g / 2))) & 3;
-    return f.high_bits == 1 ? q | (((quants[128 + pos] >> g) & 1) << 2) : q;
+    int q = (quants[64 * (g % 2) + pos] >> (2 * (g / 2))) & 3;
+    if (f.high_bits == 1) q |= ((quants[128 + pos] >> g) & 1) << 2;
+    return f.lookup != nullptr ? f.lookup->biased[static_cast<size_t>(q)] : q;
   }
   if (!f.nibbles) return quants[64 * g + pos];
   const uint8_t byte = quants[64 * (g % 4) + pos];
@@ -647,17 +663,17 @@ INFERD_AVX2 void tile_avx2(const TileArgs& a) {
             w[g] = _mm256_or_si256(w[g], _mm256_and_si256(moved, mask));
           }
         }
-        // The table's signed values: kSigned's dot takes them as they are.
-        if constexpr (f.lookup != nullptr) {
-          const __m256i table = _mm256_broadcastsi128_si256(
-              _mm_load_si128(reinterpret_cast<const __m128i*>(f.lookup->values.data())));
-          for (int g = 0; g < 8; ++g) w[g] = _mm256_shuffle_epi8(table, w[g]);
-        }
       } else {
         for (int g = 0; g < 8; ++g) {
           w[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g + 32 * h));
           if constexpr (kSigned) w[g] = _mm256_xor_si256(w[g], sign_flip);
         }
+      }
+      // The table's signed values: kSigned's dot takes them as they are.
+      if constexpr (f.lookup != nullptr) {
+        const __m256i table = _mm256_broadcastsi128_si256(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(f.lookup->values.data())));
+        for (int g = 0; g < 8; ++g) w[g] = _mm256_shuffle_epi8(table, w[g]);
       }
       for (int t = 0; t < NT; ++t) {
         const int8_t* xb = a.x->q(a.first_token + t) + b * kQuantBlockValues;
@@ -803,13 +819,13 @@ INFERD_AVX512 __attribute__((always_inline)) inline void load_quants512(const st
         w[g] = _mm512_ternarylogic_epi32(w[g], moved, mask, 0xf8);  // w | (moved & mask)
       }
     }
-    if constexpr (f.lookup != nullptr) {
-      const __m512i table =
-          _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(f.lookup->biased.data())));
-      for (int g = 0; g < 8; ++g) w[g] = _mm512_shuffle_epi8(table, w[g]);
-    }
   } else {
     for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(qs + 64 * g);
+  }
+  if constexpr (f.lookup != nullptr) {
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(f.lookup->biased.data())));
+    for (int g = 0; g < 8; ++g) w[g] = _mm512_shuffle_epi8(table, w[g]);
   }
 }
 
@@ -1297,6 +1313,8 @@ const TileFn* tables_for(DType dtype) {
     case DType::kIQ3_XXS: return ByTokens<Kernel, DType::kIQ3_XXS>::table;
     case DType::kIQ3_S: return ByTokens<Kernel, DType::kIQ3_S>::table;
     case DType::kIQ2_S: return ByTokens<Kernel, DType::kIQ2_S>::table;
+    case DType::kIQ2_XXS: return ByTokens<Kernel, DType::kIQ2_XXS>::table;
+    case DType::kIQ2_XS: return ByTokens<Kernel, DType::kIQ2_XS>::table;
     case DType::kQ2_K: return ByTokens<Kernel, DType::kQ2_K>::table;
     case DType::kQ3_K: return ByTokens<Kernel, DType::kQ3_K>::table;
     default: return ByTokens<Kernel, DType::kQ6_K>::table;
@@ -1332,6 +1350,8 @@ AmxFunctions amx_functions(DType dtype) {
     case DType::kIQ3_XXS: return kAmxFunctions<DType::kIQ3_XXS>;
     case DType::kIQ3_S: return kAmxFunctions<DType::kIQ3_S>;
     case DType::kIQ2_S: return kAmxFunctions<DType::kIQ2_S>;
+    case DType::kIQ2_XXS: return kAmxFunctions<DType::kIQ2_XXS>;
+    case DType::kIQ2_XS: return kAmxFunctions<DType::kIQ2_XS>;
     case DType::kQ2_K: return kAmxFunctions<DType::kQ2_K>;
     case DType::kQ3_K: return kAmxFunctions<DType::kQ3_K>;
     default: return kAmxFunctions<DType::kQ6_K>;
@@ -1522,6 +1542,8 @@ bool PackedWeight::supports(DType dtype) {
     case DType::kIQ3_XXS:
     case DType::kIQ3_S:
     case DType::kIQ2_S:
+    case DType::kIQ2_XXS:
+    case DType::kIQ2_XS:
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:

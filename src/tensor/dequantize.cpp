@@ -175,6 +175,12 @@ void dequant_iq4_xs(const u8* b, float* y) {
   }
 }
 
+// A grid code sign << 3 | level as its signed level.
+inline float signed_level(const int8_t* levels, uint8_t code) {
+  const auto level = static_cast<float>(levels[code & 7]);
+  return (code & 8) != 0 ? -level : level;
+}
+
 // IQ3_XXS / IQ3_S: block ib's 32 values are (d * m [/ 4]) * -+level, from iq3_*_block's codes
 // (tensor/ggml_blocks.h); the products are exact in f32 up to the last one, as ggml's.
 template <bool kXxs>
@@ -185,24 +191,28 @@ void dequant_iq3(const u8* b, float* y) {
   for (int ib = 0; ib < 8; ++ib, y += 32) {
     const int m = kXxs ? iq3_xxs_block(b, ib, codes) : iq3_s_block(b, ib, codes);
     const float dl = kXxs ? d * static_cast<float>(m) * 0.25f : d * static_cast<float>(m);
-    for (int v = 0; v < 32; ++v) {
-      const float level = static_cast<float>(levels[codes[v] & 7]);
-      y[v] = dl * ((codes[v] & 8) != 0 ? -level : level);
-    }
+    for (int v = 0; v < 32; ++v) y[v] = dl * signed_level(levels, codes[v]);
   }
 }
 
-// IQ2_S: block ib's halves of 16 values are (d * m * 0.125) * -+level (iq2_s_block).
-void dequant_iq2_s(const u8* b, float* y) {
+// IQ2_S / IQ2_XS / IQ2_XXS: the 32 values of block ib (each half of 16 with its own m; IQ2_XXS one
+// m for the block) are (d * m * 0.125) * -+level (iq2_*_block).
+template <DType kType>
+void dequant_iq2(const u8* b, float* y) {
   const float d = load_f16(b);
   uint8_t codes[32];
   int m[2];
   for (int ib = 0; ib < 8; ++ib, y += 32) {
-    iq2_s_block(b, ib, codes, m);
+    if constexpr (kType == DType::kIQ2_XXS) {
+      m[0] = m[1] = iq2_xxs_block(b, ib, codes);
+    } else if constexpr (kType == DType::kIQ2_XS) {
+      iq2_xs_block(b, ib, codes, m);
+    } else {
+      iq2_s_block(b, ib, codes, m);
+    }
     for (int v = 0; v < 32; ++v) {
       const float dl = d * static_cast<float>(m[v / 16]) * 0.125f;
-      const float level = static_cast<float>(kIq2sLevels[codes[v] & 7]);
-      y[v] = dl * ((codes[v] & 8) != 0 ? -level : level);
+      y[v] = dl * signed_level(kIq2sLevels, codes[v]);
     }
   }
 }
@@ -278,7 +288,9 @@ void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_v
     case DType::kQ3_K: return dequant_blocks<dequant_q3_k>(src, dst, num_values, dtype);
     case DType::kIQ3_XXS: return dequant_blocks<dequant_iq3<true>>(src, dst, num_values, dtype);
     case DType::kIQ3_S: return dequant_blocks<dequant_iq3<false>>(src, dst, num_values, dtype);
-    case DType::kIQ2_S: return dequant_blocks<dequant_iq2_s>(src, dst, num_values, dtype);
+    case DType::kIQ2_S: return dequant_blocks<dequant_iq2<DType::kIQ2_S>>(src, dst, num_values, dtype);
+    case DType::kIQ2_XXS: return dequant_blocks<dequant_iq2<DType::kIQ2_XXS>>(src, dst, num_values, dtype);
+    case DType::kIQ2_XS: return dequant_blocks<dequant_iq2<DType::kIQ2_XS>>(src, dst, num_values, dtype);
   }
   INFERD_CHECK_MSG(false, "unknown dtype");
 }

@@ -8,7 +8,7 @@ namespace {
 // One type per line:
 // clang-format off
 // Indexed by DType. Block layouts follow ggml's definitions (see docs/formats.md).
-constexpr std::array<DTypeInfo, 22> kInfos = {{
+constexpr std::array<DTypeInfo, 24> kInfos = {{
     {"F32", 1, 4, 0},
     {"F16", 1, 2, 1},
     {"BF16", 1, 2, 30},
@@ -31,6 +31,8 @@ constexpr std::array<DTypeInfo, 22> kInfos = {{
     {"IQ3_XXS", 256, 98, 18},
     {"IQ3_S", 256, 110, 21},
     {"IQ2_S", 256, 82, 22},
+    {"IQ2_XXS", 256, 66, 16},
+    {"IQ2_XS", 256, 74, 17},
 }};
 // clang-format on
 static_assert(kInfos.size() == static_cast<size_t>(DType::kLast) + 1);

@@ -39,11 +39,14 @@ enum class DType : uint8_t {
   kIQ3_XXS,  // { f16 d; u8 qs[64] (grid indices); u32 signs_scales[8] }: d * (2s + 1) / 4 * ±level
   kIQ3_S,    // { f16 d; u8 qs[64]; u8 qh[8] (9th index bits); u8 signs[32]; u8 scales[4] }:
              // d * (2s + 1) * ±level
-  // ggml's 2-bit grid type: each 8 values a point of a grid of 1024 with 3 levels, each value
-  // signed; a 4-bit scale s per 16 values.
-  kIQ2_S,  // { f16 d; u8 qs[32] (grid indices); u8 signs[32]; u8 qh[8] (their bits 8, 9); u8 scales[8] }:
-           // d * (2s + 1) / 8 * ±level
-  kLast = kIQ2_S,
+  // ggml's 2-bit grid types: each 8 values a point of a grid (1024, 256 or 512 points) with 3
+  // levels, each value signed; a 4-bit scale s per 16 values (IQ2_XXS: per 32).
+  kIQ2_S,    // { f16 d; u8 qs[32] (grid indices); u8 signs[32]; u8 qh[8] (their bits 8, 9); u8 scales[8] }:
+             // d * (2s + 1) / 8 * ±level
+  kIQ2_XXS,  // { f16 d; u16 qs[32] }: per 32 values 4 u8 grid indices, then a u32 of four 7-bit
+             // sign fields (the 8th sign makes the count of minus signs even) and s in bits 28..31
+  kIQ2_XS,   // { f16 d; u16 qs[32] (9-bit grid index | 7-bit signs << 9); u8 scales[8] }
+  kLast = kIQ2_XS,
 };
 
 struct DTypeInfo {

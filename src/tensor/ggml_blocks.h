@@ -1,4 +1,4 @@
-// Bit fields of ggml's K-quant, IQ4_XS, IQ3 and IQ2_S blocks that more than one reader unpacks: the
+// Bit fields of ggml's K-quant, IQ4_XS, IQ3 and IQ2 blocks that more than one reader unpacks: the
 // reference dequantizer (tensor/dequantize.cpp) and the packer of the integer kernels
 // (kernels/packed_matmul.cpp). Layouts as ggml defines them (docs/formats.md).
 #pragma once
@@ -41,6 +41,13 @@ inline int iq4_xs_scale(uint32_t scales_h, const uint8_t* scales_l, int ib) {
   return ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
 }
 
+// IQ3_XXS, IQ2_XXS, IQ2_XS: the 8 signs of 8 values (bit j set: value j negative) from a 7-bit
+// field (its low 7 bits), the eighth sign making the count of minus signs even.
+inline uint32_t even_signs(uint32_t field) {
+  const uint32_t seven = field & 127;
+  return seven | (static_cast<uint32_t>(std::popcount(seven) & 1) << 7);
+}
+
 // IQ3_XXS and IQ3_S: block ib (0..7) of a superblock, its 32 values as 4-bit codes
 // code = sign << 3 | level (value = -+Levels[level], kIq3XxsLevels or kIq3sLevels), and the
 // block's odd scale multiplier m = 2s + 1 (1..31): the block's scale is d * m / 4 (IQ3_XXS) or
@@ -53,8 +60,7 @@ inline int iq3_xxs_block(const uint8_t* b, int ib, uint8_t* codes) {
   uint32_t aux;
   std::memcpy(&aux, b + 2 + 64 + 4 * ib, 4);
   for (int l = 0; l < 4; ++l) {
-    const uint32_t seven = (aux >> (7 * l)) & 127;
-    const uint32_t signs = seven | (static_cast<uint32_t>(std::popcount(seven) & 1) << 7);
+    const uint32_t signs = even_signs(aux >> (7 * l));
     for (int p = 0; p < 2; ++p) {
       const uint16_t point = kIq3XxsGrid[b[2 + 8 * ib + 2 * l + p]];
       for (int j = 0; j < 4; ++j) {
@@ -85,6 +91,12 @@ inline int iq3_s_block(const uint8_t* b, int ib, uint8_t* codes) {
   return 2 * ((b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0f) + 1;
 }
 
+// The 8 codes sign << 3 | level of an IQ2 grid point and its 8 signs (bit j: value j).
+inline void iq2_point_codes(uint16_t point, uint32_t signs, uint8_t* codes) {
+  for (int j = 0; j < 8; ++j)
+    codes[j] = static_cast<uint8_t>(((point >> (2 * j)) & 3) | (((signs >> j) & 1) << 3));
+}
+
 // IQ2_S { f16 d; u8 qs[32]; u8 signs[32]; u8 qh[8]; u8 scales[8] }: block ib (0..7) of 32 values
 // as codes sign << 3 | level (value = -+kIq2sLevels[level]), and the odd multipliers m = 2s + 1
 // of its two halves of 16 (scale d * m / 8). Point l (0..3) of the block, values 8l..8l+7, has
@@ -96,13 +108,39 @@ inline void iq2_s_block(const uint8_t* b, int ib, uint8_t* codes, int* m) {
   const uint8_t* qh = b + 66;
   for (int l = 0; l < 4; ++l) {
     const uint16_t point = kIq2sGrid[qs[4 * ib + l] | (((qh[ib] >> (2 * l)) & 3) << 8)];
-    for (int j = 0; j < 8; ++j) {
-      const int level = (point >> (2 * j)) & 3;
-      codes[8 * l + j] = static_cast<uint8_t>(level | (((signs[4 * ib + l] >> j) & 1) << 3));
-    }
+    iq2_point_codes(point, signs[4 * ib + l], codes + 8 * l);
   }
   m[0] = 2 * (b[74 + ib] & 0x0f) + 1;
   m[1] = 2 * (b[74 + ib] >> 4) + 1;
+}
+
+// The three IQ2 grids share their levels: their codes all index kIq2sLevels.
+static_assert(kIq2XxsLevels[0] == kIq2sLevels[0] && kIq2XxsLevels[1] == kIq2sLevels[1] &&
+              kIq2XxsLevels[2] == kIq2sLevels[2] && kIq2XsLevels[0] == kIq2sLevels[0] &&
+              kIq2XsLevels[1] == kIq2sLevels[1] && kIq2XsLevels[2] == kIq2sLevels[2]);
+
+// IQ2_XXS { f16 d; u16 qs[32] }: block ib (0..7) of 32 values as the codes of iq2_s_block and
+// the block's m = 2s + 1 (scale d * m / 8). Its 8 bytes at 2 + 8ib are 4 u8 indices into
+// kIq2XxsGrid (values 8l..8l+7) and a u32 of four 7-bit sign fields (even_signs), s in its top 4 bits.
+inline int iq2_xxs_block(const uint8_t* b, int ib, uint8_t* codes) {
+  const uint8_t* q = b + 2 + 8 * ib;
+  uint32_t aux;
+  std::memcpy(&aux, q + 4, 4);
+  for (int l = 0; l < 4; ++l) iq2_point_codes(kIq2XxsGrid[q[l]], even_signs(aux >> (7 * l)), codes + 8 * l);
+  return 2 * static_cast<int>(aux >> 28) + 1;
+}
+
+// IQ2_XS { f16 d; u16 qs[32]; u8 scales[8] }: block ib (0..7) as iq2_s_block's codes and halves'
+// multipliers. qs[4ib + l] (values 8l..8l+7) is a 9-bit index into kIq2XsGrid with a 7-bit sign
+// field above it (even_signs); the halves' s are the nibbles of scales[ib], low first.
+inline void iq2_xs_block(const uint8_t* b, int ib, uint8_t* codes, int* m) {
+  for (int l = 0; l < 4; ++l) {
+    uint16_t q;
+    std::memcpy(&q, b + 2 + 2 * (4 * ib + l), 2);
+    iq2_point_codes(kIq2XsGrid[q & 511], even_signs(q >> 9u), codes + 8 * l);
+  }
+  m[0] = 2 * (b[66 + ib] & 0x0f) + 1;
+  m[1] = 2 * (b[66 + ib] >> 4) + 1;
 }
 
 }  // namespace inferd

@@ -123,7 +123,7 @@ TEST(BackendOpsTest, LinearMatchesTheDoubleProductOnEveryBackendAndPath) {
       {DType::kF8_E4M3, 11, 64, 2}, {DType::kQ5_1, 6, 64, 16},     {DType::kQ4_G64, 18, 128, 20},
       {DType::kIQ4_NL, 23, 96, 17}, {DType::kIQ4_XS, 9, 512, 5},   {DType::kQ2_K, 19, 512, 17},
       {DType::kQ3_K, 14, 256, 3},   {DType::kIQ3_XXS, 7, 512, 19}, {DType::kIQ3_S, 22, 256, 2},
-      {DType::kIQ2_S, 13, 768, 18},
+      {DType::kIQ2_S, 13, 768, 18}, {DType::kIQ2_XS, 11, 512, 17}, {DType::kIQ2_XXS, 29, 256, 6},
   };
   for (const LinearCase& c : cases) {
     std::vector<std::byte> storage;

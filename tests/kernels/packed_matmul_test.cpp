@@ -15,10 +15,10 @@
 namespace inferd {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ8_0,    DType::kQ5_0,   DType::kQ5_1,   DType::kQ4_0, DType::kQ4_1,
-                            DType::kQ4_K,    DType::kQ5_K,   DType::kQ6_K,   DType::kI8,   DType::kQ4_G128,
-                            DType::kQ4_G64,  DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K, DType::kQ3_K,
-                            DType::kIQ3_XXS, DType::kIQ3_S,  DType::kIQ2_S};
+constexpr DType kTypes[] = {DType::kQ8_0,    DType::kQ5_0,   DType::kQ5_1,   DType::kQ4_0,   DType::kQ4_1,
+                            DType::kQ4_K,    DType::kQ5_K,   DType::kQ6_K,   DType::kI8,     DType::kQ4_G128,
+                            DType::kQ4_G64,  DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K,   DType::kQ3_K,
+                            DType::kIQ3_XXS, DType::kIQ3_S,  DType::kIQ2_S,  DType::kIQ2_XS, DType::kIQ2_XXS};
 
 // k rounded up to the dtype's block (256 values for K-quants).
 int64_t k_for(DType dtype, int64_t k) {
@@ -438,9 +438,10 @@ TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
 // the file does (per 16 rows, K-quants add one copy of d / dmin per superblock: under 3 %; Q3_K's
 // 6-bit sub-scales kept as bytes: 3.6 %): the bits above a nibble or 2-bit quant (Q5_0, Q5_1,
 // Q5_K, Q6_K, Q3_K) go in planes of 1 or 2 bits, and K-quants keep their integer sub-scales
-// beside one f16 d per row and superblock. The exception is the grid types (IQ3_XXS, IQ3_S,
-// IQ2_S), whose grid points are expanded to a nibble per value (sign and level) at load: they
-// pack as IQ4_XS (IQ2_S: as Q6_K without its planes), no larger than a Q4_K file of the shape.
+// beside one f16 d per row and superblock. The exception is the grid types, whose grid points
+// are expanded at load to a code per value (sign and level): IQ3_XXS and IQ3_S a nibble, packed
+// as IQ4_XS, no larger than a Q4_K file of the shape; IQ2_S, IQ2_XS and IQ2_XXS 3 bits (a crumb
+// and a plane bit), packed as Q3_K, no larger than a Q3_K file.
 TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
   std::mt19937 rng(5);
   for (DType dtype : kTypes) {
@@ -451,9 +452,13 @@ TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
     auto packed = PackedWeight::pack(parts);
     ASSERT_TRUE(packed.has_value());
     const double file = static_cast<double>(w.num_bytes);
-    const bool grid = dtype == DType::kIQ3_XXS || dtype == DType::kIQ3_S || dtype == DType::kIQ2_S;
-    const double bound = grid ? static_cast<double>(dtype_bytes(DType::kQ4_K, 32 * 512)) : file;
-    EXPECT_LE(static_cast<double>(packed->num_bytes()), (dtype == DType::kQ3_K ? 1.04 : 1.03) * bound)
+    const bool grid3 = dtype == DType::kIQ3_XXS || dtype == DType::kIQ3_S;
+    const bool grid2 = dtype == DType::kIQ2_S || dtype == DType::kIQ2_XS || dtype == DType::kIQ2_XXS;
+    const double bound = grid3   ? static_cast<double>(dtype_bytes(DType::kQ4_K, 32 * 512))
+                         : grid2 ? static_cast<double>(dtype_bytes(DType::kQ3_K, 32 * 512))
+                                 : file;
+    EXPECT_LE(static_cast<double>(packed->num_bytes()),
+              (dtype == DType::kQ3_K || grid2 ? 1.04 : 1.03) * bound)
         << dtype_info(dtype).name;
     EXPECT_GE(static_cast<double>(packed->num_bytes()), file) << dtype_info(dtype).name;
   }

@@ -38,7 +38,7 @@ TEST(DequantizeTest, MatchesGgufPyReferenceForEveryType) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 17);
+  EXPECT_EQ(checked, 19);
 }
 
 TEST(DequantizeTest, BlockSizesMatchGgml) {
@@ -55,6 +55,8 @@ TEST(DequantizeTest, BlockSizesMatchGgml) {
   EXPECT_EQ(dtype_bytes(DType::kIQ3_XXS, 256), 98);
   EXPECT_EQ(dtype_bytes(DType::kIQ3_S, 512), 220);
   EXPECT_EQ(dtype_bytes(DType::kIQ2_S, 256), 82);
+  EXPECT_EQ(dtype_bytes(DType::kIQ2_XS, 256), 74);
+  EXPECT_EQ(dtype_bytes(DType::kIQ2_XXS, 256), 66);
   EXPECT_FALSE(dtype_from_ggml(9999).has_value());
 }
 
