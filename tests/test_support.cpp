@@ -169,6 +169,19 @@ TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
             put_f16(blk + 82, scale(rng));
             break;
           case DType::kQ3_K: put_f16(blk + 108, scale(rng)); break;
+          case DType::kIQ1_M: {  // d's nibbles are the top nibbles of the four u16 scales
+            std::byte d[2];
+            put_f16(d, scale(rng));
+            uint16_t bits;
+            std::memcpy(&bits, d, 2);
+            for (int j = 0; j < 4; ++j) {
+              uint16_t sc;
+              std::memcpy(&sc, blk + 48 + 2 * j, 2);
+              sc = static_cast<uint16_t>((sc & 0x0fff) | (((bits >> (4 * j)) & 0x0f) << 12));
+              std::memcpy(blk + 48 + 2 * j, &sc, 2);
+            }
+            break;
+          }
           default: put_f16(blk, scale(rng)); break;
         }
       }

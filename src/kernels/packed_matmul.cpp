@@ -78,6 +78,16 @@ constexpr LookupTable kIq4Lookup = lookup_of(kIq4Values);
 constexpr LookupTable kIq3XxsLookup = signed_levels<3>(kIq3XxsLevels);
 constexpr LookupTable kIq3sLookup = signed_levels<3>(kIq3sLevels);
 constexpr LookupTable kIq2Lookup = signed_levels<2>(kIq2sLevels);  // all three IQ2 grids
+// IQ1: code = minus << 2 | level stands for 8 * level -+ 1 (eighths of d * m).
+constexpr LookupTable iq1_lookup() {
+  int8_t values[16] = {};
+  for (size_t i = 0; i < 3; ++i) {
+    values[i] = static_cast<int8_t>(8 * kIq1sLevels[i] + 1);
+    values[i + 4] = static_cast<int8_t>(8 * kIq1sLevels[i] - 1);
+  }
+  return lookup_of(values);
+}
+constexpr LookupTable kIq1Lookup = iq1_lookup();
 
 // How a packed dtype stores a block of 32 values for 16 rows (see the header's layout):
 //   scales  16 x f16
@@ -110,8 +120,8 @@ struct Format {
   // value up (vpshufb) and take it as u8 value + 128 (offset 128, as Q8_0's bytes).
   const LookupTable* lookup = nullptr;
   bool crumbs = false;  // Q2_K, Q3_K: 2-bit quants (see above)
-  // IQ3_XXS, IQ2: a block's scale is d * m / 2^scale_shift (m its i8 sub-scale, shift 2 and
-  // 3), exact in f32.
+  // IQ3_XXS, IQ2, IQ1: a block's scale is d * m / 2^scale_shift (m its i8 sub-scale, shift 2
+  // and 3; IQ1's table holds eighths), exact in f32.
   int scale_shift = 0;
 };
 
@@ -136,6 +146,8 @@ constexpr Format format_of(DType dtype) {
     case DType::kIQ2_S:
     case DType::kIQ2_XS: return {false, false, true, 128, false, 8, 1, true, &kIq2Lookup, true, 3};
     case DType::kIQ2_XXS: return {false, false, false, 128, false, 8, 1, true, &kIq2Lookup, true, 3};
+    case DType::kIQ1_S: return {false, false, false, 128, false, 8, 1, true, &kIq1Lookup, true, 3};
+    case DType::kIQ1_M: return {false, false, true, 128, false, 8, 1, true, &kIq1Lookup, true, 3};
     case DType::kIQ3_S: return {true, false, false, 128, false, 8, 0, true, &kIq3sLookup};
     default: return {false, false, false, 0};
   }
@@ -328,6 +340,24 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       }
       // Codes sign << 3 | level to 3 bits, sign << 2 | level: a crumb and a plane bit.
       for (uint8_t& q : out.q) q = static_cast<uint8_t>((q & 3) | ((q >> 3) << 2));
+      break;
+    }
+    case DType::kIQ1_S:
+    case DType::kIQ1_M: {
+      const bool s_type = dtype == DType::kIQ1_S;
+      const uint8_t* s = row + (b / per_super) * (s_type ? 50 : 56);
+      const int j = static_cast<int>(b % per_super);
+      if (s_type) {
+        out.d16 = load_u16(s);
+        out.sc = static_cast<uint8_t>(static_cast<int8_t>(iq1_s_block(s, j, out.q)));
+      } else {
+        int m[2];
+        out.d16 = iq1_m_d16(s);
+        iq1_m_block(s, j, out.q, m);
+        out.sub[0] = static_cast<int8_t>(m[0]);
+        out.sub[1] = static_cast<int8_t>(m[1]);
+      }
+      for (uint8_t& q : out.q) q = static_cast<uint8_t>((q & 3) | ((q >> 3) << 2));  // as IQ2's
       break;
     }
     case DType::kQ2_K:
@@ -1315,6 +1345,8 @@ const TileFn* tables_for(DType dtype) {
     case DType::kIQ2_S: return ByTokens<Kernel, DType::kIQ2_S>::table;
     case DType::kIQ2_XXS: return ByTokens<Kernel, DType::kIQ2_XXS>::table;
     case DType::kIQ2_XS: return ByTokens<Kernel, DType::kIQ2_XS>::table;
+    case DType::kIQ1_S: return ByTokens<Kernel, DType::kIQ1_S>::table;
+    case DType::kIQ1_M: return ByTokens<Kernel, DType::kIQ1_M>::table;
     case DType::kQ2_K: return ByTokens<Kernel, DType::kQ2_K>::table;
     case DType::kQ3_K: return ByTokens<Kernel, DType::kQ3_K>::table;
     default: return ByTokens<Kernel, DType::kQ6_K>::table;
@@ -1352,6 +1384,8 @@ AmxFunctions amx_functions(DType dtype) {
     case DType::kIQ2_S: return kAmxFunctions<DType::kIQ2_S>;
     case DType::kIQ2_XXS: return kAmxFunctions<DType::kIQ2_XXS>;
     case DType::kIQ2_XS: return kAmxFunctions<DType::kIQ2_XS>;
+    case DType::kIQ1_S: return kAmxFunctions<DType::kIQ1_S>;
+    case DType::kIQ1_M: return kAmxFunctions<DType::kIQ1_M>;
     case DType::kQ2_K: return kAmxFunctions<DType::kQ2_K>;
     case DType::kQ3_K: return kAmxFunctions<DType::kQ3_K>;
     default: return kAmxFunctions<DType::kQ6_K>;
@@ -1544,6 +1578,8 @@ bool PackedWeight::supports(DType dtype) {
     case DType::kIQ2_S:
     case DType::kIQ2_XXS:
     case DType::kIQ2_XS:
+    case DType::kIQ1_S:
+    case DType::kIQ1_M:
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:

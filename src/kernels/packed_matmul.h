@@ -1,7 +1,8 @@
 // Integer matmul for block-quantized weights (GGUF Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q2_K, Q3_K,
-// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_S, IQ2_XS, IQ2_XXS): activations are quantized per
-// token to int8 in blocks of 32, each weight block's dot product is an exact int32 sum (AMX-INT8 tdpbssd for
-// 16 tokens, AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled and accumulated in f32.
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M): activations are
+// quantized per token to int8 in blocks of 32, each weight block's dot product is an exact int32 sum
+// (AMX-INT8 tdpbssd for 16 tokens, AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled and
+// accumulated in f32.
 //
 // Weights are repacked once, at load, into tiles of 16 output rows: for each block of 32 inputs a
 // tile holds the 16 rows' scales (and mins, and Q6_K's two half-block scales) and their quants
@@ -13,8 +14,8 @@
 //   quants, nibbles (Q4_*, Q5_*, Q6_K): 4 groups x 16 rows x 4 u8, low nibble value 4g+j, high
 //                   nibble value 16+4g+j; then the bits above the nibble (Q5_*: 1, Q6_K: 2) in
 //                   planes of the same 16 x 4 byte layout (bit g, or bits 2(g%4) of plane g/4)
-//   quants, crumbs  (Q2_K, Q3_K, IQ2): 2 groups x 16 rows x 4 u8, value 4(g+2c)+j in bits 2c..2c+1;
-//                   Q3_K's and IQ2's third bit in a plane (bit g)
+//   quants, crumbs  (Q2_K, Q3_K, IQ2, IQ1): 2 groups x 16 rows x 4 u8, value 4(g+2c)+j in bits 2c..2c+1;
+//                   Q3_K's, IQ2's and IQ1's third bit in a plane (bit g)
 //   K-quants pack a superblock (8 blocks) as one group: a head with the 16 rows' f16 d (and
 //   dmin) and each block's integer sub-scales (sc and mn u8, or Q6_K's two i8 half scales),
 //   then the 8 blocks' quants; a block's scale is d * sc, its min -(dmin * mn) (exact in f32)
@@ -28,7 +29,9 @@
 //   d * m / 4); IQ2_S / IQ2_XS / IQ2_XXS pack as Q3_K, each grid point's values expanded to 3-bit
 //   codes sign << 2 | level (crumb and plane bit) into a table of their signed levels, the head
 //   Q6_K's (each half block's 2s + 1; IQ2_XXS: IQ3_XXS's head), scale d * m / 8 (228 bytes, files:
-//   164 / 148; IQ2_XXS 212, file 132); Q2_K 168 and Q3_K 228 (file: 220) bytes, their
+//   164 / 148; IQ2_XXS 212, file 132); IQ1_S / IQ1_M as IQ2_XXS / IQ2_XS, the codes
+//   minus << 2 | level standing for 8 * level -+ 1 (212 / 228 bytes, files: 100 / 112);
+//   Q2_K 168 and Q3_K 228 (file: 220) bytes, their
 //   heads holding two sub-scales per block (Q3_K's as Q6_K's, Q2_K's sc | mn << 4 of each half)
 //
 // Per (token, row, block): i = sum_j (q_j - offset) * x_j exactly (offset 128 for Q8_0 whose

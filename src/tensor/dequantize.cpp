@@ -217,6 +217,28 @@ void dequant_iq2(const u8* b, float* y) {
   }
 }
 
+// IQ1_S / IQ1_M: the 32 values of block ib (IQ1_M: each half of 16 with its own m) are
+// (d * m) * (level -+ 0.125) (iq1_*_block), computed as ggml does, exact in f32.
+template <DType kType>
+void dequant_iq1(const u8* b, float* y) {
+  const bool m_type = kType == DType::kIQ1_M;
+  const float d = m_type ? f16_to_f32(iq1_m_d16(b)) : load_f16(b);
+  uint8_t codes[32];
+  int m[2];
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    if constexpr (kType == DType::kIQ1_M) {
+      iq1_m_block(b, ib, codes, m);
+    } else {
+      m[0] = m[1] = iq1_s_block(b, ib, codes);
+    }
+    for (int v = 0; v < 32; ++v) {
+      const float dl = d * static_cast<float>(m[v / 16]);
+      const float delta = (codes[v] & 8) != 0 ? -0.125f : 0.125f;
+      y[v] = dl * (static_cast<float>(kIq1sLevels[codes[v] & 3]) + delta);
+    }
+  }
+}
+
 // Q2_K: { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin }: sub-block i (values 16i..16i+15) has scale
 // d * (scales[i] & 15) and min dmin * (scales[i] >> 4); value v's 2-bit q is bits 2s of
 // qs[32h + l] for v = 128h + 32s + l (k_low2).
@@ -291,6 +313,8 @@ void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_v
     case DType::kIQ2_S: return dequant_blocks<dequant_iq2<DType::kIQ2_S>>(src, dst, num_values, dtype);
     case DType::kIQ2_XXS: return dequant_blocks<dequant_iq2<DType::kIQ2_XXS>>(src, dst, num_values, dtype);
     case DType::kIQ2_XS: return dequant_blocks<dequant_iq2<DType::kIQ2_XS>>(src, dst, num_values, dtype);
+    case DType::kIQ1_S: return dequant_blocks<dequant_iq1<DType::kIQ1_S>>(src, dst, num_values, dtype);
+    case DType::kIQ1_M: return dequant_blocks<dequant_iq1<DType::kIQ1_M>>(src, dst, num_values, dtype);
   }
   INFERD_CHECK_MSG(false, "unknown dtype");
 }

@@ -8,7 +8,7 @@ namespace {
 // One type per line:
 // clang-format off
 // Indexed by DType. Block layouts follow ggml's definitions (see docs/formats.md).
-constexpr std::array<DTypeInfo, 24> kInfos = {{
+constexpr std::array<DTypeInfo, 26> kInfos = {{
     {"F32", 1, 4, 0},
     {"F16", 1, 2, 1},
     {"BF16", 1, 2, 30},
@@ -33,6 +33,8 @@ constexpr std::array<DTypeInfo, 24> kInfos = {{
     {"IQ2_S", 256, 82, 22},
     {"IQ2_XXS", 256, 66, 16},
     {"IQ2_XS", 256, 74, 17},
+    {"IQ1_S", 256, 50, 19},
+    {"IQ1_M", 256, 56, 29},
 }};
 // clang-format on
 static_assert(kInfos.size() == static_cast<size_t>(DType::kLast) + 1);

@@ -46,7 +46,13 @@ enum class DType : uint8_t {
   kIQ2_XXS,  // { f16 d; u16 qs[32] }: per 32 values 4 u8 grid indices, then a u32 of four 7-bit
              // sign fields (the 8th sign makes the count of minus signs even) and s in bits 28..31
   kIQ2_XS,   // { f16 d; u16 qs[32] (9-bit grid index | 7-bit signs << 9); u8 scales[8] }
-  kLast = kIQ2_XS,
+  // ggml's 1-bit grid types: each 8 values a point of a grid of 2048 with the levels -1, 0, 1, each
+  // block of 32 (IQ1_M: of 8) shifted by delta = -+1/8; value d * (2s + 1) * (level + delta).
+  kIQ1_S,  // { f16 d; u8 qs[32]; u16 qh[8] }: per 32 values 4 u8 index low bits, and a u16 of their
+           // 3 high bits each, s in bits 12..14, delta's sign in bit 15
+  kIQ1_M,  // { u8 qs[32]; u8 qh[16] (per 8 values a nibble: 3 index bits, delta's sign);
+           //   u16 scales[4] (3-bit s per 16 values; d, an f16, in their top nibbles) }
+  kLast = kIQ1_M,
 };
 
 struct DTypeInfo {

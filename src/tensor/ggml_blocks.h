@@ -143,4 +143,50 @@ inline void iq2_xs_block(const uint8_t* b, int ib, uint8_t* codes, int* m) {
   m[1] = 2 * (b[66 + ib] >> 4) + 1;
 }
 
+// IQ1_S and IQ1_M: block ib (0..7) of 32 values as codes minus << 3 | level, value
+// d * m * (kIq1sLevels[level] -+ 1/8) (minus: the delta is -1/8), and the block's m = 2s + 1
+// (IQ1_M: its halves' two). A point's 8 codes share the point's delta.
+inline void iq1_point_codes(uint16_t point, bool minus, uint8_t* codes) {
+  for (int j = 0; j < 8; ++j) codes[j] = static_cast<uint8_t>(((point >> (2 * j)) & 3) | (minus ? 8 : 0));
+}
+
+// IQ1_S { f16 d; u8 qs[32]; u16 qh[8] }: point l (0..3) of block ib has the 11-bit index
+// qs[4ib + l] | bits 3l..3l+2 of qh[ib] << 8; qh[ib] holds s in bits 12..14, the delta's sign in 15.
+inline int iq1_s_block(const uint8_t* b, int ib, uint8_t* codes) {
+  uint16_t qh;
+  std::memcpy(&qh, b + 34 + 2 * ib, 2);
+  const bool minus = (qh & 0x8000) != 0;
+  for (int l = 0; l < 4; ++l)
+    iq1_point_codes(kIq1sGrid[b[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)], minus, codes + 8 * l);
+  return 2 * ((qh >> 12) & 7) + 1;
+}
+
+// IQ1_M { u8 qs[32]; u8 qh[16]; u16 scales[4] }: point p (0..31) has the 11-bit index
+// qs[p] | (nibble p % 2 of qh[p / 2] & 7) << 8, the nibble's bit 3 its delta's sign; the 3-bit s
+// of half h (0..15) is bits 3(h % 4).. of scales[h / 4].
+inline void iq1_m_block(const uint8_t* b, int ib, uint8_t* codes, int* m) {
+  for (int l = 0; l < 4; ++l) {
+    const int p = 4 * ib + l;
+    const int nibble = (b[32 + p / 2] >> (4 * (p % 2))) & 0x0f;
+    iq1_point_codes(kIq1sGrid[b[p] | ((nibble & 7) << 8)], (nibble & 8) != 0, codes + 8 * l);
+  }
+  for (int half = 0; half < 2; ++half) {
+    const int h = 2 * ib + half;
+    uint16_t sc;
+    std::memcpy(&sc, b + 48 + 2 * (h / 4), 2);
+    m[half] = 2 * ((sc >> (3 * (h % 4))) & 7) + 1;
+  }
+}
+
+// IQ1_M's f16 d: the top nibbles of its four u16 scales, the first one lowest.
+inline uint16_t iq1_m_d16(const uint8_t* b) {
+  uint16_t d = 0;
+  for (int i = 0; i < 4; ++i) {
+    uint16_t sc;
+    std::memcpy(&sc, b + 48 + 2 * i, 2);
+    d = static_cast<uint16_t>(d | ((sc >> 12) << (4 * i)));
+  }
+  return d;
+}
+
 }  // namespace inferd

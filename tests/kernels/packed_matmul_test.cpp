@@ -18,7 +18,8 @@ namespace {
 constexpr DType kTypes[] = {DType::kQ8_0,    DType::kQ5_0,   DType::kQ5_1,   DType::kQ4_0,   DType::kQ4_1,
                             DType::kQ4_K,    DType::kQ5_K,   DType::kQ6_K,   DType::kI8,     DType::kQ4_G128,
                             DType::kQ4_G64,  DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K,   DType::kQ3_K,
-                            DType::kIQ3_XXS, DType::kIQ3_S,  DType::kIQ2_S,  DType::kIQ2_XS, DType::kIQ2_XXS};
+                            DType::kIQ3_XXS, DType::kIQ3_S,  DType::kIQ2_S,  DType::kIQ2_XS, DType::kIQ2_XXS,
+                            DType::kIQ1_S,   DType::kIQ1_M};
 
 // k rounded up to the dtype's block (256 values for K-quants).
 int64_t k_for(DType dtype, int64_t k) {
@@ -440,8 +441,8 @@ TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
 // Q5_K, Q6_K, Q3_K) go in planes of 1 or 2 bits, and K-quants keep their integer sub-scales
 // beside one f16 d per row and superblock. The exception is the grid types, whose grid points
 // are expanded at load to a code per value (sign and level): IQ3_XXS and IQ3_S a nibble, packed
-// as IQ4_XS, no larger than a Q4_K file of the shape; IQ2_S, IQ2_XS and IQ2_XXS 3 bits (a crumb
-// and a plane bit), packed as Q3_K, no larger than a Q3_K file.
+// as IQ4_XS, no larger than a Q4_K file of the shape; IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S and IQ1_M 3
+// bits (a crumb and a plane bit), packed as Q3_K, no larger than a Q3_K file.
 TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
   std::mt19937 rng(5);
   for (DType dtype : kTypes) {
@@ -453,7 +454,8 @@ TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
     ASSERT_TRUE(packed.has_value());
     const double file = static_cast<double>(w.num_bytes);
     const bool grid3 = dtype == DType::kIQ3_XXS || dtype == DType::kIQ3_S;
-    const bool grid2 = dtype == DType::kIQ2_S || dtype == DType::kIQ2_XS || dtype == DType::kIQ2_XXS;
+    const bool grid2 = dtype == DType::kIQ2_S || dtype == DType::kIQ2_XS || dtype == DType::kIQ2_XXS ||
+                       dtype == DType::kIQ1_S || dtype == DType::kIQ1_M;
     const double bound = grid3   ? static_cast<double>(dtype_bytes(DType::kQ4_K, 32 * 512))
                          : grid2 ? static_cast<double>(dtype_bytes(DType::kQ3_K, 32 * 512))
                                  : file;

@@ -38,7 +38,7 @@ TEST(DequantizeTest, MatchesGgufPyReferenceForEveryType) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 19);
+  EXPECT_EQ(checked, 21);
 }
 
 TEST(DequantizeTest, BlockSizesMatchGgml) {
@@ -57,6 +57,8 @@ TEST(DequantizeTest, BlockSizesMatchGgml) {
   EXPECT_EQ(dtype_bytes(DType::kIQ2_S, 256), 82);
   EXPECT_EQ(dtype_bytes(DType::kIQ2_XS, 256), 74);
   EXPECT_EQ(dtype_bytes(DType::kIQ2_XXS, 256), 66);
+  EXPECT_EQ(dtype_bytes(DType::kIQ1_S, 256), 50);
+  EXPECT_EQ(dtype_bytes(DType::kIQ1_M, 256), 56);
   EXPECT_FALSE(dtype_from_ggml(9999).has_value());
 }
 
