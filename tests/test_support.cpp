@@ -182,6 +182,8 @@ TensorView random_tensor(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
             }
             break;
           }
+          case DType::kTQ1_0: put_f16(blk + 52, scale(rng)); break;
+          case DType::kTQ2_0: put_f16(blk + 64, scale(rng)); break;
           default: put_f16(blk, scale(rng)); break;
         }
       }

@@ -15,7 +15,7 @@
   K-quant mixes keep their types on every matrix (the 0.5B's hidden size, 896, is not: most of
   its matrices fall back to Q5_0 / Q8_0).
 - K-quant and IQ mixes (--types q4_k_m,q4_k_s,q5_k_m,q6_k,q3_k_m,q3_k_s,q2_k,iq4_xs,iq4_nl,
-  iq3_xxs,iq3_s,iq3_m,iq2_xxs,iq2_xs,iq2_s,iq2_m,iq1_s,iq1_m): written by the peer's llama-quantize (scripts/peer/build_llama_cpp.sh)
+  iq3_xxs,iq3_s,iq3_m,iq2_xxs,iq2_xs,iq2_s,iq2_m,iq1_s,iq1_m,tq1_0,tq2_0): written by the peer's llama-quantize (scripts/peer/build_llama_cpp.sh)
   from the f16 file of the same shapes, as a user makes them; the gguf package cannot write K-quants.
   The IQ1 and IQ2 mixes and the IQ3_XXS mix (some of its matrices IQ2_S) store IQ1 and IQ2
   types, which llama-quantize writes only with an importance matrix: the peer's llama-imatrix computes one from the f16 file over
@@ -53,7 +53,8 @@ SHAPES = {
 PEER_QUANTIZED = {"q4_k_m": "Q4_K_M", "q4_k_s": "Q4_K_S", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K", "q3_k_m": "Q3_K_M",
                   "q3_k_s": "Q3_K_S", "q2_k": "Q2_K", "iq4_xs": "IQ4_XS", "iq4_nl": "IQ4_NL",
                   "iq3_xxs": "IQ3_XXS", "iq3_s": "IQ3_S", "iq3_m": "IQ3_M", "iq2_xxs": "IQ2_XXS",
-                  "iq2_xs": "IQ2_XS", "iq2_s": "IQ2_S", "iq2_m": "IQ2_M", "iq1_s": "IQ1_S", "iq1_m": "IQ1_M"}
+                  "iq2_xs": "IQ2_XS", "iq2_s": "IQ2_S", "iq2_m": "IQ2_M", "iq1_s": "IQ1_S", "iq1_m": "IQ1_M",
+                  "tq1_0": "TQ1_0", "tq2_0": "TQ2_0"}
 # The mixes llama-quantize writes only with an importance matrix.
 NEEDS_IMATRIX = {"iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq1_s", "iq1_m"}
 TYPES = {"f16": gguf.GGMLQuantizationType.F16, "q8_0": gguf.GGMLQuantizationType.Q8_0,

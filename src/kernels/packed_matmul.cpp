@@ -148,6 +148,9 @@ constexpr Format format_of(DType dtype) {
     case DType::kIQ2_XXS: return {false, false, false, 128, false, 8, 1, true, &kIq2Lookup, true, 3};
     case DType::kIQ1_S: return {false, false, false, 128, false, 8, 1, true, &kIq1Lookup, true, 3};
     case DType::kIQ1_M: return {false, false, true, 128, false, 8, 1, true, &kIq1Lookup, true, 3};
+    // TQ1_0 / TQ2_0: q as a crumb, offset 1, each block of 32 with its superblock's f16 d.
+    case DType::kTQ1_0:
+    case DType::kTQ2_0: return {false, false, false, 1, false, 1, 0, false, nullptr, true};
     case DType::kIQ3_S: return {true, false, false, 128, false, 8, 0, true, &kIq3sLookup};
     default: return {false, false, false, 0};
   }
@@ -340,6 +343,16 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       }
       // Codes sign << 3 | level to 3 bits, sign << 2 | level: a crumb and a plane bit.
       for (uint8_t& q : out.q) q = static_cast<uint8_t>((q & 3) | ((q >> 3) << 2));
+      break;
+    }
+    case DType::kTQ1_0:
+    case DType::kTQ2_0: {
+      const bool one = dtype == DType::kTQ1_0;
+      const uint8_t* s = row + (b / per_super) * (one ? 54 : 66);
+      const int first = 32 * static_cast<int>(b % per_super);
+      out.d16 = load_u16(s + (one ? 52 : 64));
+      for (int l = 0; l < 32; ++l)
+        out.q[l] = static_cast<uint8_t>(one ? tq1_0_q(s, first + l) : tq2_0_q(s, first + l));
       break;
     }
     case DType::kIQ1_S:
@@ -1347,6 +1360,8 @@ const TileFn* tables_for(DType dtype) {
     case DType::kIQ2_XS: return ByTokens<Kernel, DType::kIQ2_XS>::table;
     case DType::kIQ1_S: return ByTokens<Kernel, DType::kIQ1_S>::table;
     case DType::kIQ1_M: return ByTokens<Kernel, DType::kIQ1_M>::table;
+    case DType::kTQ1_0: return ByTokens<Kernel, DType::kTQ1_0>::table;
+    case DType::kTQ2_0: return ByTokens<Kernel, DType::kTQ2_0>::table;
     case DType::kQ2_K: return ByTokens<Kernel, DType::kQ2_K>::table;
     case DType::kQ3_K: return ByTokens<Kernel, DType::kQ3_K>::table;
     default: return ByTokens<Kernel, DType::kQ6_K>::table;
@@ -1386,6 +1401,8 @@ AmxFunctions amx_functions(DType dtype) {
     case DType::kIQ2_XS: return kAmxFunctions<DType::kIQ2_XS>;
     case DType::kIQ1_S: return kAmxFunctions<DType::kIQ1_S>;
     case DType::kIQ1_M: return kAmxFunctions<DType::kIQ1_M>;
+    case DType::kTQ1_0: return kAmxFunctions<DType::kTQ1_0>;
+    case DType::kTQ2_0: return kAmxFunctions<DType::kTQ2_0>;
     case DType::kQ2_K: return kAmxFunctions<DType::kQ2_K>;
     case DType::kQ3_K: return kAmxFunctions<DType::kQ3_K>;
     default: return kAmxFunctions<DType::kQ6_K>;
@@ -1580,6 +1597,8 @@ bool PackedWeight::supports(DType dtype) {
     case DType::kIQ2_XS:
     case DType::kIQ1_S:
     case DType::kIQ1_M:
+    case DType::kTQ1_0:
+    case DType::kTQ2_0:
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:

@@ -1,8 +1,8 @@
 // Integer matmul for block-quantized weights (GGUF Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q2_K, Q3_K,
-// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M): activations are
-// quantized per token to int8 in blocks of 32, each weight block's dot product is an exact int32 sum
-// (AMX-INT8 tdpbssd for 16 tokens, AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled and
-// accumulated in f32.
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M, TQ1_0, TQ2_0):
+// activations are quantized per token to int8 in blocks of 32, each weight block's dot product is an exact
+// int32 sum (AMX-INT8 tdpbssd for 16 tokens, AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw, or scalar), then scaled
+// and accumulated in f32.
 //
 // Weights are repacked once, at load, into tiles of 16 output rows: for each block of 32 inputs a
 // tile holds the 16 rows' scales (and mins, and Q6_K's two half-block scales) and their quants
@@ -14,7 +14,7 @@
 //   quants, nibbles (Q4_*, Q5_*, Q6_K): 4 groups x 16 rows x 4 u8, low nibble value 4g+j, high
 //                   nibble value 16+4g+j; then the bits above the nibble (Q5_*: 1, Q6_K: 2) in
 //                   planes of the same 16 x 4 byte layout (bit g, or bits 2(g%4) of plane g/4)
-//   quants, crumbs  (Q2_K, Q3_K, IQ2, IQ1): 2 groups x 16 rows x 4 u8, value 4(g+2c)+j in bits 2c..2c+1;
+//   quants, crumbs  (Q2_K, Q3_K, IQ2, IQ1, TQ): 2 groups x 16 rows x 4 u8, value 4(g+2c)+j in bits 2c..2c+1;
 //                   Q3_K's, IQ2's and IQ1's third bit in a plane (bit g)
 //   K-quants pack a superblock (8 blocks) as one group: a head with the 16 rows' f16 d (and
 //   dmin) and each block's integer sub-scales (sc and mn u8, or Q6_K's two i8 half scales),
@@ -31,16 +31,18 @@
 //   Q6_K's (each half block's 2s + 1; IQ2_XXS: IQ3_XXS's head), scale d * m / 8 (228 bytes, files:
 //   164 / 148; IQ2_XXS 212, file 132); IQ1_S / IQ1_M as IQ2_XXS / IQ2_XS, the codes
 //   minus << 2 | level standing for 8 * level -+ 1 (212 / 228 bytes, files: 100 / 112);
-//   Q2_K 168 and Q3_K 228 (file: 220) bytes, their
+//   TQ1_0 / TQ2_0 plain crumbs with offset 1 and Q4_0's per-block f16 d (160 bytes, files:
+//   108 / 132); Q2_K 168 and Q3_K 228 (file: 220) bytes, their
 //   heads holding two sub-scales per block (Q3_K's as Q6_K's, Q2_K's sc | mn << 4 of each half)
 //
 // Per (token, row, block): i = sum_j (q_j - offset) * x_j exactly (offset 128 for Q8_0 whose
-// quants are stored + 128, 16 for Q5_0, 8 for Q4_0, 32 for Q6_K, 4 for Q3_K, else 0; Q6_K,
-// Q3_K, Q2_K, IQ2_S, IQ2_XS: i = s0 * i_lo + s1 * i_hi over the halves), then acc = fma(d_w * d_x, float(i),
-// acc), and with a min acc = fma(m_w, d_x * sum_j x_j, acc) (Q2_K: acc = fma(-dmin * d_x,
-// float(m0 * sum x_lo + m1 * sum x_hi), acc)). Every ISA path performs exactly these f32 operations in this
-// order, so all paths give bit-identical results, and a token's result never depends on the
-// other tokens of the batch (the thread split is over tiles of rows): batch invariance holds.
+// quants are stored + 128, and the looked-up grid and IQ4 types, 16 for Q5_0, 8 for Q4_0, 32 for
+// Q6_K, 4 for Q3_K, 1 for TQ1_0 / TQ2_0, else 0; Q6_K, Q3_K, Q2_K, IQ2_S, IQ2_XS, IQ1_M: i = s0 * i_lo + s1 *
+// i_hi over the halves), then acc = fma(d_w * d_x, float(i), acc), and with a min acc = fma(m_w, d_x * sum_j
+// x_j, acc) (Q2_K: acc = fma(-dmin * d_x, float(m0 * sum x_lo + m1 * sum x_hi), acc)). Every ISA path
+// performs exactly these f32 operations in this order, so all paths give bit-identical results, and a token's
+// result never depends on the other tokens of the batch (the thread split is over tiles of rows): batch
+// invariance holds.
 #pragma once
 
 #include <cstddef>

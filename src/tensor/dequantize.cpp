@@ -239,6 +239,14 @@ void dequant_iq1(const u8* b, float* y) {
   }
 }
 
+// TQ1_0 / TQ2_0: value v is d * (q - 1) (tq1_0_q, tq2_0_q).
+template <DType kType>
+void dequant_tq(const u8* b, float* y) {
+  const bool one = kType == DType::kTQ1_0;
+  const float d = load_f16(b + (one ? 52 : 64));
+  for (int v = 0; v < 256; ++v) y[v] = d * static_cast<float>((one ? tq1_0_q(b, v) : tq2_0_q(b, v)) - 1);
+}
+
 // Q2_K: { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin }: sub-block i (values 16i..16i+15) has scale
 // d * (scales[i] & 15) and min dmin * (scales[i] >> 4); value v's 2-bit q is bits 2s of
 // qs[32h + l] for v = 128h + 32s + l (k_low2).
@@ -315,6 +323,8 @@ void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t num_v
     case DType::kIQ2_XS: return dequant_blocks<dequant_iq2<DType::kIQ2_XS>>(src, dst, num_values, dtype);
     case DType::kIQ1_S: return dequant_blocks<dequant_iq1<DType::kIQ1_S>>(src, dst, num_values, dtype);
     case DType::kIQ1_M: return dequant_blocks<dequant_iq1<DType::kIQ1_M>>(src, dst, num_values, dtype);
+    case DType::kTQ1_0: return dequant_blocks<dequant_tq<DType::kTQ1_0>>(src, dst, num_values, dtype);
+    case DType::kTQ2_0: return dequant_blocks<dequant_tq<DType::kTQ2_0>>(src, dst, num_values, dtype);
   }
   INFERD_CHECK_MSG(false, "unknown dtype");
 }

@@ -8,7 +8,7 @@ namespace {
 // One type per line:
 // clang-format off
 // Indexed by DType. Block layouts follow ggml's definitions (see docs/formats.md).
-constexpr std::array<DTypeInfo, 26> kInfos = {{
+constexpr std::array<DTypeInfo, 28> kInfos = {{
     {"F32", 1, 4, 0},
     {"F16", 1, 2, 1},
     {"BF16", 1, 2, 30},
@@ -35,6 +35,8 @@ constexpr std::array<DTypeInfo, 26> kInfos = {{
     {"IQ2_XS", 256, 74, 17},
     {"IQ1_S", 256, 50, 19},
     {"IQ1_M", 256, 56, 29},
+    {"TQ1_0", 256, 54, 34},
+    {"TQ2_0", 256, 66, 35},
 }};
 // clang-format on
 static_assert(kInfos.size() == static_cast<size_t>(DType::kLast) + 1);

@@ -52,7 +52,10 @@ enum class DType : uint8_t {
            // 3 high bits each, s in bits 12..14, delta's sign in bit 15
   kIQ1_M,  // { u8 qs[32]; u8 qh[16] (per 8 values a nibble: 3 index bits, delta's sign);
            //   u16 scales[4] (3-bit s per 16 values; d, an f16, in their top nibbles) }
-  kLast = kIQ1_M,
+  // ggml's ternary types (value d * (q - 1), q 0..2; TQ2_0's 2-bit q may also be 3), one f16 d per 256.
+  kTQ1_0,  // { u8 qs[48]; u8 qh[4]; f16 d }: 5 values per byte of qs, 4 per byte of qh, in base 3
+  kTQ2_0,  // { u8 qs[64]; f16 d }: value 128h + 32s + l is bits 2s of qs[32h + l]
+  kLast = kTQ2_0,
 };
 
 struct DTypeInfo {

@@ -178,6 +178,33 @@ inline void iq1_m_block(const uint8_t* b, int ib, uint8_t* codes, int* m) {
   }
 }
 
+// TQ1_0 { u8 qs[48]; u8 qh[4]; f16 d }: the q (0..2) of value v (0..255). A byte holds 5 (qh: 4)
+// base-3 digits as a fixed-point fraction: digit k is the top of (byte * 3^k mod 256) * 3, i.e.
+// ((u8)(byte * 3^k) * 3) >> 8. Values 32k + l (v < 160) are digit k of qs[l]; 160 + 16k + l
+// digit k of qs[32 + l]; 240 + 4k + l digit k of qh[l].
+inline int tq1_0_q(const uint8_t* b, int v) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  uint8_t byte;
+  int k;
+  if (v < 160) {
+    byte = b[v % 32];
+    k = v / 32;
+  } else if (v < 240) {
+    byte = b[32 + (v - 160) % 16];
+    k = (v - 160) / 16;
+  } else {
+    byte = b[48 + (v - 240) % 4];
+    k = (v - 240) / 4;
+  }
+  const auto digit = static_cast<uint8_t>(byte * kPow3[k]);
+  return (digit * 3) >> 8;
+}
+
+// TQ2_0 { u8 qs[64]; f16 d }: the 2-bit q of value v (0..255), as Q2_K's (k_low2).
+inline int tq2_0_q(const uint8_t* b, int v) {
+  return k_low2(b, v);
+}
+
 // IQ1_M's f16 d: the top nibbles of its four u16 scales, the first one lowest.
 inline uint16_t iq1_m_d16(const uint8_t* b) {
   uint16_t d = 0;

@@ -124,7 +124,8 @@ TEST(BackendOpsTest, LinearMatchesTheDoubleProductOnEveryBackendAndPath) {
       {DType::kIQ4_NL, 23, 96, 17}, {DType::kIQ4_XS, 9, 512, 5},   {DType::kQ2_K, 19, 512, 17},
       {DType::kQ3_K, 14, 256, 3},   {DType::kIQ3_XXS, 7, 512, 19}, {DType::kIQ3_S, 22, 256, 2},
       {DType::kIQ2_S, 13, 768, 18}, {DType::kIQ2_XS, 11, 512, 17}, {DType::kIQ2_XXS, 29, 256, 6},
-      {DType::kIQ1_S, 5, 512, 17},  {DType::kIQ1_M, 18, 256, 3},
+      {DType::kIQ1_S, 5, 512, 17},  {DType::kIQ1_M, 18, 256, 3},   {DType::kTQ1_0, 9, 256, 17},
+      {DType::kTQ2_0, 21, 512, 2},
   };
   for (const LinearCase& c : cases) {
     std::vector<std::byte> storage;

@@ -66,7 +66,7 @@ TEST(F32KernelsTest, DequantizeRowIsBitIdenticalToScalarDecoder) {
          {DType::kF32,    DType::kF16,     DType::kBF16,  DType::kQ4_0,    DType::kQ4_1,  DType::kQ5_0,
           DType::kQ5_1,   DType::kQ8_0,    DType::kQ4_K,  DType::kQ5_K,    DType::kQ6_K,  DType::kIQ4_NL,
           DType::kIQ4_XS, DType::kQ2_K,    DType::kQ3_K,  DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ2_S,
-          DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_S, DType::kIQ1_M}) {
+          DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_S, DType::kIQ1_M,   DType::kTQ1_0, DType::kTQ2_0}) {
       const int64_t block = dtype_info(dtype).block_values;
       for (int64_t blocks : {1, 2, 7}) {
         const int64_t n = blocks * (block == 1 ? 37 : block);

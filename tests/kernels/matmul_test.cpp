@@ -21,7 +21,7 @@ TEST(MatmulTest, MatchesScalarReferenceForEveryDtype) {
        {DType::kF32,    DType::kF16,     DType::kBF16,  DType::kQ4_0,    DType::kQ4_1,  DType::kQ5_0,
         DType::kQ5_1,   DType::kQ8_0,    DType::kQ4_K,  DType::kQ5_K,    DType::kQ6_K,  DType::kIQ4_NL,
         DType::kIQ4_XS, DType::kQ2_K,    DType::kQ3_K,  DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ2_S,
-        DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_S, DType::kIQ1_M}) {
+        DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_S, DType::kIQ1_M,   DType::kTQ1_0, DType::kTQ2_0}) {
     const int64_t block = dtype_info(dtype).block_values;
     for (Shape s : {Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{3, 17, 5}, Shape{5, 33, 2}, Shape{13, 9, 1}}) {
       const int64_t k = s.k * (block == 1 ? 37 : block);

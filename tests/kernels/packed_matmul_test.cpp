@@ -19,7 +19,7 @@ constexpr DType kTypes[] = {DType::kQ8_0,    DType::kQ5_0,   DType::kQ5_1,   DTy
                             DType::kQ4_K,    DType::kQ5_K,   DType::kQ6_K,   DType::kI8,     DType::kQ4_G128,
                             DType::kQ4_G64,  DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K,   DType::kQ3_K,
                             DType::kIQ3_XXS, DType::kIQ3_S,  DType::kIQ2_S,  DType::kIQ2_XS, DType::kIQ2_XXS,
-                            DType::kIQ1_S,   DType::kIQ1_M};
+                            DType::kIQ1_S,   DType::kIQ1_M,  DType::kTQ1_0,  DType::kTQ2_0};
 
 // k rounded up to the dtype's block (256 values for K-quants).
 int64_t k_for(DType dtype, int64_t k) {
@@ -442,7 +442,8 @@ TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
 // beside one f16 d per row and superblock. The exception is the grid types, whose grid points
 // are expanded at load to a code per value (sign and level): IQ3_XXS and IQ3_S a nibble, packed
 // as IQ4_XS, no larger than a Q4_K file of the shape; IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S and IQ1_M 3
-// bits (a crumb and a plane bit), packed as Q3_K, no larger than a Q3_K file.
+// bits (a crumb and a plane bit), packed as Q3_K, no larger than a Q3_K file. The ternary types
+// (TQ1_0, TQ2_0) pack as 2-bit quants with an f16 d per block of 32: no larger than a Q2_K file.
 TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
   std::mt19937 rng(5);
   for (DType dtype : kTypes) {
@@ -456,9 +457,11 @@ TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
     const bool grid3 = dtype == DType::kIQ3_XXS || dtype == DType::kIQ3_S;
     const bool grid2 = dtype == DType::kIQ2_S || dtype == DType::kIQ2_XS || dtype == DType::kIQ2_XXS ||
                        dtype == DType::kIQ1_S || dtype == DType::kIQ1_M;
-    const double bound = grid3   ? static_cast<double>(dtype_bytes(DType::kQ4_K, 32 * 512))
-                         : grid2 ? static_cast<double>(dtype_bytes(DType::kQ3_K, 32 * 512))
-                                 : file;
+    const bool ternary = dtype == DType::kTQ1_0 || dtype == DType::kTQ2_0;
+    const double bound = grid3     ? static_cast<double>(dtype_bytes(DType::kQ4_K, 32 * 512))
+                         : grid2   ? static_cast<double>(dtype_bytes(DType::kQ3_K, 32 * 512))
+                         : ternary ? static_cast<double>(dtype_bytes(DType::kQ2_K, 32 * 512))
+                                   : file;
     EXPECT_LE(static_cast<double>(packed->num_bytes()),
               (dtype == DType::kQ3_K || grid2 ? 1.04 : 1.03) * bound)
         << dtype_info(dtype).name;

@@ -38,7 +38,7 @@ TEST(DequantizeTest, MatchesGgufPyReferenceForEveryType) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 21);
+  EXPECT_EQ(checked, 23);
 }
 
 TEST(DequantizeTest, BlockSizesMatchGgml) {
@@ -59,6 +59,8 @@ TEST(DequantizeTest, BlockSizesMatchGgml) {
   EXPECT_EQ(dtype_bytes(DType::kIQ2_XXS, 256), 66);
   EXPECT_EQ(dtype_bytes(DType::kIQ1_S, 256), 50);
   EXPECT_EQ(dtype_bytes(DType::kIQ1_M, 256), 56);
+  EXPECT_EQ(dtype_bytes(DType::kTQ1_0, 256), 54);
+  EXPECT_EQ(dtype_bytes(DType::kTQ2_0, 256), 66);
   EXPECT_FALSE(dtype_from_ggml(9999).has_value());
 }
 
