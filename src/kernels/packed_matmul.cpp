@@ -327,21 +327,28 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
     }
     case DType::kIQ2_S:
     case DType::kIQ2_XS:
-    case DType::kIQ2_XXS: {
-      const size_t bytes = dtype == DType::kIQ2_S ? 82 : (dtype == DType::kIQ2_XS ? 74 : 66);
-      const uint8_t* s = row + (b / per_super) * bytes;
+    case DType::kIQ2_XXS:
+    case DType::kIQ1_S:
+    case DType::kIQ1_M: {
+      const uint8_t* s = row + (b / per_super) * static_cast<size_t>(dtype_info(dtype).block_bytes);
       const int j = static_cast<int>(b % per_super);
-      int m[2];
-      out.d16 = load_u16(s);
-      if (dtype == DType::kIQ2_XXS) {
-        out.sc = static_cast<uint8_t>(static_cast<int8_t>(iq2_xxs_block(s, j, out.q)));  // as IQ3_XXS's
-      } else {
-        if (dtype == DType::kIQ2_S) iq2_s_block(s, j, out.q, m);
-        if (dtype == DType::kIQ2_XS) iq2_xs_block(s, j, out.q, m);
-        out.sub[0] = static_cast<int8_t>(m[0]);  // the halves' multipliers, as Q6_K's sub-scales
-        out.sub[1] = static_cast<int8_t>(m[1]);
+      out.d16 = dtype == DType::kIQ1_M ? iq1_m_d16(s) : load_u16(s);
+      int m[2] = {0, 0};
+      switch (dtype) {  // one m per block (as IQ3_XXS's head) or one per half (as Q6_K's)
+        case DType::kIQ2_XXS: m[0] = iq2_xxs_block(s, j, out.q); break;
+        case DType::kIQ1_S: m[0] = iq1_s_block(s, j, out.q); break;
+        case DType::kIQ2_S: iq2_s_block(s, j, out.q, m); break;
+        case DType::kIQ2_XS: iq2_xs_block(s, j, out.q, m); break;
+        default: iq1_m_block(s, j, out.q, m); break;
       }
-      // Codes sign << 3 | level to 3 bits, sign << 2 | level: a crumb and a plane bit.
+      if (format_of(dtype).sub_scales) {
+        out.sub[0] = static_cast<int8_t>(m[0]);
+        out.sub[1] = static_cast<int8_t>(m[1]);
+      } else {
+        out.sc = static_cast<uint8_t>(static_cast<int8_t>(m[0]));  // i8, as IQ4_XS's ls - 32
+      }
+      // Codes sign << 3 | level (IQ1: the delta's sign) to 3 bits, sign << 2 | level: a crumb and
+      // a plane bit.
       for (uint8_t& q : out.q) q = static_cast<uint8_t>((q & 3) | ((q >> 3) << 2));
       break;
     }
@@ -353,24 +360,6 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
       out.d16 = load_u16(s + (one ? 52 : 64));
       for (int l = 0; l < 32; ++l)
         out.q[l] = static_cast<uint8_t>(one ? tq1_0_q(s, first + l) : tq2_0_q(s, first + l));
-      break;
-    }
-    case DType::kIQ1_S:
-    case DType::kIQ1_M: {
-      const bool s_type = dtype == DType::kIQ1_S;
-      const uint8_t* s = row + (b / per_super) * (s_type ? 50 : 56);
-      const int j = static_cast<int>(b % per_super);
-      if (s_type) {
-        out.d16 = load_u16(s);
-        out.sc = static_cast<uint8_t>(static_cast<int8_t>(iq1_s_block(s, j, out.q)));
-      } else {
-        int m[2];
-        out.d16 = iq1_m_d16(s);
-        iq1_m_block(s, j, out.q, m);
-        out.sub[0] = static_cast<int8_t>(m[0]);
-        out.sub[1] = static_cast<int8_t>(m[1]);
-      }
-      for (uint8_t& q : out.q) q = static_cast<uint8_t>((q & 3) | ((q >> 3) << 2));  // as IQ2's
       break;
     }
     case DType::kQ2_K:
