@@ -50,7 +50,7 @@ std::byte* weight_bytes(size_t n) {
 
 // The 16 values a nibble code stands for (IQ4: kIq4Values; IQ3: the sign and the 3-bit level of
 // a grid point's value, code = sign << 3 | level), or the 8 a 3-bit code of crumb and plane bit
-// stands for (IQ2: code = sign << 2 | level), signed and as u8 value + 128.
+// stands for (IQ2: code = sign << 2 | level; IQ1: see kIq1Lookup), signed and as u8 value + 128.
 struct LookupTable {
   alignas(16) std::array<int8_t, 16> values;
   alignas(16) std::array<uint8_t, 16> biased;
@@ -119,7 +119,7 @@ struct Format {
   // IQ4_NL / IQ4_XS / IQ3_*: a nibble is a code into a table of 16 values; the kernels look the
   // value up (vpshufb) and take it as u8 value + 128 (offset 128, as Q8_0's bytes).
   const LookupTable* lookup = nullptr;
-  bool crumbs = false;  // Q2_K, Q3_K: 2-bit quants (see above)
+  bool crumbs = false;  // Q2_K, Q3_K, IQ2, IQ1, TQ: 2-bit quants (see above)
   // IQ3_XXS, IQ2, IQ1: a block's scale is d * m / 2^scale_shift (m its i8 sub-scale, shift 2
   // and 3; IQ1's table holds eighths), exact in f32.
   int scale_shift = 0;
@@ -332,16 +332,9 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
     case DType::kIQ1_M: {
       const uint8_t* s = row + (b / per_super) * static_cast<size_t>(dtype_info(dtype).block_bytes);
       const int j = static_cast<int>(b % per_super);
-      out.d16 = dtype == DType::kIQ1_M ? iq1_m_d16(s) : load_u16(s);
-      int m[2] = {0, 0};
-      switch (dtype) {  // one m per block (as IQ3_XXS's head) or one per half (as Q6_K's)
-        case DType::kIQ2_XXS: m[0] = iq2_xxs_block(s, j, out.q); break;
-        case DType::kIQ1_S: m[0] = iq1_s_block(s, j, out.q); break;
-        case DType::kIQ2_S: iq2_s_block(s, j, out.q, m); break;
-        case DType::kIQ2_XS: iq2_xs_block(s, j, out.q, m); break;
-        default: iq1_m_block(s, j, out.q, m); break;
-      }
-      if (format_of(dtype).sub_scales) {
+      int m[2];
+      out.d16 = low_bit_grid_block(dtype, s, j, out.q, m);
+      if (format_of(dtype).sub_scales) {  // one m per half, as Q6_K's head; else as IQ3_XXS's
         out.sub[0] = static_cast<int8_t>(m[0]);
         out.sub[1] = static_cast<int8_t>(m[1]);
       } else {
@@ -355,7 +348,7 @@ SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
     case DType::kTQ1_0:
     case DType::kTQ2_0: {
       const bool one = dtype == DType::kTQ1_0;
-      const uint8_t* s = row + (b / per_super) * (one ? 54 : 66);
+      const uint8_t* s = row + (b / per_super) * static_cast<size_t>(dtype_info(dtype).block_bytes);
       const int first = 32 * static_cast<int>(b % per_super);
       out.d16 = load_u16(s + (one ? 52 : 64));
       for (int l = 0; l < 32; ++l)

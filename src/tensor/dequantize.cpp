@@ -199,17 +199,10 @@ void dequant_iq3(const u8* b, float* y) {
 // m for the block) are (d * m * 0.125) * -+level (iq2_*_block).
 template <DType kType>
 void dequant_iq2(const u8* b, float* y) {
-  const float d = load_f16(b);
   uint8_t codes[32];
   int m[2];
   for (int ib = 0; ib < 8; ++ib, y += 32) {
-    if constexpr (kType == DType::kIQ2_XXS) {
-      m[0] = m[1] = iq2_xxs_block(b, ib, codes);
-    } else if constexpr (kType == DType::kIQ2_XS) {
-      iq2_xs_block(b, ib, codes, m);
-    } else {
-      iq2_s_block(b, ib, codes, m);
-    }
+    const float d = f16_to_f32(low_bit_grid_block(kType, b, ib, codes, m));
     for (int v = 0; v < 32; ++v) {
       const float dl = d * static_cast<float>(m[v / 16]) * 0.125f;
       y[v] = dl * signed_level(kIq2sLevels, codes[v]);
@@ -221,16 +214,10 @@ void dequant_iq2(const u8* b, float* y) {
 // (d * m) * (level -+ 0.125) (iq1_*_block), computed as ggml does, exact in f32.
 template <DType kType>
 void dequant_iq1(const u8* b, float* y) {
-  const bool m_type = kType == DType::kIQ1_M;
-  const float d = m_type ? f16_to_f32(iq1_m_d16(b)) : load_f16(b);
   uint8_t codes[32];
   int m[2];
   for (int ib = 0; ib < 8; ++ib, y += 32) {
-    if constexpr (kType == DType::kIQ1_M) {
-      iq1_m_block(b, ib, codes, m);
-    } else {
-      m[0] = m[1] = iq1_s_block(b, ib, codes);
-    }
+    const float d = f16_to_f32(low_bit_grid_block(kType, b, ib, codes, m));
     for (int v = 0; v < 32; ++v) {
       const float dl = d * static_cast<float>(m[v / 16]);
       const float delta = (codes[v] & 8) != 0 ? -0.125f : 0.125f;

@@ -1,4 +1,4 @@
-// Bit fields of ggml's K-quant, IQ4_XS, IQ3 and IQ2 blocks that more than one reader unpacks: the
+// Bit fields of ggml's K-quant, IQ4_XS, IQ3, IQ2, IQ1 and TQ blocks that more than one reader unpacks: the
 // reference dequantizer (tensor/dequantize.cpp) and the packer of the integer kernels
 // (kernels/packed_matmul.cpp). Layouts as ggml defines them (docs/formats.md).
 #pragma once
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "tensor/dtype.h"
 #include "tensor/iq_grids.h"
 
 namespace inferd {
@@ -178,6 +179,34 @@ inline void iq1_m_block(const uint8_t* b, int ib, uint8_t* codes, int* m) {
   }
 }
 
+// IQ1_M's f16 d: the top nibbles of its four u16 scales, the first one lowest.
+inline uint16_t iq1_m_d16(const uint8_t* b) {
+  uint16_t d = 0;
+  for (int i = 0; i < 4; ++i) {
+    uint16_t sc;
+    std::memcpy(&sc, b + 48 + 2 * i, 2);
+    d = static_cast<uint16_t>(d | ((sc >> 12) << (4 * i)));
+  }
+  return d;
+}
+
+// The 3-bit-code grid types (IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M): block ib (0..7) of the
+// superblock at b as codes minus << 3 | level (the value's sign; IQ1: its delta's) and the
+// multipliers m of its two halves of 16 (equal where the type has one per block); returns the
+// superblock's f16 d.
+inline uint16_t low_bit_grid_block(DType dtype, const uint8_t* b, int ib, uint8_t* codes, int* m) {
+  switch (dtype) {
+    case DType::kIQ2_XXS: m[0] = m[1] = iq2_xxs_block(b, ib, codes); break;
+    case DType::kIQ1_S: m[0] = m[1] = iq1_s_block(b, ib, codes); break;
+    case DType::kIQ2_S: iq2_s_block(b, ib, codes, m); break;
+    case DType::kIQ2_XS: iq2_xs_block(b, ib, codes, m); break;
+    default: iq1_m_block(b, ib, codes, m); return iq1_m_d16(b);
+  }
+  uint16_t d;
+  std::memcpy(&d, b, 2);
+  return d;
+}
+
 // TQ1_0 { u8 qs[48]; u8 qh[4]; f16 d }: the q (0..2) of value v (0..255). A byte holds 5 (qh: 4)
 // base-3 digits as a fixed-point fraction: digit k is the top of (byte * 3^k mod 256) * 3, i.e.
 // ((u8)(byte * 3^k) * 3) >> 8. Values 32k + l (v < 160) are digit k of qs[l]; 160 + 16k + l
@@ -203,17 +232,6 @@ inline int tq1_0_q(const uint8_t* b, int v) {
 // TQ2_0 { u8 qs[64]; f16 d }: the 2-bit q of value v (0..255), as Q2_K's (k_low2).
 inline int tq2_0_q(const uint8_t* b, int v) {
   return k_low2(b, v);
-}
-
-// IQ1_M's f16 d: the top nibbles of its four u16 scales, the first one lowest.
-inline uint16_t iq1_m_d16(const uint8_t* b) {
-  uint16_t d = 0;
-  for (int i = 0; i < 4; ++i) {
-    uint16_t sc;
-    std::memcpy(&sc, b + 48 + 2 * i, 2);
-    d = static_cast<uint16_t>(d | ((sc >> 12) << (4 * i)));
-  }
-  return d;
 }
 
 }  // namespace inferd
