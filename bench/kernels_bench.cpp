@@ -202,7 +202,12 @@ BENCHMARK(BM_QuantMatmul)
     ->ArgsProduct({{static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ4_0),
                     static_cast<int64_t>(DType::kQ4_1), static_cast<int64_t>(DType::kQ4_K),
                     static_cast<int64_t>(DType::kQ6_K), static_cast<int64_t>(DType::kI8),
-                    static_cast<int64_t>(DType::kQ4_G128)},
+                    static_cast<int64_t>(DType::kQ4_G128), static_cast<int64_t>(DType::kQ5_K),
+                    static_cast<int64_t>(DType::kQ3_K), static_cast<int64_t>(DType::kQ2_K),
+                    static_cast<int64_t>(DType::kIQ4_XS), static_cast<int64_t>(DType::kIQ3_S),
+                    static_cast<int64_t>(DType::kIQ2_XXS), static_cast<int64_t>(DType::kIQ2_S),
+                    static_cast<int64_t>(DType::kIQ1_S), static_cast<int64_t>(DType::kIQ1_M),
+                    static_cast<int64_t>(DType::kTQ2_0)},
                    {1, 16, 512}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();

@@ -403,6 +403,14 @@ Status load_classifier(const ServeFlags& flags, Parallel* parallel, Loaded* out,
   return Status::ok();
 }
 
+// Seconds since `start`, as "1.23".
+std::string seconds_since(std::chrono::steady_clock::time_point start) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return text;
+}
+
 Status load_all(const std::string& path, const ServeFlags& flags, int threads,
                 const EngineFlags& engine_flags, Parallel* parallel, Loaded* out, ServingContext* ctx) {
   const std::string& chat_template_file = flags.chat_template;
@@ -428,8 +436,11 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
   INFERD_ASSIGN_OR_RETURN(EngineOptions options, engine_options(engine_flags, out->weights->config));
   log_info(describe_kv_cache(options, engine_flags, out->weights->config));
   out->pool = std::make_unique<ThreadPool>(threads);
+  const auto packing = std::chrono::steady_clock::now();
   out->model =
       std::make_unique<Transformer>(*out->weights, *out->pool, transformer_options(engine_flags.matmul));
+  log_info("weights prepared for the " + std::string(backend_name(out->model->backend().kind())) +
+           " backend in " + seconds_since(packing) + " s");
   if (flags.role == "prefill") {
     auto bytes = parse_byte_size(flags.kv_export_buffer, 0);
     if (!bytes || *bytes < 1)
@@ -476,7 +487,9 @@ Status load_all(const std::string& path, const ServeFlags& flags, int threads,
     }
     ctx->lora = out->lora.get();
   }
+  const auto engine_start = std::chrono::steady_clock::now();
   out->engine = std::make_unique<AsyncEngine>(*out->model, options);
+  log_info("engine and KV cache set up in " + seconds_since(engine_start) + " s");
   if (parallel != nullptr) {
     // A rank that stops answering ends the job: first every open request gets the reason (500),
     // with a moment for the HTTP threads to write it.
@@ -561,6 +574,7 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
   log_info("listening on http://" + flags.server.host + ":" + std::to_string(server.port()) + ", loading " +
            path);
   Loaded loaded;
+  const auto started = std::chrono::steady_clock::now();
   std::thread loader([&] {
     ServingContext ctx;
     Status s = load_all(path, flags, threads, engine_flags, parallel, &loaded, &ctx);
@@ -570,7 +584,7 @@ int run_serve(const std::string& model_path, int threads, const EngineFlags& eng
     }
     server.set_ready(ctx);
     log_info("ready: serving '" + flags.server.served_model_name + "' on http://" + flags.server.host + ":" +
-             std::to_string(server.port()));
+             std::to_string(server.port()) + " (" + seconds_since(started) + " s after start)");
   });
   const int rc = server.run();
   loader.join();

@@ -78,7 +78,8 @@ class CpuBackend final : public CpuKernelOps {
       return split;
     }
     if (kind_ != BackendKind::kF32 && packable(parts)) {
-      auto packed = swiglu ? PackedWeight::pack_swiglu(*parts[0], *parts[1]) : PackedWeight::pack(parts);
+      auto packed = swiglu ? PackedWeight::pack_swiglu(*parts[0], *parts[1], &pool_)
+                           : PackedWeight::pack(parts, &pool_);
       if (packed) {
         // The kernels read the packed copy only: the file's pages of these weights go back to the
         // system (a model in memory once, not twice; read again from the file if ever needed).

@@ -36,7 +36,9 @@ std::byte* aligned_bytes(size_t n) {
 
 // A packed weight's bytes. Large ones start on a 2 MiB boundary and ask for transparent huge
 // pages (Linux's default mode gives them only to memory that asks): a decode step streams every
-// weight once, and with 4 KiB pages the TLB misses of that stream cost bandwidth.
+// weight once, and with 4 KiB pages the TLB misses of that stream cost bandwidth. Large ones are
+// not zeroed here: the packer zeroes each tile where it packs it (their pages first touched by
+// the thread that fills them).
 std::byte* weight_bytes(size_t n) {
   constexpr size_t kHugePage = size_t{2} << 20;
   if (n < 2 * kHugePage) return aligned_bytes(n);
@@ -44,7 +46,6 @@ std::byte* weight_bytes(size_t n) {
   void* p = std::aligned_alloc(kHugePage, rounded);
   INFERD_CHECK_MSG(p != nullptr, "out of memory packing weights");
   madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without huge pages the weight still works
-  std::memset(p, 0, rounded);
   return static_cast<std::byte*>(p);
 }
 
@@ -227,7 +228,8 @@ struct SourceBlock {
 };
 
 // Decodes block b (32 values) of a row of `dtype`.
-SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
+// Inlined into each dtype's packer (pack_quant_row), where dtype is a constant.
+__attribute__((always_inline)) inline SourceBlock decode_block(DType dtype, const uint8_t* row, int64_t b) {
   SourceBlock out;
   const int64_t per_super = 8;  // 32-value blocks per 256-value K-quant superblock
   switch (dtype) {
@@ -1555,6 +1557,136 @@ void QuantizedActivations::quantize_rms_norm(const float* x, const float* weight
   }
 }
 
+namespace {
+
+// Writes row r's 32 stored quants (u8, q + offset) into a packed block's quant bytes, each byte
+// whole (the layout stored_quant reads: groups of 4 inputs, nibbles, crumbs and their planes).
+__attribute__((always_inline)) inline void put_quants(Format f, const uint8_t (&q)[32], int r, uint8_t* qs) {
+  uint8_t* at = qs + 4 * r;
+  if (f.crumbs) {  // group g's byte j holds inputs 4(g + 2c) + j in bits 2c..2c+1
+    for (int g = 0; g < 2; ++g) {
+      for (int j = 0; j < 4; ++j) {
+        unsigned v = 0;
+        for (int c = 0; c < 4; ++c) v |= (q[4 * (g + 2 * c) + j] & 3u) << (2 * c);
+        at[64 * g + j] = static_cast<uint8_t>(v);
+      }
+    }
+    if (f.high_bits == 1) {  // the third bit of input 4g + j in bit g of the plane's byte j
+      for (int j = 0; j < 4; ++j) {
+        unsigned v = 0;
+        for (int g = 0; g < 8; ++g) v |= ((q[4 * g + j] >> 2) & 1u) << g;
+        at[128 + j] = static_cast<uint8_t>(v);
+      }
+    }
+    return;
+  }
+  if (!f.nibbles) {
+    for (int g = 0; g < 8; ++g) std::memcpy(at + 64 * g, q + 4 * g, 4);
+    return;
+  }
+  for (int g = 0; g < 4; ++g) {  // low nibble input 4g + j, high nibble 16 + 4g + j
+    for (int j = 0; j < 4; ++j)
+      at[64 * g + j] = static_cast<uint8_t>((q[4 * g + j] & 0x0fu) | ((q[16 + 4 * g + j] & 0x0fu) << 4));
+  }
+  for (int p = 0; p < f.high_bits; ++p) {  // one plane (bit g), or two (bits 2(g % 4) of plane g / 4)
+    for (int j = 0; j < 4; ++j) {
+      unsigned v = 0;
+      if (f.high_bits == 1) {
+        for (int g = 0; g < 8; ++g) v |= ((q[4 * g + j] >> 4) & 1u) << g;
+      } else {
+        for (int g = 4 * p; g < 4 * p + 4; ++g) v |= ((q[4 * g + j] >> 4) & 3u) << (2 * (g % 4));
+      }
+      at[256 + 64 * p + j] = static_cast<uint8_t>(v);
+    }
+  }
+}
+
+// Row r (0..15) of a tile of DT from its source row of `blocks` blocks of 32 values.
+template <DType DT>
+void pack_quant_row(const uint8_t* row, int r, int64_t blocks, size_t block_bytes, uint8_t* tile) {
+  constexpr Format f = format_of(DT);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const SourceBlock sb = decode_block(DT, row, b);
+    uint8_t* blk = tile + static_cast<size_t>(b / f.group_blocks) * block_bytes;
+    const auto j = static_cast<size_t>(b % f.group_blocks);
+    if constexpr (!f.row_scales) {  // row-scaled formats: the row's scale heads the tile
+      std::memcpy(blk + 2 * r, &sb.d16, 2);
+      if constexpr (f.has_min) std::memcpy(blk + min_offset(f) + 2 * r, &sb.m16, 2);
+    }
+    if constexpr (f.k_scales && !f.sub_scales) blk[sub_offset(f) + 16 * j + r] = sb.sc;  // u8, or IQ4_XS's i8
+    if constexpr (f.k_scales && f.has_min && !f.sub_scales)
+      blk[sub_offset(f) + 16 * (static_cast<size_t>(f.group_blocks) + j) + r] = sb.mn;
+    if constexpr (f.sub_scales) {
+      blk[sub_offset(f) + 32 * j + r] = static_cast<uint8_t>(sb.sub[0]);
+      blk[sub_offset(f) + 32 * j + 16 + r] = static_cast<uint8_t>(sb.sub[1]);
+    }
+    put_quants(f, sb.q, r, blk + quant_offset(f) + j * quant_bytes(f));
+  }
+}
+
+using PackRowFn = void (*)(const uint8_t*, int, int64_t, size_t, uint8_t*);
+
+PackRowFn pack_row_function(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return pack_quant_row<DType::kQ8_0>;
+    case DType::kQ5_0: return pack_quant_row<DType::kQ5_0>;
+    case DType::kQ5_1: return pack_quant_row<DType::kQ5_1>;
+    case DType::kQ4_0: return pack_quant_row<DType::kQ4_0>;
+    case DType::kQ4_1: return pack_quant_row<DType::kQ4_1>;
+    case DType::kQ4_G128: return pack_quant_row<DType::kQ4_G128>;
+    case DType::kQ4_G64: return pack_quant_row<DType::kQ4_G64>;
+    case DType::kQ4_K: return pack_quant_row<DType::kQ4_K>;
+    case DType::kQ5_K: return pack_quant_row<DType::kQ5_K>;
+    case DType::kI8: return pack_quant_row<DType::kI8>;
+    case DType::kIQ4_NL: return pack_quant_row<DType::kIQ4_NL>;
+    case DType::kIQ4_XS: return pack_quant_row<DType::kIQ4_XS>;
+    case DType::kIQ3_XXS: return pack_quant_row<DType::kIQ3_XXS>;
+    case DType::kIQ3_S: return pack_quant_row<DType::kIQ3_S>;
+    case DType::kIQ2_S: return pack_quant_row<DType::kIQ2_S>;
+    case DType::kIQ2_XXS: return pack_quant_row<DType::kIQ2_XXS>;
+    case DType::kIQ2_XS: return pack_quant_row<DType::kIQ2_XS>;
+    case DType::kIQ1_S: return pack_quant_row<DType::kIQ1_S>;
+    case DType::kIQ1_M: return pack_quant_row<DType::kIQ1_M>;
+    case DType::kTQ1_0: return pack_quant_row<DType::kTQ1_0>;
+    case DType::kTQ2_0: return pack_quant_row<DType::kTQ2_0>;
+    case DType::kQ2_K: return pack_quant_row<DType::kQ2_K>;
+    case DType::kQ3_K: return pack_quant_row<DType::kQ3_K>;
+    default: INFERD_CHECK(dtype == DType::kQ6_K); return pack_quant_row<DType::kQ6_K>;
+  }
+}
+
+// Columns 0..n-1 of `rows` (units of T) to a tile's [column][16 rows] order.
+template <typename T>
+void transpose_rows(const uint8_t* const* rows, int num_rows, int64_t n, uint8_t* tile) {
+  for (int64_t k = 0; k < n; ++k) {
+    uint8_t* dst = tile + static_cast<size_t>(k) * kQuantTileRows * sizeof(T);
+    for (int r = 0; r < num_rows; ++r)
+      std::memcpy(dst + static_cast<size_t>(r) * sizeof(T), rows[r] + static_cast<size_t>(k) * sizeof(T),
+                  sizeof(T));
+  }
+}
+
+// A float tile's values from its num_rows source rows of `cols` values: [k][16 rows] (F32, F16,
+// F8_E4M3), or BF16's pairs of inputs [k / 2][16 rows][2] (see bf16_packed_offset), its last pair
+// half zero for odd cols. The tile is zeroed already.
+void pack_float_rows(DType dtype, const uint8_t* const* rows, int num_rows, int64_t cols, uint8_t* tile) {
+  switch (dtype) {
+    case DType::kF32: return transpose_rows<uint32_t>(rows, num_rows, cols, tile);
+    case DType::kF16: return transpose_rows<uint16_t>(rows, num_rows, cols, tile);
+    case DType::kBF16: {
+      transpose_rows<uint32_t>(rows, num_rows, cols / 2, tile);
+      if (cols % 2 != 0) {
+        for (int r = 0; r < num_rows; ++r)
+          std::memcpy(tile + bf16_packed_offset(cols - 1, r), rows[r] + static_cast<size_t>(cols - 1) * 2, 2);
+      }
+      return;
+    }
+    default: return transpose_rows<uint8_t>(rows, num_rows, cols, tile);  // F8_E4M3
+  }
+}
+
+}  // namespace
+
 bool PackedWeight::supports(DType dtype) {
   switch (dtype) {
     case DType::kQ8_0:
@@ -1593,20 +1725,22 @@ bool PackedWeight::is_float_dtype(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF8_E4M3;
 }
 
-Expected<PackedWeight> PackedWeight::pack(std::span<const TensorView* const> parts) {
-  return pack_tiles(parts, false);
+Expected<PackedWeight> PackedWeight::pack(std::span<const TensorView* const> parts, ThreadPool* pool) {
+  return pack_tiles(parts, false, pool);
 }
 
-Expected<PackedWeight> PackedWeight::pack_swiglu(const TensorView& gate, const TensorView& up) {
+Expected<PackedWeight> PackedWeight::pack_swiglu(const TensorView& gate, const TensorView& up,
+                                                 ThreadPool* pool) {
   const TensorView* parts[2] = {&gate, &up};
   if (gate.num_rows() != up.num_rows()) {
     return invalid_argument("gate " + gate.shape_string() + " and up " + up.shape_string() +
                             " differ in shape");
   }
-  return pack_tiles(parts, true);
+  return pack_tiles(parts, true, pool);
 }
 
-Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* const> parts, bool interleave) {
+Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* const> parts, bool interleave,
+                                                ThreadPool* pool) {
   INFERD_CHECK(!parts.empty());
   const TensorView& first = *parts[0];
   for (const TensorView* p : parts) {
@@ -1646,13 +1780,30 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
   }
   w.tiles_ = tiles;
   w.data_ = {weight_bytes(w.num_bytes()), std::free};
+  // Each tile is packed on its own (zeroed first: the rows past a part's end and the padding
+  // stay zero), so tiles go to the pool's threads, and their pages are first touched there too.
+  struct TileSource {
+    size_t part;
+    int64_t index;  // within the part
+  };
+  std::vector<TileSource> sources(static_cast<size_t>(tiles));
   for (size_t pi = 0; pi < parts.size(); ++pi) {
-    const TensorView& src = *parts[pi];
     const Part& part = w.parts_[pi];
     for (int64_t ti = 0; ti < part.num_tiles; ++ti) {
       const int64_t tile_index = interleave ? 2 * ti + static_cast<int64_t>(pi) : part.first_tile + ti;
+      sources[static_cast<size_t>(tile_index)] = {pi, ti};
+    }
+  }
+  const PackRowFn pack_row = is_float ? nullptr : pack_row_function(w.dtype_);
+  auto pack_range = [&](int64_t begin, int64_t end) {
+    for (int64_t tile_index = begin; tile_index < end; ++tile_index) {
+      const TileSource& at = sources[static_cast<size_t>(tile_index)];
+      const TensorView& src = *parts[at.part];
+      const Part& part = w.parts_[at.part];
+      const int64_t ti = at.index;
       auto* tile_start =
           reinterpret_cast<uint8_t*>(w.data_.get() + static_cast<size_t>(tile_index) * w.tile_bytes_);
+      std::memset(tile_start, 0, w.tile_bytes_);
       uint8_t* tile = tile_start + header;
       for (int r = 0; r < kQuantTileRows && ti * kQuantTileRows + r < part.rows; ++r) {
         const auto* row = reinterpret_cast<const uint8_t*>(src.row(ti * kQuantTileRows + r));
@@ -1662,56 +1813,21 @@ Expected<PackedWeight> PackedWeight::pack_tiles(std::span<const TensorView* cons
               src.row_scale[ti * kQuantTileRows + r] * (w.dtype_ == DType::kF8_E4M3 ? 256.0f : 1.0f);
           std::memcpy(tile_start + sizeof(float) * static_cast<size_t>(r), &scale, sizeof(float));
         }
-        if (w.dtype_ == DType::kBF16) {
-          for (int64_t k = 0; k < w.cols_; ++k)
-            std::memcpy(tile + bf16_packed_offset(k, r), row + static_cast<size_t>(k) * elem, elem);
-          continue;
-        }
-        if (is_float) {
-          for (int64_t k = 0; k < w.cols_; ++k)
-            std::memcpy(tile + (static_cast<size_t>(k) * kQuantTileRows + static_cast<size_t>(r)) * elem,
-                        row + static_cast<size_t>(k) * elem, elem);
-          continue;
-        }
-        for (int64_t b = 0; b < blocks; ++b) {
-          const SourceBlock sb = decode_block(w.dtype_, row, b);
-          uint8_t* blk = tile + static_cast<size_t>(b / f.group_blocks) * w.block_bytes_;
-          const auto j = static_cast<size_t>(b % f.group_blocks);
-          if (f.row_scales) {
-            // no per-block scale: the row's scale heads the tile
-          } else {
-            std::memcpy(blk + 2 * r, &sb.d16, 2);
-            if (f.has_min) std::memcpy(blk + min_offset(f) + 2 * r, &sb.m16, 2);
-          }
-          if (f.k_scales && !f.sub_scales) blk[sub_offset(f) + 16 * j + r] = sb.sc;  // u8, or IQ4_XS's i8
-          if (f.k_scales && f.has_min && !f.sub_scales) {
-            blk[sub_offset(f) + 16 * (static_cast<size_t>(f.group_blocks) + j) + r] = sb.mn;
-          }
-          if (f.sub_scales) {
-            blk[sub_offset(f) + 32 * j + r] = static_cast<uint8_t>(sb.sub[0]);
-            blk[sub_offset(f) + 32 * j + 16 + r] = static_cast<uint8_t>(sb.sub[1]);
-          }
-          uint8_t* qs = blk + quant_offset(f) + j * quant_bytes(f);
-          for (int k = 0; k < 32; ++k) {
-            const int g = k / 4, pos = 4 * r + k % 4;
-            if (f.crumbs) {
-              qs[64 * (g % 2) + pos] |= static_cast<uint8_t>((sb.q[k] & 3) << (2 * (g / 2)));
-              if (f.high_bits == 1) qs[128 + pos] |= static_cast<uint8_t>(((sb.q[k] >> 2) & 1) << g);
-              continue;
-            }
-            if (!f.nibbles) {
-              qs[64 * g + pos] = sb.q[k];
-              continue;
-            }
-            qs[64 * (g % 4) + pos] |= static_cast<uint8_t>((sb.q[k] & 0x0f) << (g < 4 ? 0 : 4));
-            const int high = sb.q[k] >> 4;
-            if (f.high_bits == 1) qs[256 + pos] |= static_cast<uint8_t>((high & 1) << g);
-            if (f.high_bits == 2)
-              qs[256 + 64 * (g / 4) + pos] |= static_cast<uint8_t>((high & 3) << (2 * (g % 4)));
-          }
-        }
+        if (!is_float) pack_row(row, r, blocks, w.block_bytes_, tile);  // floats: below, all rows at once
+      }
+      if (is_float) {
+        const uint8_t* rows[kQuantTileRows];
+        const int n = static_cast<int>(std::min<int64_t>(kQuantTileRows, part.rows - ti * kQuantTileRows));
+        for (int r = 0; r < n; ++r)
+          rows[r] = reinterpret_cast<const uint8_t*>(src.row(ti * kQuantTileRows + r));
+        pack_float_rows(w.dtype_, rows, n, w.cols_, tile);
       }
     }
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || tiles < 2) {
+    pack_range(0, tiles);
+  } else {
+    pool->parallel_for_dynamic(tiles, std::max<int64_t>(1, tiles / (8 * pool->num_threads())), pack_range);
   }
   return w;
 }

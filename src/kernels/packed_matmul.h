@@ -118,10 +118,12 @@ class PackedWeight final {
 
   // Packs one or more matrices of one supported dtype and row length, one after another, each
   // padded to whole tiles (Q, K and V as one matmul). Errors name an unsupported or mixed dtype.
-  static Expected<PackedWeight> pack(std::span<const TensorView* const> parts);
+  // With a pool, its threads pack the tiles (the result does not depend on it).
+  static Expected<PackedWeight> pack(std::span<const TensorView* const> parts, ThreadPool* pool = nullptr);
   // Packs gate and up ([intermediate, hidden] each) tile by tile interleaved, for the SwiGLU
   // matmul: y = silu(x gate^T) * (x up^T).
-  static Expected<PackedWeight> pack_swiglu(const TensorView& gate, const TensorView& up);
+  static Expected<PackedWeight> pack_swiglu(const TensorView& gate, const TensorView& up,
+                                            ThreadPool* pool = nullptr);
 
   DType dtype() const { return dtype_; }
   bool is_float() const { return is_float_dtype(dtype_); }
@@ -145,7 +147,8 @@ class PackedWeight final {
     int64_t num_tiles = 0;
     int64_t rows = 0;
   };
-  static Expected<PackedWeight> pack_tiles(std::span<const TensorView* const> parts, bool interleave);
+  static Expected<PackedWeight> pack_tiles(std::span<const TensorView* const> parts, bool interleave,
+                                           ThreadPool* pool);
 
   DType dtype_ = DType::kQ8_0;
   int64_t cols_ = 0;

@@ -44,8 +44,8 @@ KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int
       dtype_(dtype) {
   INFERD_CHECK(num_layers > 0 && num_blocks > 0 && block_size > 0 && kv_dim > 0);
   const auto n = static_cast<size_t>(num_layers * num_blocks * block_size * kv_dim) * kv_dtype_bytes(dtype);
-  keys_.assign(n, std::byte{0});
-  values_.assign(n, std::byte{0});
+  keys_ = PageBuffer(n);
+  values_ = PageBuffer(n);
   if (kv_dtype_is_8bit(dtype)) {
     INFERD_CHECK(head_dim > 0 && kv_dim % head_dim == 0);
     key_scales_.assign(scale_index(num_layers, 0), 0.0f);

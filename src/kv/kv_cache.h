@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/page_buffer.h"
 #include "kernels/attention.h"
 
 namespace inferd {
@@ -75,8 +76,8 @@ class KvCache final {
 
   int64_t num_layers_, num_blocks_, block_size_, kv_dim_, heads_;
   KvDType dtype_;
-  std::vector<std::byte> keys_;    // [layers, slots, kv_dim]
-  std::vector<std::byte> values_;  // [layers, slots, kv_dim]
+  PageBuffer keys_;                // [layers, slots, kv_dim]
+  PageBuffer values_;              // [layers, slots, kv_dim]
   std::vector<float> key_scales_;  // [layers, slots, heads]: 8-bit dtypes only
   std::vector<float> value_scales_;
 };

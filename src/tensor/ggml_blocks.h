@@ -46,7 +46,12 @@ inline int iq4_xs_scale(uint32_t scales_h, const uint8_t* scales_l, int ib) {
 // field (its low 7 bits), the eighth sign making the count of minus signs even.
 inline uint32_t even_signs(uint32_t field) {
   const uint32_t seven = field & 127;
-  return seven | (static_cast<uint32_t>(std::popcount(seven) & 1) << 7);
+  // The parity by folding: std::popcount is a library call where the baseline ISA has no popcnt,
+  // and the packer takes this for every 8 values of a model.
+  uint32_t parity = seven ^ (seven >> 4);
+  parity ^= parity >> 2;
+  parity ^= parity >> 1;
+  return seven | ((parity & 1) << 7);
 }
 
 // IQ3_XXS and IQ3_S: block ib (0..7) of a superblock, its 32 values as 4-bit codes

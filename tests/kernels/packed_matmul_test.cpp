@@ -303,6 +303,49 @@ TEST(QuantMatmulTest, SwigluEqualsSiluOfGateTimesUp) {
   }
 }
 
+// The bytes of a packed weight, all of them.
+std::vector<std::byte> packed_bytes(const PackedWeight& w) {
+  return {w.tile(0), w.tile(0) + w.num_bytes()};
+}
+
+// Packing is split over a pool's threads by tiles: the bytes are those of packing on one thread,
+// for every dtype, parts that end inside a tile, SwiGLU pairs, and a weight large enough (4 MiB and
+// more) for its memory to come unzeroed, each tile zeroed where it is packed.
+TEST(QuantMatmulTest, PackingOverAPoolGivesTheSameBytes) {
+  ThreadPool pool(3);
+  std::mt19937 rng(12);
+  std::vector<DType> types(std::begin(kTypes), std::end(kTypes));
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8_E4M3}) types.push_back(dtype);
+  for (DType dtype : types) {
+    SCOPED_TRACE(dtype_info(dtype).name);
+    const int64_t k = PackedWeight::is_float_dtype(dtype) ? 83 : k_for(dtype, 96);
+    std::vector<std::byte> sa, sb, sc;
+    TensorView a = test::random_tensor(dtype, 37, k, rng, &sa);
+    TensorView b = test::random_tensor(dtype, 21, k, rng, &sb);
+    TensorView c = test::random_tensor(dtype, 37, k, rng, &sc);
+    const TensorView* parts[] = {&a, &b};
+    auto serial = PackedWeight::pack(parts);
+    auto pooled = PackedWeight::pack(parts, &pool);
+    ASSERT_TRUE(serial.has_value() && pooled.has_value());
+    ASSERT_EQ(packed_bytes(*serial), packed_bytes(*pooled));
+    auto serial_swiglu = PackedWeight::pack_swiglu(a, c);
+    auto pooled_swiglu = PackedWeight::pack_swiglu(a, c, &pool);
+    ASSERT_TRUE(serial_swiglu.has_value() && pooled_swiglu.has_value());
+    ASSERT_EQ(packed_bytes(*serial_swiglu), packed_bytes(*pooled_swiglu));
+  }
+  for (DType dtype : {DType::kQ8_0, DType::kBF16, DType::kQ6_K}) {
+    SCOPED_TRACE("large " + std::string(dtype_info(dtype).name));
+    std::vector<std::byte> storage;
+    TensorView w = test::random_tensor(dtype, 2053, dtype == DType::kBF16 ? 1033 : 2560, rng, &storage);
+    const TensorView* parts[] = {&w};
+    auto serial = PackedWeight::pack(parts);
+    auto pooled = PackedWeight::pack(parts, &pool);
+    ASSERT_TRUE(serial.has_value() && pooled.has_value());
+    ASSERT_GE(serial->num_bytes(), size_t{4} << 20);
+    ASSERT_EQ(packed_bytes(*serial), packed_bytes(*pooled));
+  }
+}
+
 TEST(FloatMatmulTest, SwigluWithTwoOutputsGivesGateAndUpAsTheSeparateMatmuls) {
   ThreadPool pool(2);
   std::mt19937 rng(18);
