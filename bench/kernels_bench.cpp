@@ -212,6 +212,38 @@ BENCHMARK(BM_QuantMatmul)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// Packing one N x K weight at load (part of every start), on kThreads threads: GB/s of the
+// file's bytes.
+void BM_Pack(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t n = 4864, k = 1792;
+  RandomWeight w = random_weight(dtype, n, k);
+  const TensorView* parts[] = {&w.view};
+  ThreadPool pool(kThreads);
+  for (auto _ : state) {
+    auto packed = PackedWeight::pack(parts, &pool);
+    if (!packed) {
+      state.SkipWithError(packed.status().message().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(packed->tile(0));
+  }
+  state.SetLabel(std::string(dtype_info(dtype).name));
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(w.bytes.size()) * static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Pack)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kBF16),
+                    static_cast<int64_t>(DType::kQ8_0), static_cast<int64_t>(DType::kQ4_0),
+                    static_cast<int64_t>(DType::kQ4_K), static_cast<int64_t>(DType::kQ6_K),
+                    static_cast<int64_t>(DType::kQ3_K), static_cast<int64_t>(DType::kIQ4_XS),
+                    static_cast<int64_t>(DType::kIQ3_S), static_cast<int64_t>(DType::kIQ2_XS),
+                    static_cast<int64_t>(DType::kIQ2_S), static_cast<int64_t>(DType::kIQ1_M),
+                    static_cast<int64_t>(DType::kTQ1_0)}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // The f32 path (weights expanded to f32 row by row), for comparison and for F16 weights.
 void BM_F32Matmul(benchmark::State& state) {
   const auto dtype = static_cast<DType>(state.range(0));

@@ -344,7 +344,12 @@ __attribute__((always_inline)) inline SourceBlock decode_block(DType dtype, cons
       }
       // Codes sign << 3 | level (IQ1: the delta's sign) to 3 bits, sign << 2 | level: a crumb and
       // a plane bit.
-      for (uint8_t& q : out.q) q = static_cast<uint8_t>((q & 3) | ((q >> 3) << 2));
+      for (int w = 0; w < 4; ++w) {  // bit 3 to bit 2, 8 codes at a time
+        uint64_t c;
+        std::memcpy(&c, out.q + 8 * w, 8);
+        c = (c & 0x0303030303030303ull) | ((c >> 1) & 0x0404040404040404ull);
+        std::memcpy(out.q + 8 * w, &c, 8);
+      }
       break;
     }
     case DType::kTQ1_0:
@@ -353,8 +358,21 @@ __attribute__((always_inline)) inline SourceBlock decode_block(DType dtype, cons
       const uint8_t* s = row + (b / per_super) * static_cast<size_t>(dtype_info(dtype).block_bytes);
       const int first = 32 * static_cast<int>(b % per_super);
       out.d16 = load_u16(s + (one ? 52 : 64));
-      for (int l = 0; l < 32; ++l)
-        out.q[l] = static_cast<uint8_t>(one ? tq1_0_q(s, first + l) : tq2_0_q(s, first + l));
+      if (one && first < 160) {  // digit b / 32 of qs[l] (tq1_0_q), one power of 3 for the block
+        const auto pow3 = static_cast<uint8_t>(first == 0    ? 1
+                                               : first == 32 ? 3
+                                               : first == 64 ? 9
+                                               : first == 96 ? 27
+                                                             : 81);
+        for (int l = 0; l < 32; ++l)
+          out.q[l] = static_cast<uint8_t>((static_cast<uint8_t>(s[l] * pow3) * 3) >> 8);
+      } else if (one) {
+        for (int l = 0; l < 32; ++l) out.q[l] = static_cast<uint8_t>(tq1_0_q(s, first + l));
+      } else {  // bits 2 (j % 4) of qs[32 (j / 4) + l] (tq2_0_q)
+        const uint8_t* low = s + first / 128 * 32;
+        const int shift = 2 * (first % 128 / 32);
+        for (int l = 0; l < 32; ++l) out.q[l] = static_cast<uint8_t>((low[l] >> shift) & 3);
+      }
       break;
     }
     case DType::kQ2_K:
@@ -363,8 +381,11 @@ __attribute__((always_inline)) inline SourceBlock decode_block(DType dtype, cons
       const bool two = dtype == DType::kQ2_K;
       const uint8_t* s = row + (b / per_super) * (two ? 84 : 110);
       const int j = static_cast<int>(b % per_super);
+      // Values 32j + l: bits 2 (j % 4) of qs[32 (j / 4) + l] (k_low2), one shift for the block.
+      const uint8_t* low = s + (two ? 16 : 32) + 32 * (j / 4);
+      const int shift = 2 * (j % 4);
       for (int l = 0; l < 32; ++l) {
-        int v = k_low2(s + (two ? 16 : 32), 32 * j + l);
+        int v = (low[l] >> shift) & 3;
         if (!two) v |= ((s[l] >> j) & 1) << 2;  // hmask bit j of byte l
         out.q[l] = static_cast<uint8_t>(v);
       }
@@ -1559,44 +1580,42 @@ void QuantizedActivations::quantize_rms_norm(const float* x, const float* weight
 
 namespace {
 
-// Writes row r's 32 stored quants (u8, q + offset) into a packed block's quant bytes, each byte
-// whole (the layout stored_quant reads: groups of 4 inputs, nibbles, crumbs and their planes).
+// Writes row r's 32 stored quants (u8, q + offset) into a packed block's quant bytes, the 4 bytes
+// of a group at a time: word g holds inputs 4g..4g+3 (byte j input 4g + j), and each output word
+// is a few shifts and masks of them, every byte lane at once (the layout stored_quant reads).
 __attribute__((always_inline)) inline void put_quants(Format f, const uint8_t (&q)[32], int r, uint8_t* qs) {
+  uint32_t v[8];
+  std::memcpy(v, q, sizeof v);
   uint8_t* at = qs + 4 * r;
+  auto put = [&](size_t offset, uint32_t word) { std::memcpy(at + offset, &word, 4); };
   if (f.crumbs) {  // group g's byte j holds inputs 4(g + 2c) + j in bits 2c..2c+1
     for (int g = 0; g < 2; ++g) {
-      for (int j = 0; j < 4; ++j) {
-        unsigned v = 0;
-        for (int c = 0; c < 4; ++c) v |= (q[4 * (g + 2 * c) + j] & 3u) << (2 * c);
-        at[64 * g + j] = static_cast<uint8_t>(v);
-      }
+      uint32_t word = 0;
+      for (int c = 0; c < 4; ++c) word |= (v[g + 2 * c] & 0x03030303u) << (2 * c);
+      put(64 * static_cast<size_t>(g), word);
     }
     if (f.high_bits == 1) {  // the third bit of input 4g + j in bit g of the plane's byte j
-      for (int j = 0; j < 4; ++j) {
-        unsigned v = 0;
-        for (int g = 0; g < 8; ++g) v |= ((q[4 * g + j] >> 2) & 1u) << g;
-        at[128 + j] = static_cast<uint8_t>(v);
-      }
+      uint32_t word = 0;
+      for (int g = 0; g < 8; ++g) word |= ((v[g] >> 2) & 0x01010101u) << g;
+      put(128, word);
     }
     return;
   }
   if (!f.nibbles) {
-    for (int g = 0; g < 8; ++g) std::memcpy(at + 64 * g, q + 4 * g, 4);
+    for (int g = 0; g < 8; ++g) put(64 * static_cast<size_t>(g), v[g]);
     return;
   }
-  for (int g = 0; g < 4; ++g) {  // low nibble input 4g + j, high nibble 16 + 4g + j
-    for (int j = 0; j < 4; ++j)
-      at[64 * g + j] = static_cast<uint8_t>((q[4 * g + j] & 0x0fu) | ((q[16 + 4 * g + j] & 0x0fu) << 4));
-  }
-  for (int p = 0; p < f.high_bits; ++p) {  // one plane (bit g), or two (bits 2(g % 4) of plane g / 4)
-    for (int j = 0; j < 4; ++j) {
-      unsigned v = 0;
-      if (f.high_bits == 1) {
-        for (int g = 0; g < 8; ++g) v |= ((q[4 * g + j] >> 4) & 1u) << g;
-      } else {
-        for (int g = 4 * p; g < 4 * p + 4; ++g) v |= ((q[4 * g + j] >> 4) & 3u) << (2 * (g % 4));
-      }
-      at[256 + 64 * p + j] = static_cast<uint8_t>(v);
+  for (int g = 0; g < 4; ++g)  // low nibble input 4g + j, high nibble 16 + 4g + j
+    put(64 * static_cast<size_t>(g), (v[g] & 0x0f0f0f0fu) | ((v[g + 4] & 0x0f0f0f0fu) << 4));
+  if (f.high_bits == 1) {  // bit 4 of input 4g + j in bit g of the plane's byte j
+    uint32_t word = 0;
+    for (int g = 0; g < 8; ++g) word |= ((v[g] >> 4) & 0x01010101u) << g;
+    put(256, word);
+  } else if (f.high_bits == 2) {  // bits 4, 5 of input 4g + j in bits 2(g % 4) of plane g / 4
+    for (int p = 0; p < 2; ++p) {
+      uint32_t word = 0;
+      for (int g = 4 * p; g < 4 * p + 4; ++g) word |= ((v[g] >> 4) & 0x03030303u) << (2 * (g % 4));
+      put(256 + 64 * static_cast<size_t>(p), word);
     }
   }
 }

@@ -54,6 +54,36 @@ inline uint32_t even_signs(uint32_t field) {
   return seven | ((parity & 1) << 7);
 }
 
+// Byte j (0..7) of the result: the 2-bit field j of `crumbs` (bits 2j, 2j + 1). Bit moves
+// within one word (the packer takes this for every 8 values of a model).
+inline uint64_t spread_crumbs(uint32_t crumbs) {
+  uint64_t t = (crumbs & 0xffu) | (static_cast<uint64_t>(crumbs & 0xff00u) << 24);  // 4 to each half
+  t = (t & 0x0000000f0000000full) | ((t & 0x000000f0000000f0ull) << 12);            // 2 to each quarter
+  return (t & 0x0003000300030003ull) | ((t & 0x000c000c000c000cull) << 6);          // 1 to each byte
+}
+
+// Byte j (0..7) of the result: bit j of `bits` (0 or 1).
+inline uint64_t spread_bits(uint32_t bits) {
+  const uint64_t t = ((bits & 0xffu) * 0x0101010101010101ull) & 0x8040201008040201ull;  // bit j in byte j
+  return ((t + 0x7f7f7f7f7f7f7f7full) >> 7) & 0x0101010101010101ull;                    // a byte != 0 to 1
+}
+
+// The word helpers above give byte j as the j-th byte in memory.
+static_assert(std::endian::native == std::endian::little);
+
+// Bytes 0..3 of the result: the 3-bit levels of an IQ3 grid point (bits 4j..4j+2 of `point`).
+inline uint32_t spread_levels3(uint16_t point) {
+  const uint32_t t = (point & 0xffu) | (static_cast<uint32_t>(point & 0xff00u) << 8);  // 2 to each half
+  return ((t & 0x000f000fu) | ((t & 0x00f000f0u) << 4)) & 0x07070707u;                 // 1 to each byte
+}
+
+// The 8 codes sign << 3 | level of two IQ3 grid points (4 values each) and their 8 signs.
+inline void iq3_points_codes(uint16_t first, uint16_t second, uint32_t signs, uint8_t* codes) {
+  const uint64_t c = (spread_levels3(first) | static_cast<uint64_t>(spread_levels3(second)) << 32) |
+                     (spread_bits(signs) << 3);
+  std::memcpy(codes, &c, 8);
+}
+
 // IQ3_XXS and IQ3_S: block ib (0..7) of a superblock, its 32 values as 4-bit codes
 // code = sign << 3 | level (value = -+Levels[level], kIq3XxsLevels or kIq3sLevels), and the
 // block's odd scale multiplier m = 2s + 1 (1..31): the block's scale is d * m / 4 (IQ3_XXS) or
@@ -66,14 +96,8 @@ inline int iq3_xxs_block(const uint8_t* b, int ib, uint8_t* codes) {
   uint32_t aux;
   std::memcpy(&aux, b + 2 + 64 + 4 * ib, 4);
   for (int l = 0; l < 4; ++l) {
-    const uint32_t signs = even_signs(aux >> (7 * l));
-    for (int p = 0; p < 2; ++p) {
-      const uint16_t point = kIq3XxsGrid[b[2 + 8 * ib + 2 * l + p]];
-      for (int j = 0; j < 4; ++j) {
-        const int v = 4 * p + j;  // of the 8 values
-        codes[8 * l + v] = static_cast<uint8_t>(((point >> (4 * j)) & 7) | (((signs >> v) & 1) << 3));
-      }
-    }
+    iq3_points_codes(kIq3XxsGrid[b[2 + 8 * ib + 2 * l]], kIq3XxsGrid[b[2 + 8 * ib + 2 * l + 1]],
+                     even_signs(aux >> (7 * l)), codes + 8 * l);
   }
   return 2 * static_cast<int>(aux >> 28) + 1;
 }
@@ -85,22 +109,16 @@ inline int iq3_s_block(const uint8_t* b, int ib, uint8_t* codes) {
   const uint8_t* qs = b + 2;
   const uint8_t* qh = b + 66;
   const uint8_t* signs = b + 74;
-  for (int i = 0; i < 8; ++i) {
-    const int point_index = 8 * ib + i;
-    const uint16_t point = kIq3sGrid[qs[point_index] | (((qh[ib] >> i) & 1) << 8)];
-    for (int j = 0; j < 4; ++j) {
-      const int v = 4 * i + j;  // of the block's 32 values
-      codes[v] =
-          static_cast<uint8_t>(((point >> (4 * j)) & 7) | (((signs[4 * ib + v / 8] >> (v % 8)) & 1) << 3));
-    }
-  }
+  auto point = [&](int i) { return kIq3sGrid[qs[8 * ib + i] | (((qh[ib] >> i) & 1) << 8)]; };
+  for (int k = 0; k < 4; ++k)  // points 2k, 2k + 1: values 8k..8k+7 of the block
+    iq3_points_codes(point(2 * k), point(2 * k + 1), signs[4 * ib + k], codes + 8 * k);
   return 2 * ((b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0f) + 1;
 }
 
 // The 8 codes sign << 3 | level of an IQ2 grid point and its 8 signs (bit j: value j).
 inline void iq2_point_codes(uint16_t point, uint32_t signs, uint8_t* codes) {
-  for (int j = 0; j < 8; ++j)
-    codes[j] = static_cast<uint8_t>(((point >> (2 * j)) & 3) | (((signs >> j) & 1) << 3));
+  const uint64_t c = spread_crumbs(point) | (spread_bits(signs) << 3);
+  std::memcpy(codes, &c, 8);
 }
 
 // IQ2_S { f16 d; u8 qs[32]; u8 signs[32]; u8 qh[8]; u8 scales[8] }: block ib (0..7) of 32 values
@@ -153,7 +171,8 @@ inline void iq2_xs_block(const uint8_t* b, int ib, uint8_t* codes, int* m) {
 // d * m * (kIq1sLevels[level] -+ 1/8) (minus: the delta is -1/8), and the block's m = 2s + 1
 // (IQ1_M: its halves' two). A point's 8 codes share the point's delta.
 inline void iq1_point_codes(uint16_t point, bool minus, uint8_t* codes) {
-  for (int j = 0; j < 8; ++j) codes[j] = static_cast<uint8_t>(((point >> (2 * j)) & 3) | (minus ? 8 : 0));
+  const uint64_t c = spread_crumbs(point) | (minus ? 0x0808080808080808ull : 0);
+  std::memcpy(codes, &c, 8);
 }
 
 // IQ1_S { f16 d; u8 qs[32]; u16 qh[8] }: point l (0..3) of block ib has the 11-bit index
