@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include <sys/mman.h>
 
@@ -1343,34 +1344,41 @@ struct Avx512bwKernel {
 };
 #endif
 
+// fn(std::integral_constant<DType, DT>{}) for the block-quantized dtype `dtype` (one the integer
+// kernels take; anything else is Q6_K's): the one place a runtime dtype becomes a template argument.
+template <typename Fn>
+decltype(auto) with_quant_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kQ8_0: return fn(std::integral_constant<DType, DType::kQ8_0>{});
+    case DType::kQ5_0: return fn(std::integral_constant<DType, DType::kQ5_0>{});
+    case DType::kQ5_1: return fn(std::integral_constant<DType, DType::kQ5_1>{});
+    case DType::kQ4_0: return fn(std::integral_constant<DType, DType::kQ4_0>{});
+    case DType::kQ4_1: return fn(std::integral_constant<DType, DType::kQ4_1>{});
+    case DType::kQ4_G128: return fn(std::integral_constant<DType, DType::kQ4_G128>{});
+    case DType::kQ4_G64: return fn(std::integral_constant<DType, DType::kQ4_G64>{});
+    case DType::kQ4_K: return fn(std::integral_constant<DType, DType::kQ4_K>{});
+    case DType::kQ5_K: return fn(std::integral_constant<DType, DType::kQ5_K>{});
+    case DType::kI8: return fn(std::integral_constant<DType, DType::kI8>{});
+    case DType::kIQ4_NL: return fn(std::integral_constant<DType, DType::kIQ4_NL>{});
+    case DType::kIQ4_XS: return fn(std::integral_constant<DType, DType::kIQ4_XS>{});
+    case DType::kIQ3_XXS: return fn(std::integral_constant<DType, DType::kIQ3_XXS>{});
+    case DType::kIQ3_S: return fn(std::integral_constant<DType, DType::kIQ3_S>{});
+    case DType::kIQ2_S: return fn(std::integral_constant<DType, DType::kIQ2_S>{});
+    case DType::kIQ2_XXS: return fn(std::integral_constant<DType, DType::kIQ2_XXS>{});
+    case DType::kIQ2_XS: return fn(std::integral_constant<DType, DType::kIQ2_XS>{});
+    case DType::kIQ1_S: return fn(std::integral_constant<DType, DType::kIQ1_S>{});
+    case DType::kIQ1_M: return fn(std::integral_constant<DType, DType::kIQ1_M>{});
+    case DType::kTQ1_0: return fn(std::integral_constant<DType, DType::kTQ1_0>{});
+    case DType::kTQ2_0: return fn(std::integral_constant<DType, DType::kTQ2_0>{});
+    case DType::kQ2_K: return fn(std::integral_constant<DType, DType::kQ2_K>{});
+    case DType::kQ3_K: return fn(std::integral_constant<DType, DType::kQ3_K>{});
+    default: return fn(std::integral_constant<DType, DType::kQ6_K>{});
+  }
+}
+
 template <template <DType, int> class Kernel>
 const TileFn* tables_for(DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0: return ByTokens<Kernel, DType::kQ8_0>::table;
-    case DType::kQ5_0: return ByTokens<Kernel, DType::kQ5_0>::table;
-    case DType::kQ5_1: return ByTokens<Kernel, DType::kQ5_1>::table;
-    case DType::kQ4_0: return ByTokens<Kernel, DType::kQ4_0>::table;
-    case DType::kQ4_1: return ByTokens<Kernel, DType::kQ4_1>::table;
-    case DType::kQ4_G128: return ByTokens<Kernel, DType::kQ4_G128>::table;
-    case DType::kQ4_G64: return ByTokens<Kernel, DType::kQ4_G64>::table;
-    case DType::kQ4_K: return ByTokens<Kernel, DType::kQ4_K>::table;
-    case DType::kQ5_K: return ByTokens<Kernel, DType::kQ5_K>::table;
-    case DType::kI8: return ByTokens<Kernel, DType::kI8>::table;
-    case DType::kIQ4_NL: return ByTokens<Kernel, DType::kIQ4_NL>::table;
-    case DType::kIQ4_XS: return ByTokens<Kernel, DType::kIQ4_XS>::table;
-    case DType::kIQ3_XXS: return ByTokens<Kernel, DType::kIQ3_XXS>::table;
-    case DType::kIQ3_S: return ByTokens<Kernel, DType::kIQ3_S>::table;
-    case DType::kIQ2_S: return ByTokens<Kernel, DType::kIQ2_S>::table;
-    case DType::kIQ2_XXS: return ByTokens<Kernel, DType::kIQ2_XXS>::table;
-    case DType::kIQ2_XS: return ByTokens<Kernel, DType::kIQ2_XS>::table;
-    case DType::kIQ1_S: return ByTokens<Kernel, DType::kIQ1_S>::table;
-    case DType::kIQ1_M: return ByTokens<Kernel, DType::kIQ1_M>::table;
-    case DType::kTQ1_0: return ByTokens<Kernel, DType::kTQ1_0>::table;
-    case DType::kTQ2_0: return ByTokens<Kernel, DType::kTQ2_0>::table;
-    case DType::kQ2_K: return ByTokens<Kernel, DType::kQ2_K>::table;
-    case DType::kQ3_K: return ByTokens<Kernel, DType::kQ3_K>::table;
-    default: return ByTokens<Kernel, DType::kQ6_K>::table;
-  }
+  return with_quant_dtype(dtype, [](auto dt) { return ByTokens<Kernel, decltype(dt)::value>::table; });
 }
 
 #if defined(__x86_64__)
@@ -1386,32 +1394,7 @@ template <DType DT>
 constexpr AmxFunctions kAmxFunctions = {amx_prepare_weights<DT>, tile_amx<DT>};
 
 AmxFunctions amx_functions(DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0: return kAmxFunctions<DType::kQ8_0>;
-    case DType::kQ5_0: return kAmxFunctions<DType::kQ5_0>;
-    case DType::kQ5_1: return kAmxFunctions<DType::kQ5_1>;
-    case DType::kQ4_0: return kAmxFunctions<DType::kQ4_0>;
-    case DType::kQ4_1: return kAmxFunctions<DType::kQ4_1>;
-    case DType::kQ4_G128: return kAmxFunctions<DType::kQ4_G128>;
-    case DType::kQ4_G64: return kAmxFunctions<DType::kQ4_G64>;
-    case DType::kQ4_K: return kAmxFunctions<DType::kQ4_K>;
-    case DType::kQ5_K: return kAmxFunctions<DType::kQ5_K>;
-    case DType::kI8: return kAmxFunctions<DType::kI8>;
-    case DType::kIQ4_NL: return kAmxFunctions<DType::kIQ4_NL>;
-    case DType::kIQ4_XS: return kAmxFunctions<DType::kIQ4_XS>;
-    case DType::kIQ3_XXS: return kAmxFunctions<DType::kIQ3_XXS>;
-    case DType::kIQ3_S: return kAmxFunctions<DType::kIQ3_S>;
-    case DType::kIQ2_S: return kAmxFunctions<DType::kIQ2_S>;
-    case DType::kIQ2_XXS: return kAmxFunctions<DType::kIQ2_XXS>;
-    case DType::kIQ2_XS: return kAmxFunctions<DType::kIQ2_XS>;
-    case DType::kIQ1_S: return kAmxFunctions<DType::kIQ1_S>;
-    case DType::kIQ1_M: return kAmxFunctions<DType::kIQ1_M>;
-    case DType::kTQ1_0: return kAmxFunctions<DType::kTQ1_0>;
-    case DType::kTQ2_0: return kAmxFunctions<DType::kTQ2_0>;
-    case DType::kQ2_K: return kAmxFunctions<DType::kQ2_K>;
-    case DType::kQ3_K: return kAmxFunctions<DType::kQ3_K>;
-    default: return kAmxFunctions<DType::kQ6_K>;
-  }
+  return with_quant_dtype(dtype, [](auto dt) { return kAmxFunctions<decltype(dt)::value>; });
 }
 
 // A thread's B operands of the last two tiles it ran (a SwiGLU unit's gate and up tiles
@@ -1646,32 +1629,8 @@ void pack_quant_row(const uint8_t* row, int r, int64_t blocks, size_t block_byte
 using PackRowFn = void (*)(const uint8_t*, int, int64_t, size_t, uint8_t*);
 
 PackRowFn pack_row_function(DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0: return pack_quant_row<DType::kQ8_0>;
-    case DType::kQ5_0: return pack_quant_row<DType::kQ5_0>;
-    case DType::kQ5_1: return pack_quant_row<DType::kQ5_1>;
-    case DType::kQ4_0: return pack_quant_row<DType::kQ4_0>;
-    case DType::kQ4_1: return pack_quant_row<DType::kQ4_1>;
-    case DType::kQ4_G128: return pack_quant_row<DType::kQ4_G128>;
-    case DType::kQ4_G64: return pack_quant_row<DType::kQ4_G64>;
-    case DType::kQ4_K: return pack_quant_row<DType::kQ4_K>;
-    case DType::kQ5_K: return pack_quant_row<DType::kQ5_K>;
-    case DType::kI8: return pack_quant_row<DType::kI8>;
-    case DType::kIQ4_NL: return pack_quant_row<DType::kIQ4_NL>;
-    case DType::kIQ4_XS: return pack_quant_row<DType::kIQ4_XS>;
-    case DType::kIQ3_XXS: return pack_quant_row<DType::kIQ3_XXS>;
-    case DType::kIQ3_S: return pack_quant_row<DType::kIQ3_S>;
-    case DType::kIQ2_S: return pack_quant_row<DType::kIQ2_S>;
-    case DType::kIQ2_XXS: return pack_quant_row<DType::kIQ2_XXS>;
-    case DType::kIQ2_XS: return pack_quant_row<DType::kIQ2_XS>;
-    case DType::kIQ1_S: return pack_quant_row<DType::kIQ1_S>;
-    case DType::kIQ1_M: return pack_quant_row<DType::kIQ1_M>;
-    case DType::kTQ1_0: return pack_quant_row<DType::kTQ1_0>;
-    case DType::kTQ2_0: return pack_quant_row<DType::kTQ2_0>;
-    case DType::kQ2_K: return pack_quant_row<DType::kQ2_K>;
-    case DType::kQ3_K: return pack_quant_row<DType::kQ3_K>;
-    default: INFERD_CHECK(dtype == DType::kQ6_K); return pack_quant_row<DType::kQ6_K>;
-  }
+  INFERD_CHECK(PackedWeight::supports(dtype) && !PackedWeight::is_float_dtype(dtype));
+  return with_quant_dtype(dtype, [](auto dt) -> PackRowFn { return pack_quant_row<decltype(dt)::value>; });
 }
 
 // Columns 0..n-1 of `rows` (units of T) to a tile's [column][16 rows] order.
