@@ -359,20 +359,12 @@ __attribute__((always_inline)) inline SourceBlock decode_block(DType dtype, cons
       const uint8_t* s = row + (b / per_super) * static_cast<size_t>(dtype_info(dtype).block_bytes);
       const int first = 32 * static_cast<int>(b % per_super);
       out.d16 = load_u16(s + (one ? 52 : 64));
-      if (one && first < 160) {  // digit b / 32 of qs[l] (tq1_0_q), one power of 3 for the block
-        const auto pow3 = static_cast<uint8_t>(first == 0    ? 1
-                                               : first == 32 ? 3
-                                               : first == 64 ? 9
-                                               : first == 96 ? 27
-                                                             : 81);
-        for (int l = 0; l < 32; ++l)
-          out.q[l] = static_cast<uint8_t>((static_cast<uint8_t>(s[l] * pow3) * 3) >> 8);
+      if (one && first < 160) {  // digit first / 32 of qs[l] (tq1_0_q)
+        for (int l = 0; l < 32; ++l) out.q[l] = static_cast<uint8_t>(tq1_0_digit(s[l], first / 32));
       } else if (one) {
         for (int l = 0; l < 32; ++l) out.q[l] = static_cast<uint8_t>(tq1_0_q(s, first + l));
-      } else {  // bits 2 (j % 4) of qs[32 (j / 4) + l] (tq2_0_q)
-        const uint8_t* low = s + first / 128 * 32;
-        const int shift = 2 * (first % 128 / 32);
-        for (int l = 0; l < 32; ++l) out.q[l] = static_cast<uint8_t>((low[l] >> shift) & 3);
+      } else {
+        k_low2_block(s, first / 32, out.q);  // tq2_0_q
       }
       break;
     }
@@ -382,13 +374,10 @@ __attribute__((always_inline)) inline SourceBlock decode_block(DType dtype, cons
       const bool two = dtype == DType::kQ2_K;
       const uint8_t* s = row + (b / per_super) * (two ? 84 : 110);
       const int j = static_cast<int>(b % per_super);
-      // Values 32j + l: bits 2 (j % 4) of qs[32 (j / 4) + l] (k_low2), one shift for the block.
-      const uint8_t* low = s + (two ? 16 : 32) + 32 * (j / 4);
-      const int shift = 2 * (j % 4);
-      for (int l = 0; l < 32; ++l) {
-        int v = (low[l] >> shift) & 3;
-        if (!two) v |= ((s[l] >> j) & 1) << 2;  // hmask bit j of byte l
-        out.q[l] = static_cast<uint8_t>(v);
+      k_low2_block(s + (two ? 16 : 32), j, out.q);
+      if (!two) {
+        for (int l = 0; l < 32; ++l)
+          out.q[l] |= static_cast<uint8_t>(((s[l] >> j) & 1) << 2);  // hmask bit j of byte l
       }
       if (two) {
         out.d16 = load_u16(s + 80);

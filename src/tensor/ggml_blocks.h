@@ -29,6 +29,13 @@ inline int k_low2(const uint8_t* qs, int v) {
   return (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
 }
 
+// The same for the 32 values 32j.. (j 0..7) of a block at once: one byte run and one shift.
+inline void k_low2_block(const uint8_t* qs, int j, uint8_t* q) {
+  const uint8_t* low = qs + 32 * (j / 4);
+  const int shift = 2 * (j % 4);
+  for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>((low[l] >> shift) & 3);
+}
+
 // Q3_K: the scale of sub-block i (0..15) from the block's 12 scale bytes, -32..31: the nibble
 // i % 8 of bytes 0..7 (low for i < 8), with bits 2 (i / 4) of byte 8 + i % 4 above it, minus 32.
 inline int q3_k_scale(const uint8_t* scales, int i) {
@@ -235,8 +242,11 @@ inline uint16_t low_bit_grid_block(DType dtype, const uint8_t* b, int ib, uint8_
 // base-3 digits as a fixed-point fraction: digit k is the top of (byte * 3^k mod 256) * 3, i.e.
 // ((u8)(byte * 3^k) * 3) >> 8. Values 32k + l (v < 160) are digit k of qs[l]; 160 + 16k + l
 // digit k of qs[32 + l]; 240 + 4k + l digit k of qh[l].
-inline int tq1_0_q(const uint8_t* b, int v) {
+inline int tq1_0_digit(uint8_t byte, int k) {
   static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  return (static_cast<uint8_t>(byte * kPow3[k]) * 3) >> 8;
+}
+inline int tq1_0_q(const uint8_t* b, int v) {
   uint8_t byte;
   int k;
   if (v < 160) {
@@ -249,8 +259,7 @@ inline int tq1_0_q(const uint8_t* b, int v) {
     byte = b[48 + (v - 240) % 4];
     k = (v - 240) / 4;
   }
-  const auto digit = static_cast<uint8_t>(byte * kPow3[k]);
-  return (digit * 3) >> 8;
+  return tq1_0_digit(byte, k);
 }
 
 // TQ2_0 { u8 qs[64]; f16 d }: the 2-bit q of value v (0..255), as Q2_K's (k_low2).

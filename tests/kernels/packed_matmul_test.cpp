@@ -309,8 +309,8 @@ std::vector<std::byte> packed_bytes(const PackedWeight& w) {
 }
 
 // Packing is split over a pool's threads by tiles: the bytes are those of packing on one thread,
-// for every dtype, parts that end inside a tile, SwiGLU pairs, and a weight large enough (4 MiB and
-// more) for its memory to come unzeroed, each tile zeroed where it is packed.
+// for every dtype, parts that end inside a tile, SwiGLU pairs, and weights of 4 MiB and more (whose
+// memory the packer does not memset: each tile is zeroed where it is packed).
 TEST(QuantMatmulTest, PackingOverAPoolGivesTheSameBytes) {
   ThreadPool pool(3);
   std::mt19937 rng(12);
