@@ -30,6 +30,18 @@ std::vector<Isa> runnable_paths() {
   return paths;
 }
 
+std::vector<AmxUnit> amx_units(bool bf16) {
+  std::vector<AmxUnit> units;
+  if (bf16 ? cpu_has_amx_bf16() : detected_isa() == Isa::kAmx) units.push_back({false, "the CPU's tiles"});
+  if (static_cast<int>(detected_isa()) >= static_cast<int>(Isa::kVnni))
+    units.push_back({true, "emulated tiles"});
+  return units;
+}
+
+bool amx_only_emulated() {
+  return detected_isa() != Isa::kAmx && static_cast<int>(detected_isa()) >= static_cast<int>(Isa::kVnni);
+}
+
 std::string fixture_path(const std::string& relative) {
   return std::string(INFERD_FIXTURES_DIR) + "/" + relative;
 }

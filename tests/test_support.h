@@ -16,6 +16,30 @@ namespace inferd::test {
 std::string fixture_path(const std::string& relative);
 // Every kernel path this CPU can run, scalar first.
 std::vector<Isa> runnable_paths();
+// The tile units a test of the AMX path runs on here: the CPU's (where it has AMX-INT8, or
+// AMX-BF16 for `bf16`) and the emulated one (kernels/amx_emulator.h) wherever the VNNI path runs.
+struct AmxUnit {
+  bool emulated;
+  std::string name;
+};
+std::vector<AmxUnit> amx_units(bool bf16);
+// Whether Isa::kAmx runs here only on the emulated tile unit.
+bool amx_only_emulated();
+// AMX emulation on (if `on`) for the guard's lifetime; off again after.
+class ScopedAmxEmulation final {
+ public:
+  explicit ScopedAmxEmulation(bool on) : on_(on) {
+    if (on_) set_amx_emulation(true);
+  }
+  ~ScopedAmxEmulation() {
+    if (on_) set_amx_emulation(false);
+  }
+  ScopedAmxEmulation(const ScopedAmxEmulation&) = delete;
+  ScopedAmxEmulation& operator=(const ScopedAmxEmulation&) = delete;
+
+ private:
+  bool on_;
+};
 std::vector<std::byte> read_bytes(const std::string& path);
 std::vector<float> read_f32(const std::string& path);
 std::string read_text(const std::string& path);

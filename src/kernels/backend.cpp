@@ -259,7 +259,7 @@ void CpuKernelOps::embed(const TensorView& table, std::span<const int32_t> ids, 
 }
 
 Expected<std::unique_ptr<Backend>> make_backend(BackendKind kind, Isa isa, ThreadPool& pool) {
-  if (static_cast<int>(isa) > static_cast<int>(detected_isa()))
+  if (static_cast<int>(isa) > static_cast<int>(highest_isa()))
     return invalid_argument("ISA " + std::string(isa_name(isa)) + " is beyond this CPU (" +
                             std::string(isa_name(detected_isa())) + ")");
   switch (kind) {

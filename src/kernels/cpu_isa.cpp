@@ -1,5 +1,6 @@
 #include "kernels/cpu_isa.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -116,6 +117,24 @@ bool cpu_has_amx_bf16() {
 #else
   return false;
 #endif
+}
+
+namespace {
+std::atomic<bool> g_amx_emulation{false};
+}  // namespace
+
+void set_amx_emulation(bool on) {
+  g_amx_emulation.store(on, std::memory_order_relaxed);
+}
+
+bool amx_emulation() {
+  return g_amx_emulation.load(std::memory_order_relaxed);
+}
+
+Isa highest_isa() {
+  const Isa detected = detected_isa();
+  if (amx_emulation() && static_cast<int>(detected) >= static_cast<int>(Isa::kVnni)) return Isa::kAmx;
+  return detected;
 }
 
 Isa active_isa() {

@@ -25,6 +25,19 @@ bool cpu_has_avx512_bf16();
 // Whether the AMX path may use AMX-BF16 tiles (the CPU has them; implies detected_isa() == kAmx).
 bool cpu_has_amx_bf16();
 
+// Tests only (off by default, never set by the product): while on, the AMX path (Isa::kAmx
+// passed to the matmuls or to make_backend) runs its tile instructions on a software model of
+// the tile unit (kernels/amx_emulator.h) instead of the CPU's, so the AMX kernels' data flow is
+// checked on CPUs without AMX. The path is then offered where the CPU has the VNNI path (the
+// kernels' scaling is AVX-512 code), AMX-BF16 included. Set it from one thread, with no matmul
+// running.
+void set_amx_emulation(bool on);
+bool amx_emulation();
+
+// The highest path a backend may be asked for: detected_isa(), or kAmx while AMX is emulated on a
+// CPU with the VNNI path.
+Isa highest_isa();
+
 // The path kernels use: detected_isa(), lowered by INFERD_ISA when set (read once, at first use).
 // A value above what the CPU has, or an unknown name, is reported once on stderr and ignored.
 Isa active_isa();

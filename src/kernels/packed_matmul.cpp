@@ -13,6 +13,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "kernels/amx_emulator.h"
 #include "kernels/exp_poly.h"
 #include "kernels/ops.h"
 #include "kernels/simd.h"
@@ -1373,14 +1374,16 @@ const TileFn* tables_for(DType dtype) {
 #if defined(__x86_64__)
 using AmxPrepareFn = void (*)(const std::byte*, size_t, int64_t, int8_t*);
 
-// The AMX path's functions for one integer dtype: its weight preparation and its kernel.
+// The AMX path's functions for one integer dtype: its weight preparation and its kernel (on the
+// CPU's tile unit, and on the emulator's for tests: cpu_isa.h).
 struct AmxFunctions {
   AmxPrepareFn prepare;
   TileFn kernel;
+  TileFn emulated;
 };
 
 template <DType DT>
-constexpr AmxFunctions kAmxFunctions = {amx_prepare_weights<DT>, tile_amx<DT>};
+constexpr AmxFunctions kAmxFunctions = {amx_prepare_weights<DT>, tile_amx<DT, false>, tile_amx<DT, true>};
 
 AmxFunctions amx_functions(DType dtype) {
   return with_quant_dtype(dtype, [](auto dt) { return kAmxFunctions<decltype(dt)::value>; });
@@ -1438,7 +1441,7 @@ uint64_t next_amx_call() {
 
 // Whether w's BF16 weights run on AMX-BF16 tiles (every token count: see packed_float_amx.inc).
 bool amx_bf16_path(Isa isa, const PackedWeight& w) {
-  return isa == Isa::kAmx && w.dtype() == DType::kBF16 && cpu_has_amx_bf16();
+  return isa == Isa::kAmx && w.dtype() == DType::kBF16 && (cpu_has_amx_bf16() || amx_emulation());
 }
 
 // Tokens per kernel call: `full` while that many remain, then groups of up to `tail`. The AMX
@@ -1477,7 +1480,8 @@ TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
 #if defined(__x86_64__)
   if (num_tokens == kAmxTokens) {
     INFERD_CHECK(isa == Isa::kAmx);
-    return amx_functions(dtype).kernel;
+    const AmxFunctions f = amx_functions(dtype);
+    return amx_emulation() ? f.emulated : f.kernel;
   }
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni))
     return tables_for<VnniKernel>(dtype)[num_tokens - 1];
@@ -1992,7 +1996,8 @@ void run_float_tile(Isa isa, const PackedWeight& w, const FloatActivations& a, c
                      a.xb != nullptr ? a.xb + t0 * a.kb : nullptr,
                      a.kb};
 #if defined(__x86_64__)
-  if (amx_bf16_path(isa, w)) return float_tile_amx_bf16(args);
+  if (amx_bf16_path(isa, w))
+    return amx_emulation() ? float_tile_amx_bf16<true>(args) : float_tile_amx_bf16<false>(args);
 #endif
   float_tile_kernel(isa, w.dtype(), nt)(args);
 }

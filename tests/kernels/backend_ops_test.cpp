@@ -21,12 +21,20 @@
 namespace inferd {
 namespace {
 
+// Every path this CPU has, and the AMX path on emulated tiles where the CPU has VNNI but no AMX
+// (each loop over the paths turns the emulation on for it: emulate()).
 std::vector<Isa> isas() {
   std::vector<Isa> out;
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kVnni, Isa::kAmx}) {
     if (static_cast<int>(isa) <= static_cast<int>(detected_isa())) out.push_back(isa);
   }
+  if (test::amx_only_emulated()) out.push_back(Isa::kAmx);
   return out;
+}
+
+// Whether `isa` runs here on emulated tiles.
+bool emulate(Isa isa) {
+  return isa == Isa::kAmx && test::amx_only_emulated();
 }
 
 // Every backend this build and machine run: the CPU ones, and CUDA where a build with it finds a
@@ -51,7 +59,8 @@ std::unique_ptr<Backend> make(BackendKind kind, Isa isa, ThreadPool& pool) {
 }
 
 std::string label(BackendKind kind, Isa isa) {
-  return std::string(backend_name(kind)) + "/" + std::string(isa_name(isa));
+  return std::string(backend_name(kind)) + "/" + std::string(isa_name(isa)) +
+         (emulate(isa) ? " (emulated)" : "");
 }
 
 std::vector<double> rms_norm_reference(const std::vector<float>& x, const std::vector<float>& w, int64_t rows,
@@ -141,6 +150,7 @@ TEST(BackendOpsTest, LinearMatchesTheDoubleProductOnEveryBackendAndPath) {
     for (BackendKind kind : kinds()) {
       std::vector<float> scalar_plain;
       for (Isa isa : isas(kind)) {
+        const test::ScopedAmxEmulation emulation(emulate(isa));
         auto b = make(kind, isa, pool);
         ASSERT_NE(b, nullptr);
         const TensorView* parts[] = {&w};
@@ -187,6 +197,7 @@ TEST(BackendOpsTest, QkvPartsAndSwigluMatchTheirReferences) {
     for (size_t i = 0; i < g.size(); ++i) want_swiglu[i] = silu(g[i]) * u[i];
     for (BackendKind kind : kinds()) {
       for (Isa isa : isas(kind)) {
+        const test::ScopedAmxEmulation emulation(emulate(isa));
         auto b = make(kind, isa, pool);
         ASSERT_NE(b, nullptr);
         const double tol = tolerance(kind, dtype, isa);
@@ -230,6 +241,7 @@ TEST(BackendOpsTest, LinearOfMixedDtypesEqualsEachPartAlone) {
              bv = test::random_floats(17, rng);
   for (BackendKind kind : kinds()) {
     for (Isa isa : isas(kind)) {
+      const test::ScopedAmxEmulation emulation(emulate(isa));
       auto b = make(kind, isa, pool);
       ASSERT_NE(b, nullptr);
       for (const float* nw : {static_cast<const float*>(nullptr), norm.data()}) {
@@ -296,6 +308,7 @@ TEST(BackendOpsTest, GroupedLinearEqualsEachLinearAlone) {
       xs.push_back(test::random_floats(static_cast<size_t>(std::max<int64_t>(t, 1) * cols), rng));
     for (BackendKind kind : kinds()) {
       for (Isa isa : isas(kind)) {
+        const test::ScopedAmxEmulation emulation(emulate(isa));
         auto b = make(kind, isa, pool);
         ASSERT_NE(b, nullptr);
         // Even groups SwiGLU (gate, up), odd groups one part (gate only).
@@ -404,6 +417,7 @@ TEST(BackendOpsTest, PagedAttentionMatchesTheDoubleReference) {
     }
     for (BackendKind kind : kinds()) {
       for (Isa isa : isas(kind)) {
+        const test::ScopedAmxEmulation emulation(emulate(isa));
         auto b = make(kind, isa, pool);
         ASSERT_NE(b, nullptr);
         std::vector<float> out(want.size());
@@ -434,6 +448,7 @@ TEST(BackendOpsTest, NormRopeActivationAndEmbeddingMatchTheirReferences) {
   const std::vector<int32_t> ids = {7, 0, 49, 7};
   for (BackendKind kind : kinds()) {
     for (Isa isa : isas(kind)) {
+      const test::ScopedAmxEmulation emulation(emulate(isa));
       auto b = make(kind, isa, pool);
       ASSERT_NE(b, nullptr);
       std::vector<float> y(x.size());
@@ -492,6 +507,10 @@ TEST(BackendOpsTest, AMissingCudaAndAnIsaBeyondTheCpuAreRefused) {
   EXPECT_EQ(cuda_backend_available().message(), cuda.status().message());
 #endif
   if (detected_isa() != Isa::kAmx) {
+    if (test::amx_only_emulated()) {  // offered while emulated, and only then
+      const test::ScopedAmxEmulation emulation(true);
+      EXPECT_TRUE(make_backend(BackendKind::kPacked, Isa::kAmx, pool).has_value());
+    }
     auto beyond = make_backend(BackendKind::kPacked, Isa::kAmx, pool);
     ASSERT_FALSE(beyond.has_value());
     EXPECT_NE(beyond.status().message().find("beyond this CPU"), std::string::npos);

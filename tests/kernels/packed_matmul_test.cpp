@@ -377,67 +377,75 @@ TEST(FloatMatmulTest, SwigluWithTwoOutputsGivesGateAndUpAsTheSeparateMatmuls) {
 // VNNI path's bits for every type, including a weight packed at the address of one freed just
 // before (each thread keeps a tile's prepared weights for the rest of one call only).
 TEST(QuantMatmulTest, AmxTilesGiveTheVnniBits) {
-  if (detected_isa() != Isa::kAmx) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8 tiles";
+  const std::vector<test::AmxUnit> units = test::amx_units(false);
+  if (units.empty())
+    GTEST_SKIP() << "this CPU has neither AMX-INT8 tiles nor the VNNI path the emulated ones need";
   ThreadPool pool(2);
-  std::mt19937 rng(31);
-  for (DType dtype : kTypes) {
-    SCOPED_TRACE(std::string(dtype_info(dtype).name));
-    const int64_t k = k_for(dtype, 320), rows = 70, tokens = 53;  // 3 groups of 16, then 5
-    auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
-    QuantizedActivations xq;
-    xq.quantize(x.data(), tokens, k);
-    for (int round = 0; round < 2; ++round) {
-      std::vector<std::byte> storage;
-      TensorView w = test::random_tensor(dtype, rows, k, rng, &storage);
-      const TensorView* parts[] = {&w};
-      auto packed = PackedWeight::pack(parts);
-      ASSERT_TRUE(packed.has_value());
-      std::vector<float> vnni(static_cast<size_t>(tokens * rows)), amx(vnni.size());
-      const QuantMatmulOutput ov{vnni.data(), rows, nullptr}, oa{amx.data(), rows, nullptr};
-      quant_matmul(xq, *packed, {&ov, 1}, pool, Isa::kVnni);
-      quant_matmul(xq, *packed, {&oa, 1}, pool, Isa::kAmx);
-      ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), amx.size() * sizeof(float))) << "round " << round;
+  for (const test::AmxUnit& unit : units)
+    for (DType dtype : kTypes) {
+      const test::ScopedAmxEmulation emulation(unit.emulated);
+      std::mt19937 rng(31);
+      SCOPED_TRACE(std::string(dtype_info(dtype).name) + " on " + unit.name);
+      const int64_t k = k_for(dtype, 320), rows = 70, tokens = 53;  // 3 groups of 16, then 5
+      auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
+      QuantizedActivations xq;
+      xq.quantize(x.data(), tokens, k);
+      for (int round = 0; round < 2; ++round) {
+        std::vector<std::byte> storage;
+        TensorView w = test::random_tensor(dtype, rows, k, rng, &storage);
+        const TensorView* parts[] = {&w};
+        auto packed = PackedWeight::pack(parts);
+        ASSERT_TRUE(packed.has_value());
+        std::vector<float> vnni(static_cast<size_t>(tokens * rows)), amx(vnni.size());
+        const QuantMatmulOutput ov{vnni.data(), rows, nullptr}, oa{amx.data(), rows, nullptr};
+        quant_matmul(xq, *packed, {&ov, 1}, pool, Isa::kVnni);
+        quant_matmul(xq, *packed, {&oa, 1}, pool, Isa::kAmx);
+        ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), amx.size() * sizeof(float))) << "round " << round;
+      }
     }
-  }
 }
 
 // AMX-BF16 (every token count of BF16 weights on CPUs with it): within f32 rounding of the
 // double product of the bf16-rounded operands, and a token's result the same alone, in a group of
 // 16, in a padded last group, in a SwiGLU unit, and through a weight packed where a freed one was.
 TEST(FloatMatmulTest, AmxBf16IsWithinTheBoundAndBatchInvariant) {
-  if (!cpu_has_amx_bf16()) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-BF16 tiles";
+  const std::vector<test::AmxUnit> units = test::amx_units(true);
+  if (units.empty())
+    GTEST_SKIP() << "this CPU has neither AMX-BF16 tiles nor the VNNI path the emulated ones need";
   ThreadPool pool(2);
-  std::mt19937 rng(41);
-  for (int64_t k : {1, 15, 16, 37, 101, 896}) {
-    for (int round = 0; round < 2; ++round) {
-      const int64_t rows = 35, tokens = 37;  // two groups of 16 and a padded one of 5
-      SCOPED_TRACE("K=" + std::to_string(k) + " round " + std::to_string(round));
-      std::vector<std::byte> sg, su;
-      TensorView gate = test::random_tensor(DType::kBF16, rows, k, rng, &sg);
-      TensorView up = test::random_tensor(DType::kBF16, rows, k, rng, &su);
-      auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
-      std::vector<float> xr = x;
-      for (float& f : xr) f = bf16_to_f32(f32_to_bf16(f));
-      const TensorView* one[] = {&gate};
-      auto packed = PackedWeight::pack(one);
-      auto fused = PackedWeight::pack_swiglu(gate, up);
-      ASSERT_TRUE(packed.has_value() && fused.has_value());
-      std::vector<float> batch(static_cast<size_t>(tokens * rows));
-      const QuantMatmulOutput out{batch.data(), rows, nullptr};
-      float_matmul(x.data(), tokens, *packed, {&out, 1}, pool, Isa::kAmx);
-      expect_near_product(batch, reference(gate, xr, tokens, nullptr));
-      std::vector<float> g(batch.size()), u(batch.size());
-      const QuantMatmulOutput raw[2] = {{g.data(), rows, nullptr}, {u.data(), rows, nullptr}};
-      float_matmul(x.data(), tokens, *fused, raw, pool, Isa::kAmx);
-      ASSERT_EQ(g, batch);
-      for (int64_t t = 0; t < tokens; t += 6) {
-        std::vector<float> alone(static_cast<size_t>(rows));
-        const QuantMatmulOutput o{alone.data(), rows, nullptr};
-        float_matmul(x.data() + t * k, 1, *packed, {&o, 1}, pool, Isa::kAmx);
-        ASSERT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + t * rows)) << "token " << t;
+  for (const test::AmxUnit& unit : units)
+    for (int64_t k : {1, 15, 16, 37, 101, 896}) {
+      const test::ScopedAmxEmulation emulation(unit.emulated);
+      std::mt19937 rng(41 + static_cast<unsigned>(k));
+      for (int round = 0; round < 2; ++round) {
+        const int64_t rows = 35, tokens = 37;  // two groups of 16 and a padded one of 5
+        SCOPED_TRACE("K=" + std::to_string(k) + " round " + std::to_string(round) + " on " + unit.name);
+        std::vector<std::byte> sg, su;
+        TensorView gate = test::random_tensor(DType::kBF16, rows, k, rng, &sg);
+        TensorView up = test::random_tensor(DType::kBF16, rows, k, rng, &su);
+        auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
+        std::vector<float> xr = x;
+        for (float& f : xr) f = bf16_to_f32(f32_to_bf16(f));
+        const TensorView* one[] = {&gate};
+        auto packed = PackedWeight::pack(one);
+        auto fused = PackedWeight::pack_swiglu(gate, up);
+        ASSERT_TRUE(packed.has_value() && fused.has_value());
+        std::vector<float> batch(static_cast<size_t>(tokens * rows));
+        const QuantMatmulOutput out{batch.data(), rows, nullptr};
+        float_matmul(x.data(), tokens, *packed, {&out, 1}, pool, Isa::kAmx);
+        expect_near_product(batch, reference(gate, xr, tokens, nullptr));
+        std::vector<float> g(batch.size()), u(batch.size());
+        const QuantMatmulOutput raw[2] = {{g.data(), rows, nullptr}, {u.data(), rows, nullptr}};
+        float_matmul(x.data(), tokens, *fused, raw, pool, Isa::kAmx);
+        ASSERT_EQ(g, batch);
+        for (int64_t t = 0; t < tokens; t += 6) {
+          std::vector<float> alone(static_cast<size_t>(rows));
+          const QuantMatmulOutput o{alone.data(), rows, nullptr};
+          float_matmul(x.data() + t * k, 1, *packed, {&o, 1}, pool, Isa::kAmx);
+          ASSERT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + t * rows)) << "token " << t;
+        }
       }
     }
-  }
 }
 
 TEST(QuantMatmulTest, PackingRejectsWhatTheKernelsCannotTake) {
