@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include <sys/mman.h>
 
 #include "common/check.h"
 #include "common/half.h"
+#include "common/log.h"
 #include "kernels/amx_emulator.h"
 #include "kernels/exp_poly.h"
 #include "kernels/ops.h"
@@ -1377,13 +1379,16 @@ using AmxPrepareFn = void (*)(const std::byte*, size_t, int64_t, int8_t*);
 // The AMX path's functions for one integer dtype: its weight preparation and its kernel (on the
 // CPU's tile unit, and on the emulator's for tests: cpu_isa.h).
 struct AmxFunctions {
-  AmxPrepareFn prepare;
-  TileFn kernel;
-  TileFn emulated;
+  AmxPrepareFn prepare[2];  // by AmxInt8Kernel
+  TileFn kernel[2][2];      // [AmxInt8Kernel][emulated]
+  size_t block_bytes[2];    // prepared bytes per block, by AmxInt8Kernel
 };
 
 template <DType DT>
-constexpr AmxFunctions kAmxFunctions = {amx_prepare_weights<DT>, tile_amx<DT, false>, tile_amx<DT, true>};
+constexpr AmxFunctions kAmxFunctions = {
+    {amx_prepare_weights<DT, AmxInt8Kernel::kPipelined>, amx_prepare_weights<DT, AmxInt8Kernel::kPingPong>},
+    {{tile_amx<DT, false>, tile_amx<DT, true>}, {tile_amx_pingpong<DT, false>, tile_amx_pingpong<DT, true>}},
+    {amx_block_bytes<DT>(AmxInt8Kernel::kPipelined), amx_block_bytes<DT>(AmxInt8Kernel::kPingPong)}};
 
 AmxFunctions amx_functions(DType dtype) {
   return with_quant_dtype(dtype, [](auto dt) { return kAmxFunctions<decltype(dt)::value>; });
@@ -1433,6 +1438,9 @@ class AmxWeightCache final {
 
 #endif
 
+// -1 until first read: INFERD_AMX_INT8, or set_amx_int8_kernel.
+std::atomic<int> g_amx_int8_kernel{-1};
+
 // Identifies one AMX matmul call (a cache entry of an earlier call never matches).
 uint64_t next_amx_call() {
   static std::atomic<uint64_t> counter{0};
@@ -1467,7 +1475,7 @@ bool uses_amx(Isa isa, const PackedWeight& w, int64_t tokens) {
 // Sets up what the calling thread's kernels for w need (AMX: the tile configuration).
 void prepare_thread(Isa isa, const PackedWeight& w, int64_t tokens) {
 #if defined(__x86_64__)
-  if (uses_amx(isa, w, tokens)) amx_configure();
+  if (uses_amx(isa, w, tokens)) amx_configure(amx_int8_kernel());
 #else
   (void)isa;
   (void)w;
@@ -1480,8 +1488,7 @@ TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
 #if defined(__x86_64__)
   if (num_tokens == kAmxTokens) {
     INFERD_CHECK(isa == Isa::kAmx);
-    const AmxFunctions f = amx_functions(dtype);
-    return amx_emulation() ? f.emulated : f.kernel;
+    return amx_functions(dtype).kernel[static_cast<int>(amx_int8_kernel())][amx_emulation() ? 1 : 0];
   }
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni))
     return tables_for<VnniKernel>(dtype)[num_tokens - 1];
@@ -1496,6 +1503,24 @@ TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
 }
 
 }  // namespace
+
+AmxInt8Kernel amx_int8_kernel() {
+  int k = g_amx_int8_kernel.load(std::memory_order_relaxed);
+  if (k < 0) {
+    const char* env = std::getenv("INFERD_AMX_INT8");
+    k = env != nullptr && std::string_view(env) == "pingpong" ? 1 : 0;
+    if (env != nullptr && k == 0 && std::string_view(env) != "pipelined")
+      log_warning(std::string("INFERD_AMX_INT8=") + env +
+                  " is not one of pipelined|pingpong; using pipelined");
+    int expected = -1;
+    if (!g_amx_int8_kernel.compare_exchange_strong(expected, k, std::memory_order_relaxed)) k = expected;
+  }
+  return static_cast<AmxInt8Kernel>(k);
+}
+
+void set_amx_int8_kernel(AmxInt8Kernel kernel) {
+  g_amx_int8_kernel.store(static_cast<int>(kernel), std::memory_order_relaxed);
+}
 
 void quantize_activations_reference(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,
                                     float* scaled_sum, int32_t* half_sum) {
@@ -1928,7 +1953,7 @@ void tile_amx_activations(const QuantizedActivations& x, AmxActivations& out, co
     out.scaled_sums.resize(n);
   }
 #if defined(__x86_64__)
-  const auto tile_bytes = static_cast<size_t>(x.k() / kQuantBlockValues) * kAmxBlockBytes;
+  const auto tile_bytes = static_cast<size_t>(x.k() / kQuantBlockValues) * kAmxMaxBlockBytes;
   out.weights.prepare(pool, [&](AmxWeightCache& c) { c.reserve(tile_bytes); });
 #else
   (void)pool;
@@ -1961,9 +1986,10 @@ void run_quant_tile(Isa isa, const PackedWeight& w, const QuantizedActivations& 
   if (nt == kAmxTokens) {
     AmxWeightCache& cache = amx.weights.mine();
     const std::byte* first = tile + header;
-    args.amx_weights =
-        cache.get(first, amx.call, static_cast<size_t>(blocks) * kAmxBlockBytes,
-                  [&](int8_t* b) { amx_functions(w.dtype()).prepare(first, w.block_bytes(), blocks, b); });
+    const AmxFunctions f = amx_functions(w.dtype());
+    const auto kernel = static_cast<int>(amx_int8_kernel());
+    args.amx_weights = cache.get(first, amx.call, static_cast<size_t>(blocks) * f.block_bytes[kernel],
+                                 [&](int8_t* b) { f.prepare[kernel](first, w.block_bytes(), blocks, b); });
     const auto offset = static_cast<size_t>(t0 / kAmxTokens * blocks * kAmxTokens);
     args.amx_scales = amx.scales.data() + offset;
     args.amx_scaled_sums = amx.scaled_sums.data() + offset;

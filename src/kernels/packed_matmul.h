@@ -160,6 +160,19 @@ class PackedWeight final {
   std::unique_ptr<std::byte[], void (*)(void*)> data_{nullptr, nullptr};
 };
 
+// The AMX-INT8 kernel groups of 16 tokens run on (both give the VNNI path's bits):
+// - kPipelined: two C tiles; an iteration issues its two blocks' dot products, scales the previous
+//   iteration's sums, then stores its own (measured on the Xeon: BENCHMARKS.md, "AMX-INT8").
+// - kPingPong: four C tiles used in turn by consecutive iterations, so a store of one iteration's
+//   sums and the next iteration's dot products touch different tiles; the half-block formats take
+//   one 32-input A tile and two B tiles that each hold one half (the other half zero). Not yet
+//   measured on an AMX CPU.
+// INFERD_AMX_INT8=pipelined|pingpong picks it (read once, at first use; default pipelined);
+// set_amx_int8_kernel overrides it (tests, benchmarks), from one thread with no matmul running.
+enum class AmxInt8Kernel { kPipelined, kPingPong };
+AmxInt8Kernel amx_int8_kernel();
+void set_amx_int8_kernel(AmxInt8Kernel kernel);
+
 // y = x w^T (+ bias) for every part of a block-quantized w: outputs[p] receives part p. With a
 // SwiGLU-packed w, one output receives silu(gate) * up ([tokens, intermediate]), or two outputs
 // receive gate and up as they are (bit-identical to what the fused epilogue starts from). Runs the active

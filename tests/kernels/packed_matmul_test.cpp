@@ -373,6 +373,20 @@ TEST(FloatMatmulTest, SwigluWithTwoOutputsGivesGateAndUpAsTheSeparateMatmuls) {
   }
 }
 
+// One AMX-INT8 kernel for the guard's lifetime; the one before after.
+class ScopedAmxInt8Kernel final {
+ public:
+  explicit ScopedAmxInt8Kernel(AmxInt8Kernel kernel) : saved_(amx_int8_kernel()) {
+    set_amx_int8_kernel(kernel);
+  }
+  ~ScopedAmxInt8Kernel() { set_amx_int8_kernel(saved_); }
+  ScopedAmxInt8Kernel(const ScopedAmxInt8Kernel&) = delete;
+  ScopedAmxInt8Kernel& operator=(const ScopedAmxInt8Kernel&) = delete;
+
+ private:
+  AmxInt8Kernel saved_;
+};
+
 // The AMX path (groups of 16 tokens on AMX-INT8 tiles, the rest on the VNNI kernel) gives the
 // VNNI path's bits for every type, including a weight packed at the address of one freed just
 // before (each thread keeps a tile's prepared weights for the rest of one call only).
@@ -382,27 +396,30 @@ TEST(QuantMatmulTest, AmxTilesGiveTheVnniBits) {
     GTEST_SKIP() << "this CPU has neither AMX-INT8 tiles nor the VNNI path the emulated ones need";
   ThreadPool pool(2);
   for (const test::AmxUnit& unit : units)
-    for (DType dtype : kTypes) {
-      const test::ScopedAmxEmulation emulation(unit.emulated);
-      std::mt19937 rng(31);
-      SCOPED_TRACE(std::string(dtype_info(dtype).name) + " on " + unit.name);
-      const int64_t k = k_for(dtype, 320), rows = 70, tokens = 53;  // 3 groups of 16, then 5
-      auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
-      QuantizedActivations xq;
-      xq.quantize(x.data(), tokens, k);
-      for (int round = 0; round < 2; ++round) {
-        std::vector<std::byte> storage;
-        TensorView w = test::random_tensor(dtype, rows, k, rng, &storage);
-        const TensorView* parts[] = {&w};
-        auto packed = PackedWeight::pack(parts);
-        ASSERT_TRUE(packed.has_value());
-        std::vector<float> vnni(static_cast<size_t>(tokens * rows)), amx(vnni.size());
-        const QuantMatmulOutput ov{vnni.data(), rows, nullptr}, oa{amx.data(), rows, nullptr};
-        quant_matmul(xq, *packed, {&ov, 1}, pool, Isa::kVnni);
-        quant_matmul(xq, *packed, {&oa, 1}, pool, Isa::kAmx);
-        ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), amx.size() * sizeof(float))) << "round " << round;
+    for (AmxInt8Kernel kernel : {AmxInt8Kernel::kPipelined, AmxInt8Kernel::kPingPong})
+      for (DType dtype : kTypes) {
+        const test::ScopedAmxEmulation emulation(unit.emulated);
+        const ScopedAmxInt8Kernel chosen(kernel);
+        std::mt19937 rng(31);
+        SCOPED_TRACE(std::string(dtype_info(dtype).name) + " on " + unit.name +
+                     (kernel == AmxInt8Kernel::kPingPong ? ", ping-pong kernel" : ", pipelined kernel"));
+        const int64_t k = k_for(dtype, 320), rows = 70, tokens = 53;  // 3 groups of 16, then 5
+        auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
+        QuantizedActivations xq;
+        xq.quantize(x.data(), tokens, k);
+        for (int round = 0; round < 2; ++round) {
+          std::vector<std::byte> storage;
+          TensorView w = test::random_tensor(dtype, rows, k, rng, &storage);
+          const TensorView* parts[] = {&w};
+          auto packed = PackedWeight::pack(parts);
+          ASSERT_TRUE(packed.has_value());
+          std::vector<float> vnni(static_cast<size_t>(tokens * rows)), amx(vnni.size());
+          const QuantMatmulOutput ov{vnni.data(), rows, nullptr}, oa{amx.data(), rows, nullptr};
+          quant_matmul(xq, *packed, {&ov, 1}, pool, Isa::kVnni);
+          quant_matmul(xq, *packed, {&oa, 1}, pool, Isa::kAmx);
+          ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), amx.size() * sizeof(float))) << "round " << round;
+        }
       }
-    }
 }
 
 // AMX-BF16 (every token count of BF16 weights on CPUs with it): within f32 rounding of the
