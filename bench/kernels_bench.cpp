@@ -9,7 +9,9 @@
 // and its attention (14 heads, 2 KV heads, head size 64).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -385,6 +387,41 @@ BENCHMARK(BM_Attention)
     ->Args({512, 512})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// Decode attention against memory: one query token over `ctx` positions in each of 24 layers
+// with their own f16 K and V (the Qwen2.5-0.5B shapes: 14 query heads, 2 KV heads of 64; 16-slot
+// blocks in a shuffled order, as a cache that served other sequences hands them out), so that the
+// K and V come from memory as in a decode step at that context. GB/s: the K and V bytes read.
+void BM_AttentionDecode(benchmark::State& state) {
+  const int64_t ctx = state.range(0), layers = 24, block = 16, kv_dim = 128, q_dim = 14 * 64;
+  const AttentionShape shape{14, 2, 64, 0.125f};
+  const int64_t blocks = (ctx + block - 1) / block;
+  std::vector<std::vector<uint16_t>> keys, values;
+  for (int64_t l = 0; l < layers; ++l) {
+    keys.emplace_back(static_cast<size_t>(blocks * block * kv_dim), f32_to_f16(0.1f));
+    values.emplace_back(keys.back().size(), f32_to_f16(0.2f));
+  }
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
+  auto q = random_floats(static_cast<size_t>(q_dim));
+  std::vector<float> out(q.size());
+  const std::vector<int32_t> token_seq(1, 0);
+  const AttentionSequence seq{0, 1, ctx, table};
+  ThreadPool pool(kThreads);
+  for (auto _ : state) {
+    for (int64_t l = 0; l < layers; ++l) {
+      const KvLayerView kv{keys[static_cast<size_t>(l)].data(), values[static_cast<size_t>(l)].data(), block,
+                           KvDType::kF16};
+      paged_attention(q.data(), {&seq, 1}, token_seq, kv, shape, out.data(), pool);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double bytes = 2.0 * static_cast<double>(layers * ctx * kv_dim) * 2;
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AttentionDecode)->Arg(4096)->Arg(16384)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // One LoRA update of a SmolLM2-sized layer matrix (576 -> 1536, up_proj) for 16 decode rows
 // spread over `adapters` adapters of rank `rank` (args: adapters, rank).
