@@ -151,7 +151,8 @@ INFERD_AVX512 inline __m512 exp_nonpositive(__m512 x) {
 // the V sum as one fma chain per 16-column block over the chunk's positions in order. Rows are
 // processed R at a time only so that K and V loads are shared and the chains overlap.
 template <int R>
-INFERD_AVX512 inline void scores_avx512(const float* const* q, const float* k, int64_t hd, __m512* out) {
+INFERD_AVX512 __attribute__((always_inline)) inline void scores_avx512(const float* const* q, const float* k,
+                                                                       int64_t hd, __m512* out) {
   __m512 s0[R], s1[R];
   for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
   int64_t d = 0;
@@ -169,14 +170,31 @@ INFERD_AVX512 inline void scores_avx512(const float* const* q, const float* k, i
   for (int r = 0; r < R; ++r) out[r] = _mm512_add_ps(s0[r], s1[r]);
 }
 
+// Where the kernels read V[c][j .. j + 15] (the lanes of `mask`) as f32: the chunk's rows converted
+// to f32 [kChunk][hd] (VRowsF32), or an f16 cache's rows, converted as they are read (VRowsF16; the
+// same values, so the same bits).
+struct VRowsF32 {
+  const float* v;
+  int64_t hd;
+  INFERD_AVX512 __m512 load(int64_t c, int64_t j, __mmask16 mask) const {
+    return _mm512_maskz_loadu_ps(mask, v + c * hd + j);
+  }
+};
+struct VRowsF16 {
+  const std::byte* const* rows;  // [kChunk]: position c's row of this head
+  INFERD_AVX512 __m512 load(int64_t c, int64_t j, __mmask16 mask) const {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, rows[c] + 2 * j));
+  }
+};
+
 // out[r] = out[r] * corr[r] + sum_{c < valid[r]} pw[r][c] * V[c] for R rows, over NB blocks of 16
 // columns starting at column j0: R x NB independent fma chains (one per row and block, each over c
 // in order; a position past a row's valid ones leaves its chains as they are), so that the fma
 // latency is hidden and the V loads are shared by the rows.
-template <int R, int NB>
+template <int R, int NB, typename VRows>
 INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/, const float* corr,
                                                     const int64_t* valid, int64_t common, int64_t most,
-                                                    const float* v, int64_t hd, int64_t j0,
+                                                    const VRows& v, int64_t hd, int64_t j0,
                                                     float* const* out) {
   __mmask16 mask[NB];
   for (int b = 0; b < NB; ++b) {
@@ -191,7 +209,7 @@ INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/,
   int64_t c = 0;
   for (; c < common; ++c) {
     __m512 vc[NB];
-    for (int b = 0; b < NB; ++b) vc[b] = _mm512_maskz_loadu_ps(mask[b], v + c * hd + j0 + 16 * b);
+    for (int b = 0; b < NB; ++b) vc[b] = v.load(c, j0 + 16 * b, mask[b]);
     for (int r = 0; r < R; ++r) {
       const __m512 p = _mm512_set1_ps(pw[r * 16 + c]);
       for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(p, vc[b], acc[r][b]);
@@ -199,7 +217,7 @@ INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/,
   }
   for (; c < most; ++c) {  // positions some of the rows do not see (the causal diagonal)
     __m512 vc[NB];
-    for (int b = 0; b < NB; ++b) vc[b] = _mm512_maskz_loadu_ps(mask[b], v + c * hd + j0 + 16 * b);
+    for (int b = 0; b < NB; ++b) vc[b] = v.load(c, j0 + 16 * b, mask[b]);
     for (int r = 0; r < R; ++r) {
       const __m512 p = _mm512_set1_ps(pw[r * 16 + c]);
       const auto live = static_cast<__mmask16>(c < valid[r] ? 0xffff : 0);
@@ -210,9 +228,9 @@ INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/,
     for (int b = 0; b < NB; ++b) _mm512_mask_storeu_ps(out[r] + j0 + 16 * b, mask[b], acc[r][b]);
 }
 
-template <int R>
+template <int R, typename VRows>
 INFERD_AVX512 inline void accumulate_v_avx512(const float* pw /*[R][16]*/, const float* corr,
-                                              const int64_t* valid, const float* v, int64_t hd,
+                                              const int64_t* valid, const VRows& v, int64_t hd,
                                               float* const* out) {
   int64_t common = valid[0], most = valid[0];
   for (int r = 1; r < R; ++r) {
@@ -256,9 +274,10 @@ INFERD_AVX512 inline __m512 reduce8_avx512(const __m512* a) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), e);
 }
 
-INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit, int64_t rows,
-                                     const float* k, const float* v, int64_t hd, float scale, RowState* state,
-                                     float* o) {
+template <typename VRows>
+INFERD_AVX512 __attribute__((always_inline)) inline void chunk_rows_avx512_impl(
+    const float* const* q, const int64_t* limit, int64_t rows, const float* k, const VRows& v, int64_t hd,
+    float scale, RowState* state, float* o) {
   static_assert(kChunk == 16);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   constexpr int kRows = 8;  // 16 score chains in flight
@@ -332,6 +351,19 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
       }
     }
   }
+}
+
+INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit, int64_t rows,
+                                     const float* k, const float* v, int64_t hd, float scale, RowState* state,
+                                     float* o) {
+  chunk_rows_avx512_impl(q, limit, rows, k, VRowsF32{v, hd}, hd, scale, state, o);
+}
+
+// chunk_rows_avx512 with V read from an f16 cache's rows (v_rows[c]: position c's row of the head).
+INFERD_AVX512 void chunk_rows_f16v_avx512(const float* const* q, const int64_t* limit, int64_t rows,
+                                          const float* k, const std::byte* const* v_rows, int64_t hd,
+                                          float scale, RowState* state, float* o) {
+  chunk_rows_avx512_impl(q, limit, rows, k, VRowsF16{v_rows}, hd, scale, state, o);
 }
 
 // 16 values from element d of one K/V row, as f32.
@@ -608,6 +640,18 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
         // the hardware prefetchers left decode at long contexts waiting on memory
         // (BM_AttentionDecode: 5-6 GB/s without, 10-12 GB/s with; 1 to 4 chunks ahead alike).
         prefetch_chunk(kv, seq, c0 + 2 * kChunk, seg_end, kv_dim, offset, hd);
+        // An f16 V is read from the cache as it is when few rows share the chunk (decode): up to 8
+        // rows take V in at most two passes of accumulate_v; more rows take it converted once.
+        if (vector_transpose && kv.dtype == KvDType::kF16 && rows <= 8) {
+          load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
+                                 kt.data());
+          const std::byte* v_rows[kChunk];
+          for (int64_t c = 0; c < n; ++c)
+            v_rows[c] = row_ref(kv, value_base, nullptr, seq.block_table, first + c, kv_dim, offset, hd).row;
+          chunk_rows_f16v_avx512(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(),
+                                 v_rows, hd, shape.scale, state.data(), rows_out.data());
+          continue;
+        }
         if (vector_transpose) {
           load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
                                  kt.data());

@@ -209,5 +209,50 @@ TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunkingOverSegments) {
   expect_batch_and_chunk_invariant(1100, {509, 7, 1, 500, 83}, {511, 512, 1099}, 32);
 }
 
+// An f16 cache (the default, whose AVX-512 path reads V from the cache rows as they are) gives the
+// bits of an f32 cache holding the same (f16-rounded) values, on every path: prefill tiles, decode
+// rows, a context over several segments, GQA groups of 1, 3 and 7, and head sizes that are not a
+// multiple of 16 (the masked tail of each row).
+TEST(AttentionTest, F16CacheGivesTheBitsOfAnF32CacheOfTheSameValues) {
+  struct Case {
+    AttentionShape shape;
+    int64_t ctx, queries;
+  };
+  const Case cases[] = {{{14, 2, 64, 0.125f}, 700, 1},
+                        {{6, 2, 40, 0.15f}, 300, 9},
+                        {{3, 3, 20, 0.2f}, 45, 1},
+                        {{9, 3, 64, 0.125f}, 1100, 3}};
+  std::mt19937 rng(77);
+  for (const Case& c : cases) {
+    const AttentionShape& shape = c.shape;
+    const int64_t kv_dim = shape.num_kv_heads * shape.head_dim, q_dim = shape.num_heads * shape.head_dim;
+    const int64_t block_size = 16, blocks = (c.ctx + block_size - 1) / block_size;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    const auto n = static_cast<size_t>(blocks * block_size * kv_dim);
+    std::vector<uint16_t> key16(n), value16(n);
+    std::vector<float> key32(n), value32(n);
+    for (size_t i = 0; i < n; ++i) {
+      key16[i] = f32_to_f16(std::uniform_real_distribution<float>(-1, 1)(rng));
+      value16[i] = f32_to_f16(std::uniform_real_distribution<float>(-1, 1)(rng));
+      key32[i] = f16_to_f32(key16[i]);
+      value32[i] = f16_to_f32(value16[i]);
+    }
+    const auto q = test::random_floats(static_cast<size_t>(c.queries * q_dim), rng);
+    const std::vector<int32_t> ts(static_cast<size_t>(c.queries), 0);
+    const AttentionSequence seq{0, c.queries, c.ctx, table};
+    const KvLayerView f16{key16.data(), value16.data(), block_size, KvDType::kF16};
+    const KvLayerView f32{key32.data(), value32.data(), block_size, KvDType::kF32};
+    ThreadPool pool(2);
+    for (Isa isa : paths()) {
+      std::vector<float> a(q.size()), b(q.size());
+      paged_attention(q.data(), {&seq, 1}, ts, f16, shape, a.data(), pool, isa);
+      paged_attention(q.data(), {&seq, 1}, ts, f32, shape, b.data(), pool, isa);
+      EXPECT_EQ(a, b) << isa_name(isa) << " head size " << shape.head_dim << ", " << c.queries << " queries";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd
