@@ -389,17 +389,23 @@ BENCHMARK(BM_Attention)
     ->UseRealTime();
 
 // Decode attention against memory: one query token over `ctx` positions in each of 24 layers
-// with their own f16 K and V (the Qwen2.5-0.5B shapes: 14 query heads, 2 KV heads of 64; 16-slot
+// with their own K and V (the Qwen2.5-0.5B shapes: 14 query heads, 2 KV heads of 64; 16-slot
 // blocks in a shuffled order, as a cache that served other sequences hands them out), so that the
-// K and V come from memory as in a decode step at that context. GB/s: the K and V bytes read.
+// K and V come from memory as in a decode step at that context. Args: ctx, KV dtype (f16, or int8
+// with per-slot, per-head scales). GB/s: the K and V bytes read (scales included).
 void BM_AttentionDecode(benchmark::State& state) {
   const int64_t ctx = state.range(0), layers = 24, block = 16, kv_dim = 128, q_dim = 14 * 64;
+  const auto dtype = static_cast<KvDType>(state.range(1));
+  const size_t elem = dtype == KvDType::kInt8 ? 1 : 2;
   const AttentionShape shape{14, 2, 64, 0.125f};
   const int64_t blocks = (ctx + block - 1) / block;
-  std::vector<std::vector<uint16_t>> keys, values;
+  const auto slots = static_cast<size_t>(blocks * block);
+  std::vector<std::vector<std::byte>> keys, values;
+  std::vector<std::vector<float>> scales;
   for (int64_t l = 0; l < layers; ++l) {
-    keys.emplace_back(static_cast<size_t>(blocks * block * kv_dim), f32_to_f16(0.1f));
-    values.emplace_back(keys.back().size(), f32_to_f16(0.2f));
+    keys.emplace_back(slots * static_cast<size_t>(kv_dim) * elem, std::byte{0x21});
+    values.emplace_back(keys.back().size(), std::byte{0x25});
+    scales.emplace_back(slots * 2, 0.01f);
   }
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
@@ -411,17 +417,24 @@ void BM_AttentionDecode(benchmark::State& state) {
   ThreadPool pool(kThreads);
   for (auto _ : state) {
     for (int64_t l = 0; l < layers; ++l) {
-      const KvLayerView kv{keys[static_cast<size_t>(l)].data(), values[static_cast<size_t>(l)].data(), block,
-                           KvDType::kF16};
+      const auto i = static_cast<size_t>(l);
+      const float* scale = dtype == KvDType::kInt8 ? scales[i].data() : nullptr;
+      const KvLayerView kv{keys[i].data(), values[i].data(), block, dtype, scale, scale};
       paged_attention(q.data(), {&seq, 1}, token_seq, kv, shape, out.data(), pool);
     }
     benchmark::DoNotOptimize(out.data());
   }
-  const double bytes = 2.0 * static_cast<double>(layers * ctx * kv_dim) * 2;
+  const double bytes = 2.0 * static_cast<double>(layers * ctx) *
+                       (static_cast<double>(kv_dim * elem) + (dtype == KvDType::kInt8 ? 8.0 : 0.0));
   state.counters["GB/s"] =
       benchmark::Counter(bytes * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(dtype == KvDType::kInt8 ? "int8" : "f16");
 }
-BENCHMARK(BM_AttentionDecode)->Arg(4096)->Arg(16384)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{4096, 16384},
+                   {static_cast<int64_t>(KvDType::kF16), static_cast<int64_t>(KvDType::kInt8)}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // One LoRA update of a SmolLM2-sized layer matrix (576 -> 1536, up_proj) for 16 decode rows
 // spread over `adapters` adapters of rank `rank` (args: adapters, rank).

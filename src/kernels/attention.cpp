@@ -171,8 +171,8 @@ INFERD_AVX512 __attribute__((always_inline)) inline void scores_avx512(const flo
 }
 
 // Where the kernels read V[c][j .. j + 15] (the lanes of `mask`) as f32: the chunk's rows converted
-// to f32 [kChunk][hd] (VRowsF32), or an f16 cache's rows, converted as they are read (VRowsF16; the
-// same values, so the same bits).
+// to f32 [kChunk][hd] (VRowsF32), or the cache's rows, converted as they are read (VRowsCache; the
+// same values as load_rows_avx512 gives, so the same bits).
 struct VRowsF32 {
   const float* v;
   int64_t hd;
@@ -180,10 +180,27 @@ struct VRowsF32 {
     return _mm512_maskz_loadu_ps(mask, v + c * hd + j);
   }
 };
-struct VRowsF16 {
-  const std::byte* const* rows;  // [kChunk]: position c's row of this head
+template <KvDType DT>
+struct VRowsCache {
+  const RowRef* rows;  // [kChunk]: position c's row of this head, and its scale (8-bit dtypes)
   INFERD_AVX512 __m512 load(int64_t c, int64_t j, __mmask16 mask) const {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, rows[c] + 2 * j));
+    const RowRef& r = rows[c];
+    if constexpr (DT == KvDType::kF32) {
+      return _mm512_maskz_loadu_ps(mask, r.row + 4 * j);
+    } else if constexpr (DT == KvDType::kF16) {
+      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, r.row + 2 * j));
+    } else if constexpr (DT == KvDType::kBF16) {
+      return _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, r.row + 2 * j)), 16));
+    } else if constexpr (DT == KvDType::kInt8) {
+      return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, r.row + j))),
+                           _mm512_set1_ps(r.scale));
+    } else {  // FP8 E4M3, as load16_avx512 expands it
+      const __m256i w = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, r.row + j));
+      const __m512 f = _mm512_cvtph_ps(
+          _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbfff))));
+      return _mm512_mul_ps(f, _mm512_set1_ps(r.scale));
+    }
   }
 };
 
@@ -359,11 +376,26 @@ INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit
   chunk_rows_avx512_impl(q, limit, rows, k, VRowsF32{v, hd}, hd, scale, state, o);
 }
 
-// chunk_rows_avx512 with V read from an f16 cache's rows (v_rows[c]: position c's row of the head).
-INFERD_AVX512 void chunk_rows_f16v_avx512(const float* const* q, const int64_t* limit, int64_t rows,
-                                          const float* k, const std::byte* const* v_rows, int64_t hd,
-                                          float scale, RowState* state, float* o) {
-  chunk_rows_avx512_impl(q, limit, rows, k, VRowsF16{v_rows}, hd, scale, state, o);
+// chunk_rows_avx512 with V read from the cache's rows (v_rows[c]: position c's row of the head).
+template <KvDType DT>
+INFERD_AVX512 void chunk_rows_cache_v_avx512(const float* const* q, const int64_t* limit, int64_t rows,
+                                             const float* k, const RowRef* v_rows, int64_t hd, float scale,
+                                             RowState* state, float* o) {
+  chunk_rows_avx512_impl(q, limit, rows, k, VRowsCache<DT>{v_rows}, hd, scale, state, o);
+}
+
+using CacheVChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const float*, const RowRef*,
+                               int64_t, float, RowState*, float*);
+
+CacheVChunkFn cache_v_chunk_kernel(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kF32: return chunk_rows_cache_v_avx512<KvDType::kF32>;
+    case KvDType::kF16: return chunk_rows_cache_v_avx512<KvDType::kF16>;
+    case KvDType::kBF16: return chunk_rows_cache_v_avx512<KvDType::kBF16>;
+    case KvDType::kInt8: return chunk_rows_cache_v_avx512<KvDType::kInt8>;
+    case KvDType::kFp8: return chunk_rows_cache_v_avx512<KvDType::kFp8>;
+  }
+  return nullptr;
 }
 
 // 16 values from element d of one K/V row, as f32.
@@ -517,6 +549,9 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
   const int64_t kv_dim = shape.num_kv_heads * hd;
   const int64_t group = shape.num_heads / shape.num_kv_heads;
   const ChunkFn chunk_fn = chunk_kernel(isa);
+#if defined(__x86_64__)
+  const CacheVChunkFn cache_v_fn = cache_v_chunk_kernel(kv.dtype);
+#endif
   // The transposed K is the same values either way; the vector transpose only saves time.
   [[maybe_unused]] const bool vector_transpose = static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
   // Items: every sequence's query tokens in tiles, times the KV heads, times the segments of a
@@ -640,16 +675,17 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
         // the hardware prefetchers left decode at long contexts waiting on memory
         // (BM_AttentionDecode: 5-6 GB/s without, 10-12 GB/s with; 1 to 4 chunks ahead alike).
         prefetch_chunk(kv, seq, c0 + 2 * kChunk, seg_end, kv_dim, offset, hd);
-        // An f16 V is read from the cache as it is when few rows share the chunk (decode): up to 8
-        // rows take V in at most two passes of accumulate_v; more rows take it converted once.
-        if (vector_transpose && kv.dtype == KvDType::kF16 && rows <= 8) {
+        // V is read from the cache as it is when few rows share the chunk (decode): up to 8 rows
+        // take V in at most two passes of accumulate_v; more rows take it converted once.
+        if (vector_transpose && rows <= 8) {
           load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
                                  kt.data());
-          const std::byte* v_rows[kChunk];
+          RowRef v_rows[kChunk];
           for (int64_t c = 0; c < n; ++c)
-            v_rows[c] = row_ref(kv, value_base, nullptr, seq.block_table, first + c, kv_dim, offset, hd).row;
-          chunk_rows_f16v_avx512(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(),
-                                 v_rows, hd, shape.scale, state.data(), rows_out.data());
+            v_rows[c] =
+                row_ref(kv, value_base, kv.value_scale, seq.block_table, first + c, kv_dim, offset, hd);
+          cache_v_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(), v_rows, hd,
+                     shape.scale, state.data(), rows_out.data());
           continue;
         }
         if (vector_transpose) {

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
 #include "common/half.h"
+#include "kv/kv_cache.h"
 #include "test_support.h"
 
 namespace inferd {
@@ -209,11 +211,11 @@ TEST(AttentionTest, TokenOutputIndependentOfBatchAndChunkingOverSegments) {
   expect_batch_and_chunk_invariant(1100, {509, 7, 1, 500, 83}, {511, 512, 1099}, 32);
 }
 
-// An f16 cache (the default, whose AVX-512 path reads V from the cache rows as they are) gives the
-// bits of an f32 cache holding the same (f16-rounded) values, on every path: prefill tiles, decode
-// rows, a context over several segments, GQA groups of 1, 3 and 7, and head sizes that are not a
-// multiple of 16 (the masked tail of each row).
-TEST(AttentionTest, F16CacheGivesTheBitsOfAnF32CacheOfTheSameValues) {
+// A cache of any dtype gives the bits of an f32 cache holding its values (f16 / bf16 rounded;
+// 8-bit: q times the row's scale, FP8's code as its f16 times 2^8), on every path: prefill tiles,
+// decode rows (which read V from the cache rows as they are), a context over several segments, GQA
+// groups of 1, 3 and 7, and head sizes that are not a multiple of 16 (the masked tail of a row).
+TEST(AttentionTest, EveryCacheDtypeGivesTheBitsOfAnF32CacheOfItsValues) {
   struct Case {
     AttentionShape shape;
     int64_t ctx, queries;
@@ -223,33 +225,62 @@ TEST(AttentionTest, F16CacheGivesTheBitsOfAnF32CacheOfTheSameValues) {
                         {{3, 3, 20, 0.2f}, 45, 1},
                         {{9, 3, 64, 0.125f}, 1100, 3}};
   std::mt19937 rng(77);
-  for (const Case& c : cases) {
-    const AttentionShape& shape = c.shape;
-    const int64_t kv_dim = shape.num_kv_heads * shape.head_dim, q_dim = shape.num_heads * shape.head_dim;
-    const int64_t block_size = 16, blocks = (c.ctx + block_size - 1) / block_size;
-    std::vector<int32_t> table(static_cast<size_t>(blocks));
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), rng);
-    const auto n = static_cast<size_t>(blocks * block_size * kv_dim);
-    std::vector<uint16_t> key16(n), value16(n);
-    std::vector<float> key32(n), value32(n);
-    for (size_t i = 0; i < n; ++i) {
-      key16[i] = f32_to_f16(std::uniform_real_distribution<float>(-1, 1)(rng));
-      value16[i] = f32_to_f16(std::uniform_real_distribution<float>(-1, 1)(rng));
-      key32[i] = f16_to_f32(key16[i]);
-      value32[i] = f16_to_f32(value16[i]);
-    }
-    const auto q = test::random_floats(static_cast<size_t>(c.queries * q_dim), rng);
-    const std::vector<int32_t> ts(static_cast<size_t>(c.queries), 0);
-    const AttentionSequence seq{0, c.queries, c.ctx, table};
-    const KvLayerView f16{key16.data(), value16.data(), block_size, KvDType::kF16};
-    const KvLayerView f32{key32.data(), value32.data(), block_size, KvDType::kF32};
-    ThreadPool pool(2);
-    for (Isa isa : paths()) {
-      std::vector<float> a(q.size()), b(q.size());
-      paged_attention(q.data(), {&seq, 1}, ts, f16, shape, a.data(), pool, isa);
-      paged_attention(q.data(), {&seq, 1}, ts, f32, shape, b.data(), pool, isa);
-      EXPECT_EQ(a, b) << isa_name(isa) << " head size " << shape.head_dim << ", " << c.queries << " queries";
+  for (KvDType dtype : {KvDType::kF16, KvDType::kBF16, KvDType::kInt8, KvDType::kFp8}) {
+    for (const Case& c : cases) {
+      const AttentionShape& shape = c.shape;
+      const int64_t kv_dim = shape.num_kv_heads * shape.head_dim, q_dim = shape.num_heads * shape.head_dim;
+      const int64_t block_size = 16, blocks = (c.ctx + block_size - 1) / block_size;
+      std::vector<int32_t> table(static_cast<size_t>(blocks));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      const int64_t slots = blocks * block_size;
+      const auto n = static_cast<size_t>(slots * kv_dim);
+      const auto heads = static_cast<size_t>(slots * shape.num_kv_heads);
+      // Both tensors' bytes in the dtype, their scales (8-bit), and the f32 values they stand for.
+      std::vector<std::byte> raw[2];
+      std::vector<float> scales[2], values[2];
+      for (int t = 0; t < 2; ++t) {
+        raw[t].resize(n * 2);
+        values[t].resize(n);
+        scales[t].resize(heads);
+        for (float& x : scales[t]) x = std::uniform_real_distribution<float>(0.002f, 0.01f)(rng);
+        for (size_t i = 0; i < n; ++i) {
+          const float x = std::uniform_real_distribution<float>(-1, 1)(rng);
+          const float scale = scales[t][i / static_cast<size_t>(shape.head_dim)];
+          if (dtype == KvDType::kF16 || dtype == KvDType::kBF16) {
+            const uint16_t h = dtype == KvDType::kF16 ? f32_to_f16(x) : f32_to_bf16(x);
+            std::memcpy(raw[t].data() + 2 * i, &h, 2);
+            values[t][i] = dtype == KvDType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+          } else if (dtype == KvDType::kInt8) {
+            const auto q = static_cast<int8_t>(std::uniform_int_distribution<int>(-127, 127)(rng));
+            raw[t][i] = static_cast<std::byte>(q);
+            values[t][i] = static_cast<float>(q) * scale;
+          } else {
+            const uint8_t code = f32_to_fp8_e4m3(x * 300.0f);
+            raw[t][i] = static_cast<std::byte>(code);
+            values[t][i] = f16_to_f32(fp8_e4m3_as_f16_bits(code)) * (scale * 256.0f);
+          }
+        }
+      }
+      const bool scaled = dtype == KvDType::kInt8 || dtype == KvDType::kFp8;
+      const auto q = test::random_floats(static_cast<size_t>(c.queries * q_dim), rng);
+      const std::vector<int32_t> ts(static_cast<size_t>(c.queries), 0);
+      const AttentionSequence seq{0, c.queries, c.ctx, table};
+      const KvLayerView cache{raw[0].data(),
+                              raw[1].data(),
+                              block_size,
+                              dtype,
+                              scaled ? scales[0].data() : nullptr,
+                              scaled ? scales[1].data() : nullptr};
+      const KvLayerView f32{values[0].data(), values[1].data(), block_size, KvDType::kF32};
+      ThreadPool pool(2);
+      for (Isa isa : paths()) {
+        std::vector<float> a(q.size()), b(q.size());
+        paged_attention(q.data(), {&seq, 1}, ts, cache, shape, a.data(), pool, isa);
+        paged_attention(q.data(), {&seq, 1}, ts, f32, shape, b.data(), pool, isa);
+        EXPECT_EQ(a, b) << kv_dtype_name(dtype) << " " << isa_name(isa) << " head size " << shape.head_dim
+                        << ", " << c.queries << " queries";
+      }
     }
   }
 }
