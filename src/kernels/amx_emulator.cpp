@@ -46,6 +46,20 @@ float bf16_daz(int t, int row, int element) {
   return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
+// A dot product's shape (C m x n dwords, A m x k dwords, B k x n dwords), checked as the
+// instructions require it.
+struct DotShape {
+  int m_rows, n, k;
+};
+DotShape dot_shape(int c, int a, int b) {
+  check_tile(c);
+  check_tile(a);
+  check_tile(b);
+  const DotShape d{t_unit.rows[c], t_unit.colsb[c] / 4, t_unit.colsb[a] / 4};
+  INFERD_CHECK(t_unit.rows[a] == d.m_rows && t_unit.rows[b] == d.k && t_unit.colsb[b] == t_unit.colsb[c]);
+  return d;
+}
+
 float flush_denormal(float v) {
   return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
 }
@@ -81,12 +95,7 @@ void store(int t, void* base, long stride) {
 }
 
 void dpbssd(int c, int a, int b) {
-  check_tile(c);
-  check_tile(a);
-  check_tile(b);
-  // The shapes the instruction requires: C m x n dwords, A m x k dwords, B k x n dwords.
-  const int m_rows = t_unit.rows[c], n = t_unit.colsb[c] / 4, k = t_unit.colsb[a] / 4;
-  INFERD_CHECK(t_unit.rows[a] == m_rows && t_unit.rows[b] == k && t_unit.colsb[b] == t_unit.colsb[c]);
+  const auto [m_rows, n, k] = dot_shape(c, a, b);
   for (int m = 0; m < m_rows; ++m) {
     for (int j = 0; j < n; ++j) {
       // int32 lanes wrap, as the hardware's do (uint32 arithmetic, then back).
@@ -101,11 +110,7 @@ void dpbssd(int c, int a, int b) {
 }
 
 void dpbf16ps(int c, int a, int b) {
-  check_tile(c);
-  check_tile(a);
-  check_tile(b);
-  const int m_rows = t_unit.rows[c], n = t_unit.colsb[c] / 4, k = t_unit.colsb[a] / 4;
-  INFERD_CHECK(t_unit.rows[a] == m_rows && t_unit.rows[b] == k && t_unit.colsb[b] == t_unit.colsb[c]);
+  const auto [m_rows, n, k] = dot_shape(c, a, b);
   for (int m = 0; m < m_rows; ++m) {
     for (int j = 0; j < n; ++j) {
       // The even and odd elements of the pairs each summed over k with fmas (the products of two
