@@ -355,7 +355,8 @@ void BM_OpenBlasSgemm(benchmark::State& state) {
 }
 BENCHMARK(BM_OpenBlasSgemm)->Arg(1)->Arg(16)->Arg(512)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// Paged attention, f16 KV: `tokens` queries of one sequence ending at context `ctx`.
+// Paged attention, f16 KV: `tokens` queries of one sequence ending at context `ctx`; K in groups
+// of 16 slots (third arg 1, as the engine's caches) or in rows (0).
 void BM_Attention(benchmark::State& state) {
   const int64_t tokens = state.range(0), ctx = state.range(1);
   const AttentionShape shape{14, 2, 64, 0.125f};
@@ -370,7 +371,8 @@ void BM_Attention(benchmark::State& state) {
   std::vector<int32_t> token_seq(static_cast<size_t>(tokens), 0);
   const AttentionSequence seq{0, tokens, ctx, table};
   ThreadPool pool(kThreads);
-  const KvLayerView kv{key.data(), value.data(), block, KvDType::kF16};
+  KvLayerView kv{key.data(), value.data(), block, KvDType::kF16};
+  kv.key_groups = state.range(2) != 0;  // the keys are all one value: either layout holds them
   for (auto _ : state) {
     paged_attention(q.data(), {&seq, 1}, token_seq, kv, shape, out.data(), pool);
     benchmark::DoNotOptimize(out.data());
@@ -382,9 +384,9 @@ void BM_Attention(benchmark::State& state) {
                                                benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Attention)
-    ->Args({1, 512})
-    ->Args({1, 4096})
-    ->Args({512, 512})
+    ->ArgsProduct({{1}, {512, 4096}, {1, 0}})
+    ->Args({512, 512, 1})
+    ->Args({512, 512, 0})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -392,7 +394,8 @@ BENCHMARK(BM_Attention)
 // with their own K and V (the Qwen2.5-0.5B shapes: 14 query heads, 2 KV heads of 64; 16-slot
 // blocks in a shuffled order, as a cache that served other sequences hands them out), so that the
 // K and V come from memory as in a decode step at that context. Args: ctx, KV dtype (f16, or int8
-// with per-slot, per-head scales). GB/s: the K and V bytes read (scales included).
+// with per-slot, per-head scales), K layout (1: groups of 16 slots, as the engine's caches; 0:
+// rows). GB/s: the K and V bytes read (scales included).
 void BM_AttentionDecode(benchmark::State& state) {
   const int64_t ctx = state.range(0), layers = 24, block = 16, kv_dim = 128, q_dim = 14 * 64;
   const auto dtype = static_cast<KvDType>(state.range(1));
@@ -419,7 +422,7 @@ void BM_AttentionDecode(benchmark::State& state) {
     for (int64_t l = 0; l < layers; ++l) {
       const auto i = static_cast<size_t>(l);
       const float* scale = dtype == KvDType::kInt8 ? scales[i].data() : nullptr;
-      const KvLayerView kv{keys[i].data(), values[i].data(), block, dtype, scale, scale};
+      const KvLayerView kv{keys[i].data(), values[i].data(), block, dtype, scale, scale, state.range(2) != 0};
       paged_attention(q.data(), {&seq, 1}, token_seq, kv, shape, out.data(), pool);
     }
     benchmark::DoNotOptimize(out.data());
@@ -428,11 +431,13 @@ void BM_AttentionDecode(benchmark::State& state) {
                        (static_cast<double>(kv_dim * elem) + (dtype == KvDType::kInt8 ? 8.0 : 0.0));
   state.counters["GB/s"] =
       benchmark::Counter(bytes * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(dtype == KvDType::kInt8 ? "int8" : "f16");
+  state.SetLabel(std::string(dtype == KvDType::kInt8 ? "int8" : "f16") +
+                 (state.range(2) != 0 ? " groups" : " rows"));
 }
 BENCHMARK(BM_AttentionDecode)
-    ->ArgsProduct({{4096, 16384},
-                   {static_cast<int64_t>(KvDType::kF16), static_cast<int64_t>(KvDType::kInt8)}})
+    ->ArgsProduct({{1024, 4096, 16384},
+                   {static_cast<int64_t>(KvDType::kF16), static_cast<int64_t>(KvDType::kInt8)},
+                   {1, 0}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -10,7 +10,7 @@ namespace inferd {
 DraftProposer::DraftProposer(Transformer& draft, int64_t num_blocks, int32_t block_size, KvDType dtype)
     : model_(draft),
       cache_(draft.config().num_layers, num_blocks, block_size, draft.config().kv_dim(), dtype,
-             draft.config().head_dim),
+             draft.config().head_dim, draft.backend().reads_key_groups()),
       pool_(static_cast<int32_t>(num_blocks)),
       kv_(pool_, block_size, /*prefix_caching=*/false),
       runner_(draft, cache_, kv_) {}

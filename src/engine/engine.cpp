@@ -41,7 +41,7 @@ Engine::Engine(Transformer& model, const EngineOptions& options)
     : options_(options),
       model_(model),
       cache_(model.config().num_layers, options.num_kv_blocks, options.block_size, model.config().kv_dim(),
-             options.kv_dtype, model.config().head_dim),
+             options.kv_dtype, model.config().head_dim, model.backend().reads_key_groups()),
       pool_(static_cast<int32_t>(options.num_kv_blocks)),
       kv_(pool_, options.block_size, options.prefix_caching),
       scheduler_(options.scheduler, kv_),

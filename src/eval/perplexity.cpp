@@ -67,7 +67,8 @@ Expected<PerplexityResult> perplexity(Transformer& model, std::span<const int32_
                             " tokens, fewer than one chunk of " + std::to_string(o.context));
   if (o.max_chunks > 0) chunks = std::min(chunks, o.max_chunks);
   const int64_t block = 16;
-  KvCache cache(c.num_layers, (o.context + block - 1) / block, block, c.kv_dim(), o.kv_dtype, c.head_dim);
+  KvCache cache(c.num_layers, (o.context + block - 1) / block, block, c.kv_dim(), o.kv_dtype, c.head_dim,
+                model.backend().reads_key_groups());
   const int64_t first = o.context / 2;
   const int64_t vocab = c.vocab_size;
   PerplexityResult r;

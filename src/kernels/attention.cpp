@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/check.h"
 #include "common/half.h"
 #include "kernels/f32_kernels.h"
 #include "kernels/simd.h"
@@ -31,6 +32,7 @@ constexpr int64_t kChunk = 16;
 constexpr int64_t kTileTokens = 8;
 constexpr int64_t kSegment = 512;
 static_assert(kSegment % kChunk == 0);
+static_assert(kChunk == kKeyGroup, "a chunk's keys are one group of a grouped K");
 
 struct Item {
   int32_t sequence;
@@ -112,6 +114,42 @@ void load_rows(const KvLayerView& kv, const std::byte* base, const float* scales
   }
 }
 
+// The keys of the chunk of n positions at `first` (a multiple of kChunk) for the head at `offset`,
+// in a grouped K: where its [hd][16] elements start, and each lane's scale (8-bit dtypes; FP8's
+// 2^8 folded in as in row_ref; 0 past n).
+struct KeyGroupRef {
+  const std::byte* at;
+  float scale[kChunk];
+};
+
+inline KeyGroupRef key_group_ref(const KvLayerView& kv, const std::byte* base, const float* scales,
+                                 std::span<const int32_t> block_table, int64_t first, int64_t n,
+                                 int64_t kv_dim, int64_t offset, int64_t hd) {
+  const int64_t slot = slot_of(kv, block_table, first);
+  KeyGroupRef g{base + static_cast<size_t>(key_group_index(slot, offset, kv_dim)) * kv_elem_bytes(kv.dtype),
+                {}};
+  for (int64_t c = 0; c < kChunk; ++c) {
+    float s = c < n ? 1.0f : 0.0f;
+    if (scales != nullptr && c < n) {
+      s = scales[(slot + c) * (kv_dim / hd) + offset / hd];
+      if (kv.dtype == KvDType::kFp8) s *= 256.0f;
+    }
+    g.scale[c] = s;
+  }
+  return g;
+}
+
+// A chunk's keys from a grouped K, out[d][c] (zeros for c >= n): load_rows + transpose's values.
+void load_key_group(KvDType dtype, const KeyGroupRef& g, int64_t n, int64_t hd,
+                    float* out /* [hd][kChunk] */) {
+  const size_t elem = kv_elem_bytes(dtype);
+  for (int64_t d = 0; d < hd; ++d)
+    for (int64_t c = 0; c < kChunk; ++c)
+      out[d * kChunk + c] =
+          c < n ? load_one(dtype, RowRef{g.at + static_cast<size_t>(d * kChunk + c) * elem, g.scale[c]}, 0)
+                : 0.0f;
+}
+
 // Per query row state of the online softmax.
 struct RowState {
   float max;
@@ -160,22 +198,29 @@ INFERD_AVX512 inline __m512 exp_nonpositive(__m512 x) {
 
 // Per row, always the same operations: scores as two fma chains over even and odd d, added;
 // the V sum as one fma chain per 16-column block over the chunk's positions in order. Rows are
-// processed R at a time only so that K and V loads are shared and the chains overlap.
-template <int R>
-INFERD_AVX512 __attribute__((always_inline)) inline void scores_avx512(const float* const* q, const float* k,
+// processed R at a time only so that K and V loads are shared and the chains overlap. KCols gives
+// K[d][c .. c + 15] as f32: the chunk's keys converted to f32 [hd][kChunk] (KColsF32), or a
+// grouped K's own rows, converted as they are read (KColsGroup, below: the same values).
+struct KColsF32 {
+  const float* k;
+  INFERD_AVX512 __m512 load(int64_t d) const { return _mm512_loadu_ps(k + d * kChunk); }
+};
+
+template <int R, typename KCols>
+INFERD_AVX512 __attribute__((always_inline)) inline void scores_avx512(const float* const* q, const KCols& k,
                                                                        int64_t hd, __m512* out) {
   __m512 s0[R], s1[R];
   for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
   int64_t d = 0;
   for (; d + 2 <= hd; d += 2) {
-    const __m512 k0 = _mm512_loadu_ps(k + d * kChunk), k1 = _mm512_loadu_ps(k + (d + 1) * kChunk);
+    const __m512 k0 = k.load(d), k1 = k.load(d + 1);
     for (int r = 0; r < R; ++r) {
       s0[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), k0, s0[r]);
       s1[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d + 1]), k1, s1[r]);
     }
   }
   if (d < hd) {
-    const __m512 k0 = _mm512_loadu_ps(k + d * kChunk);
+    const __m512 k0 = k.load(d);
     for (int r = 0; r < R; ++r) s0[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), k0, s0[r]);
   }
   for (int r = 0; r < R; ++r) out[r] = _mm512_add_ps(s0[r], s1[r]);
@@ -302,9 +347,11 @@ INFERD_AVX512 inline __m512 reduce8_avx512(const __m512* a) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), e);
 }
 
-template <typename VRows>
+// A chunk's lanes past a row's valid positions never reach its softmax (their scores become -inf
+// before the max), so KCols may give anything there.
+template <typename KCols, typename VRows>
 INFERD_AVX512 __attribute__((always_inline)) inline void chunk_rows_avx512_impl(
-    const float* const* q, const int64_t* limit, int64_t rows, const float* k, const VRows& v, int64_t hd,
+    const float* const* q, const int64_t* limit, int64_t rows, const KCols& k, const VRows& v, int64_t hd,
     float scale, RowState* state, float* o) {
   static_assert(kChunk == 16);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
@@ -384,7 +431,7 @@ INFERD_AVX512 __attribute__((always_inline)) inline void chunk_rows_avx512_impl(
 INFERD_AVX512 void chunk_rows_avx512(const float* const* q, const int64_t* limit, int64_t rows,
                                      const float* k, const float* v, int64_t hd, float scale, RowState* state,
                                      float* o) {
-  chunk_rows_avx512_impl(q, limit, rows, k, VRowsF32{v, hd}, hd, scale, state, o);
+  chunk_rows_avx512_impl(q, limit, rows, KColsF32{k}, VRowsF32{v, hd}, hd, scale, state, o);
 }
 
 // chunk_rows_avx512 with V read from the cache's rows (v_rows[c]: position c's row of the head).
@@ -392,7 +439,7 @@ template <KvDType DT>
 INFERD_AVX512 void chunk_rows_cache_v_avx512(const float* const* q, const int64_t* limit, int64_t rows,
                                              const float* k, const RowRef* v_rows, int64_t hd, float scale,
                                              RowState* state, float* o) {
-  chunk_rows_avx512_impl(q, limit, rows, k, VRowsCache<DT>{v_rows}, hd, scale, state, o);
+  chunk_rows_avx512_impl(q, limit, rows, KColsF32{k}, VRowsCache<DT>{v_rows}, hd, scale, state, o);
 }
 
 using CacheVChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const float*, const RowRef*,
@@ -409,29 +456,85 @@ CacheVChunkFn cache_v_chunk_kernel(KvDType dtype) {
   return nullptr;
 }
 
-// 16 values from element d of one K/V row, as f32.
-INFERD_AVX512 inline __m512 load16_avx512(KvDType dtype, const RowRef& r, int64_t d) {
+// 16 consecutive elements at p as f32, before an 8-bit dtype's scale (the code, or FP8's code as
+// an f16).
+INFERD_AVX512 inline __m512 load16_unscaled_avx512(KvDType dtype, const std::byte* p) {
   switch (dtype) {
-    case KvDType::kF32: return _mm512_loadu_ps(r.row + 4 * d);
-    case KvDType::kF16:
-      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row + 2 * d)));
+    case KvDType::kF32: return _mm512_loadu_ps(p);
+    case KvDType::kF16: return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     case KvDType::kBF16:
       return _mm512_castsi512_ps(_mm512_slli_epi32(
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row + 2 * d))), 16));
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
     case KvDType::kInt8:
-      return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.row + d)))),
-                           _mm512_set1_ps(r.scale));
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     case KvDType::kFp8: {
       // fp8_e4m3_as_f16_bits on 16 bytes: sign-extended, shifted left by 7, the sign's copy in
       // bit 14 cleared.
-      const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.row + d)));
-      const __m512 f = _mm512_cvtph_ps(
+      const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      return _mm512_cvtph_ps(
           _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbfff))));
-      return _mm512_mul_ps(f, _mm512_set1_ps(r.scale));
     }
   }
   return _mm512_setzero_ps();
+}
+
+// 16 values from element d of one K/V row, as f32.
+INFERD_AVX512 inline __m512 load16_avx512(KvDType dtype, const RowRef& r, int64_t d) {
+  const __m512 x = load16_unscaled_avx512(dtype, r.row + static_cast<size_t>(d) * kv_elem_bytes(dtype));
+  return kv_dtype_is_8bit(dtype) ? _mm512_mul_ps(x, _mm512_set1_ps(r.scale)) : x;
+}
+
+// K[d][0 .. 15] of a chunk read from a grouped K as it is (load_key_group_avx512's values in the
+// chunk's valid lanes).
+template <KvDType DT>
+struct KColsGroup {
+  const std::byte* at;
+  __m512 scale;  // 8-bit dtypes
+  INFERD_AVX512 __m512 load(int64_t d) const {
+    const __m512 x = load16_unscaled_avx512(DT, at + static_cast<size_t>(d) * kChunk * kv_elem_bytes(DT));
+    if constexpr (DT == KvDType::kInt8 || DT == KvDType::kFp8) return _mm512_mul_ps(x, scale);
+    return x;
+  }
+};
+
+// The decode kernel of a grouped K: K and V both read from the cache as they are.
+template <KvDType DT>
+INFERD_AVX512 void chunk_rows_cache_kv_avx512(const float* const* q, const int64_t* limit, int64_t rows,
+                                              const KeyGroupRef& k, const RowRef* v_rows, int64_t hd,
+                                              float scale, RowState* state, float* o) {
+  chunk_rows_avx512_impl(q, limit, rows, KColsGroup<DT>{k.at, _mm512_loadu_ps(k.scale)},
+                         VRowsCache<DT>{v_rows}, hd, scale, state, o);
+}
+
+using CacheKvChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const KeyGroupRef&,
+                                const RowRef*, int64_t, float, RowState*, float*);
+
+CacheKvChunkFn cache_kv_chunk_kernel(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kF32: return chunk_rows_cache_kv_avx512<KvDType::kF32>;
+    case KvDType::kF16: return chunk_rows_cache_kv_avx512<KvDType::kF16>;
+    case KvDType::kBF16: return chunk_rows_cache_kv_avx512<KvDType::kBF16>;
+    case KvDType::kInt8: return chunk_rows_cache_kv_avx512<KvDType::kInt8>;
+    case KvDType::kFp8: return chunk_rows_cache_kv_avx512<KvDType::kFp8>;
+  }
+  return nullptr;
+}
+
+// load_key_group with 16-wide loads: no transpose, the group holds the keys as [hd][16].
+INFERD_AVX512 void load_key_group_avx512(KvDType dtype, const KeyGroupRef& g, int64_t n, int64_t hd,
+                                         float* out /* [hd][kChunk] */) {
+  const size_t row_bytes = kChunk * kv_elem_bytes(dtype);
+  const auto live = n >= kChunk ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+  if (kv_dtype_is_8bit(dtype)) {
+    const __m512 scale = _mm512_loadu_ps(g.scale);
+    for (int64_t d = 0; d < hd; ++d)
+      _mm512_storeu_ps(out + d * kChunk,
+                       _mm512_maskz_mul_ps(live, load16_unscaled_avx512(dtype, g.at + d * row_bytes), scale));
+    return;
+  }
+  for (int64_t d = 0; d < hd; ++d)
+    _mm512_storeu_ps(out + d * kChunk,
+                     _mm512_maskz_mov_ps(live, load16_unscaled_avx512(dtype, g.at + d * row_bytes)));
 }
 
 // load_rows with the 16-wide loads.
@@ -511,6 +614,16 @@ void prefetch_chunk(const KvLayerView& kv, const AttentionSequence& seq, int64_t
   const size_t bytes = static_cast<size_t>(hd) * elem;
   const auto* keys = static_cast<const std::byte*>(kv.key);
   const auto* values = static_cast<const std::byte*>(kv.value);
+  if (kv.key_groups) {  // the head's keys of the chunk: one run of hd x 16 elements; V: 16 slots in a row
+    const int64_t slot = slot_of(kv, seq.block_table, first);
+    const size_t at = static_cast<size_t>(key_group_index(slot, offset, kv_dim)) * elem;
+    for (size_t line = at & ~size_t{63}; line < at + kChunk * bytes; line += 64) prefetch_line(keys + line);
+    for (int64_t c = 0; c < n; ++c) {
+      const size_t row = static_cast<size_t>((slot + c) * kv_dim + offset) * elem;
+      for (size_t line = row & ~size_t{63}; line < row + bytes; line += 64) prefetch_line(values + line);
+    }
+    return;
+  }
   for (int64_t c = 0; c < n; ++c) {
     const int64_t p = first + c;
     const int64_t slot = slot_of(kv, seq.block_table, p);
@@ -557,9 +670,11 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
   const int64_t q_dim = shape.num_heads * hd;
   const int64_t kv_dim = shape.num_kv_heads * hd;
   const int64_t group = shape.num_heads / shape.num_kv_heads;
+  INFERD_CHECK(!kv.key_groups || kv.block_size % kKeyGroup == 0);
   const ChunkFn chunk_fn = chunk_kernel(isa);
 #if defined(__x86_64__)
   const CacheVChunkFn cache_v_fn = cache_v_chunk_kernel(kv.dtype);
+  const CacheKvChunkFn cache_kv_fn = cache_kv_chunk_kernel(kv.dtype);
 #endif
   // The transposed K is the same values either way; the vector transpose only saves time.
   [[maybe_unused]] const bool vector_transpose = static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
@@ -656,6 +771,21 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       }
       std::fill_n(rows_out.begin(), rows * hd, 0.0f);
       const int64_t offset = item.kv_head * hd;
+#if defined(__x86_64__)
+      // The chunk's keys of this head as f32 [hd][kChunk]: read as they are from a grouped K,
+      // transposed from rows otherwise.
+      const auto load_keys_avx512 = [&](int64_t first, int64_t n, float* out) {
+        if (kv.key_groups) {
+          load_key_group_avx512(
+              kv.dtype,
+              key_group_ref(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd), n, hd,
+              out);
+        } else {
+          load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
+                                 out);
+        }
+      };
+#endif
       const int64_t seg_begin = static_cast<int64_t>(item.segment) * kSegment;
       const int64_t seg_end =
           item.num_segments > 1 ? std::min(last_pos + 1, seg_begin + kSegment) : last_pos + 1;
@@ -687,28 +817,54 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
         // V is read from the cache as it is when few rows share the chunk (decode): up to 8 rows
         // take V in at most two passes of accumulate_v; more rows take it converted once.
         if (vector_transpose && rows <= 8) {
-          load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
-                                 kt.data());
           RowRef v_rows[kChunk];
-          for (int64_t c = 0; c < n; ++c)
-            v_rows[c] =
-                row_ref(kv, value_base, kv.value_scale, seq.block_table, first + c, kv_dim, offset, hd);
+          if (kv.key_groups) {  // the chunk is one group: its positions are 16 slots in a row
+            const int64_t slot = slot_of(kv, seq.block_table, first);
+            const size_t elem = kv_elem_bytes(kv.dtype);
+            const float fp8 = kv.dtype == KvDType::kFp8 ? 256.0f : 1.0f;  // as row_ref
+            for (int64_t c = 0; c < n; ++c) {
+              v_rows[c] = {value_base + static_cast<size_t>((slot + c) * kv_dim + offset) * elem,
+                           kv.value_scale == nullptr
+                               ? 1.0f
+                               : kv.value_scale[(slot + c) * (kv_dim / hd) + offset / hd] * fp8};
+            }
+          } else {
+            for (int64_t c = 0; c < n; ++c)
+              v_rows[c] =
+                  row_ref(kv, value_base, kv.value_scale, seq.block_table, first + c, kv_dim, offset, hd);
+          }
+          if (kv.key_groups) {
+            cache_kv_fn(
+                in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows,
+                key_group_ref(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd),
+                v_rows, hd, shape.scale, state.data(), rows_out.data());
+            continue;
+          }
+          load_keys_avx512(first, n, kt.data());
           cache_v_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(), v_rows, hd,
                      shape.scale, state.data(), rows_out.data());
           continue;
         }
         if (vector_transpose) {
-          load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
-                                 kt.data());
+          load_keys_avx512(first, n, kt.data());
           load_rows_avx512(kv, value_base, kv.value_scale, seq.block_table, first, n, kv_dim, offset, hd,
                            vc.data());
         } else
 #endif
         {
-          load_rows(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd, krows.data());
-          for (int64_t d = 0; d < hd; ++d)
-            for (int64_t c = 0; c < kChunk; ++c)
-              kt[static_cast<size_t>(d * kChunk + c)] = c < n ? krows[static_cast<size_t>(c * hd + d)] : 0.0f;
+          if (kv.key_groups) {
+            load_key_group(
+                kv.dtype,
+                key_group_ref(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd), n,
+                hd, kt.data());
+          } else {
+            load_rows(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
+                      krows.data());
+            for (int64_t d = 0; d < hd; ++d)
+              for (int64_t c = 0; c < kChunk; ++c)
+                kt[static_cast<size_t>(d * kChunk + c)] =
+                    c < n ? krows[static_cast<size_t>(c * hd + d)] : 0.0f;
+          }
           load_rows(kv, value_base, kv.value_scale, seq.block_table, first, n, kv_dim, offset, hd, vc.data());
         }
         chunk_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(), vc.data(), hd,

@@ -85,9 +85,16 @@ inline bool kv_dtype_is_8bit(KvDType dtype) {
   return dtype == KvDType::kInt8 || dtype == KvDType::kFp8;
 }
 
-// K/V of one layer: slot s holds key[s * kv_dim ...] and value[s * kv_dim ...] (elements of
-// `dtype`), kv_dim = num_kv_heads * head_dim. For the 8-bit dtypes key_scale / value_scale hold
-// [slots][num_kv_heads] scales.
+// Slots per group of a cache that stores K in groups (KvLayerView::key_groups): attention's chunk.
+inline constexpr int64_t kKeyGroup = 16;
+
+// K/V of one layer: slot s holds value[s * kv_dim ...] (elements of `dtype`), kv_dim =
+// num_kv_heads * head_dim, and the same for key[], unless key_groups: then K is stored in groups
+// of kKeyGroup consecutive slots, each group [kv_dim][kKeyGroup] (element i of slot s at
+// (s - s % 16) * kv_dim + i * 16 + s % 16), so that attention reads a head's keys of 16 positions
+// as 16-wide rows instead of transposing them; it needs block_size % kKeyGroup == 0 (a group never
+// straddles blocks, and an aligned chunk of 16 positions is one group). For the 8-bit dtypes
+// key_scale / value_scale hold [slots][num_kv_heads] scales, in either layout.
 struct KvLayerView {
   const void* key = nullptr;
   const void* value = nullptr;
@@ -95,7 +102,13 @@ struct KvLayerView {
   KvDType dtype = KvDType::kF32;
   const float* key_scale = nullptr;
   const float* value_scale = nullptr;
+  bool key_groups = false;
 };
+
+// Index, in elements, of element i of slot s's key in a grouped K of kv_dim elements a slot.
+inline int64_t key_group_index(int64_t slot, int64_t i, int64_t kv_dim) {
+  return (slot - slot % kKeyGroup) * kv_dim + i * kKeyGroup + slot % kKeyGroup;
+}
 
 struct AttentionShape {
   int64_t num_heads = 0;

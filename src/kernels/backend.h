@@ -66,6 +66,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
+  // Whether attention() takes K in groups of 16 slots (KvLayerView::key_groups): the CPU kernels
+  // do; a backend that copies the cache's bytes to a device reads rows.
+  virtual bool reads_key_groups() const { return kind() != BackendKind::kCuda; }
 
   // Prepares `parts` (row-stacked into one matmul: Q, K and V) or, with `swiglu`, the pair
   // (gate, up) for linear(). Never fails for a dtype the loader accepts: where the backend has

@@ -285,5 +285,121 @@ TEST(AttentionTest, EveryCacheDtypeGivesTheBitsOfAnF32CacheOfItsValues) {
   }
 }
 
+// Keys stored in groups of 16 slots (what KvCache keeps for the CPU backends) give the bits of the
+// same keys in rows, for every dtype and path: prefill tiles and decode rows in one batch, partial
+// last chunks, contexts over several segments, GQA groups of 1, 3 and 7, head sizes that are not a
+// multiple of 16, blocks of 16 and 48 slots, and a StreamingLLM sequence (sink, window, evicted
+// positions).
+TEST(AttentionTest, KeysInGroupsGiveTheBitsOfKeysInRows) {
+  struct Case {
+    AttentionShape shape;
+    int64_t block_size;
+  };
+  const Case cases[] = {{{14, 2, 64, 0.125f}, 16}, {{6, 2, 40, 0.15f}, 48}, {{3, 3, 20, 0.2f}, 16}};
+  std::mt19937 rng(91);
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kBF16, KvDType::kInt8, KvDType::kFp8}) {
+    for (const Case& c : cases) {
+      const AttentionShape& shape = c.shape;
+      const int64_t kv_dim = shape.num_kv_heads * shape.head_dim, q_dim = shape.num_heads * shape.head_dim;
+      // Sequences: a prompt of 21 after 5 cached (tiles of 8 and a partial chunk), a decode at
+      // position 700 (two segments), a decode at 37, and a windowed decode at 299 with a sink of 16
+      // whose positions 16 .. 175 were given back.
+      struct Seq {
+        int64_t ctx, queries, window, sink, evicted;
+      };
+      const Seq seqs[] = {{26, 21, 0, 0, 0}, {701, 1, 0, 0, 0}, {38, 1, 0, 0, 0}, {300, 1, 64, 16, 160}};
+      int64_t blocks = 0;
+      for (const Seq& q : seqs) blocks += (q.ctx - q.evicted + c.block_size - 1) / c.block_size;
+      std::vector<int32_t> free_blocks(static_cast<size_t>(blocks));
+      std::iota(free_blocks.begin(), free_blocks.end(), 0);
+      std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+      const int64_t slots = blocks * c.block_size;
+      const size_t elem = dtype == KvDType::kF32 ? 4 : kv_dtype_is_8bit(dtype) ? 1 : 2;
+      const auto n = static_cast<size_t>(slots * kv_dim);
+      std::vector<std::byte> rows[2];
+      std::vector<float> scales[2];
+      for (int t = 0; t < 2; ++t) {
+        rows[t].resize(n * elem);
+        scales[t].resize(static_cast<size_t>(slots * shape.num_kv_heads));
+        for (float& x : scales[t]) x = std::uniform_real_distribution<float>(0.002f, 0.01f)(rng);
+        for (size_t i = 0; i < n; ++i) {
+          const float x = std::uniform_real_distribution<float>(-1, 1)(rng);
+          std::byte* at = rows[t].data() + i * elem;
+          if (dtype == KvDType::kF32) {
+            std::memcpy(at, &x, 4);
+          } else if (dtype == KvDType::kF16 || dtype == KvDType::kBF16) {
+            const uint16_t h = dtype == KvDType::kF16 ? f32_to_f16(x) : f32_to_bf16(x);
+            std::memcpy(at, &h, 2);
+          } else if (dtype == KvDType::kInt8) {
+            *at = static_cast<std::byte>(
+                static_cast<int8_t>(std::uniform_int_distribution<int>(-127, 127)(rng)));
+          } else {
+            *at = static_cast<std::byte>(f32_to_fp8_e4m3(x * 300.0f));
+          }
+        }
+      }
+      // The keys regrouped: element i of slot s at key_group_index(s, i, kv_dim).
+      std::vector<std::byte> groups(rows[0].size());
+      for (int64_t slot = 0; slot < slots; ++slot)
+        for (int64_t i = 0; i < kv_dim; ++i)
+          std::memcpy(groups.data() + static_cast<size_t>(key_group_index(slot, i, kv_dim)) * elem,
+                      rows[0].data() + static_cast<size_t>(slot * kv_dim + i) * elem, elem);
+      std::vector<std::vector<int32_t>> tables;
+      std::vector<AttentionSequence> att;
+      std::vector<int32_t> token_seq;
+      int64_t row = 0;
+      size_t next = 0;
+      for (size_t si = 0; si < std::size(seqs); ++si) {
+        const Seq& q = seqs[si];
+        std::vector<int32_t> table;
+        for (int64_t b = 0; b < (q.ctx - q.evicted + c.block_size - 1) / c.block_size; ++b)
+          table.push_back(free_blocks[next++]);
+        tables.push_back(std::move(table));
+        for (int64_t i = 0; i < q.queries; ++i) token_seq.push_back(static_cast<int32_t>(si));
+      }
+      for (size_t si = 0; si < std::size(seqs); ++si) {
+        const Seq& q = seqs[si];
+        AttentionSequence a{row, q.queries, q.ctx, tables[si]};
+        a.window = q.window;
+        a.sink_len = q.sink;
+        a.evicted = q.evicted;
+        att.push_back(a);
+        row += q.queries;
+      }
+      const auto q = test::random_floats(static_cast<size_t>(row * q_dim), rng);
+      const bool scaled = kv_dtype_is_8bit(dtype);
+      KvLayerView in_rows{rows[0].data(),
+                          rows[1].data(),
+                          c.block_size,
+                          dtype,
+                          scaled ? scales[0].data() : nullptr,
+                          scaled ? scales[1].data() : nullptr};
+      KvLayerView in_groups = in_rows;
+      in_groups.key = groups.data();
+      in_groups.key_groups = true;
+      ThreadPool pool(2);
+      for (Isa isa : paths()) {
+        std::vector<float> a(q.size()), b(q.size());
+        paged_attention(q.data(), att, token_seq, in_groups, shape, a.data(), pool, isa);
+        paged_attention(q.data(), att, token_seq, in_rows, shape, b.data(), pool, isa);
+        EXPECT_EQ(a, b) << kv_dtype_name(dtype) << " " << isa_name(isa) << " head size " << shape.head_dim
+                        << ", blocks of " << c.block_size;
+        // And the batch's tokens each alone (decode rows where a token was part of a prefill tile).
+        for (size_t si = 0; si < att.size(); ++si) {
+          AttentionSequence one = att[si];
+          const int64_t last = one.query_start + one.num_queries - 1;
+          one.query_start = 0;
+          one.num_queries = 1;
+          const std::vector<int32_t> ts = {0};
+          std::vector<float> alone(static_cast<size_t>(q_dim));
+          paged_attention(q.data() + last * q_dim, {&one, 1}, ts, in_groups, shape, alone.data(), pool, isa);
+          EXPECT_TRUE(std::equal(alone.begin(), alone.end(), b.begin() + last * q_dim))
+              << kv_dtype_name(dtype) << " " << isa_name(isa) << " sequence " << si;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd

@@ -120,5 +120,68 @@ TEST(KvCacheTest, EightBitHalvesTheBytesOfAToken) {
   }
 }
 
+// K in groups of 16 slots (the CPU backends' layout) holds what K in rows holds: the same values
+// read back, the same export bytes (rows: the tiers' and the transfer's format), imports and block
+// copies that land where they should, and the layout attention is told about.
+TEST(KvCacheTest, KeysInGroupsHoldAndExportWhatKeysInRowsDo) {
+  std::mt19937 rng(13);
+  const int64_t layers = 2, blocks = 4, block_size = 32, head_dim = 20, kv_dim = 3 * head_dim;
+  EXPECT_FALSE(KvCache(1, 2, 24, kv_dim, KvDType::kF16, head_dim).key_groups());  // 24: not whole groups
+  EXPECT_FALSE(KvCache(1, 2, 32, kv_dim, KvDType::kF16, head_dim, false).key_groups());
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kBF16, KvDType::kInt8, KvDType::kFp8}) {
+    SCOPED_TRACE(std::string(kv_dtype_name(dtype)));
+    KvCache rows(layers, blocks, block_size, kv_dim, dtype, head_dim, false);
+    KvCache groups(layers, blocks, block_size, kv_dim, dtype, head_dim);
+    ASSERT_TRUE(groups.key_groups());
+    ASSERT_FALSE(rows.key_groups());
+    EXPECT_TRUE(groups.layer_view(1).key_groups);
+    EXPECT_FALSE(rows.layer_view(1).key_groups);
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      for (int64_t slot = 0; slot < blocks * block_size; ++slot) {
+        const auto k = test::random_floats(static_cast<size_t>(kv_dim), rng);
+        const auto v = test::random_floats(static_cast<size_t>(kv_dim), rng);
+        rows.write(layer, slot, k.data(), v.data());
+        groups.write(layer, slot, k.data(), v.data());
+      }
+    }
+    const auto read_all = [&](const KvCache& cache) {
+      std::vector<float> all;
+      std::vector<float> k(static_cast<size_t>(kv_dim)), v(k.size());
+      for (int64_t layer = 0; layer < layers; ++layer) {
+        for (int64_t slot = 0; slot < blocks * block_size; ++slot) {
+          cache.read(layer, slot, k.data(), v.data());
+          all.insert(all.end(), k.begin(), k.end());
+          all.insert(all.end(), v.begin(), v.end());
+        }
+      }
+      return all;
+    };
+    EXPECT_EQ(read_all(groups), read_all(rows));
+    // The grouped bytes sit where key_group_index says (f32: the values themselves).
+    if (dtype == KvDType::kF32) {
+      std::vector<float> k(static_cast<size_t>(kv_dim)), v(k.size());
+      rows.read(1, 37, k.data(), v.data());
+      const auto* key = static_cast<const float*>(groups.layer_view(1).key);
+      for (int64_t i = 0; i < kv_dim; ++i)
+        EXPECT_EQ(key[key_group_index(37, i, kv_dim)], k[static_cast<size_t>(i)]);
+    }
+    std::vector<std::byte> a(rows.block_bytes()), b(groups.block_bytes());
+    for (int64_t block = 0; block < blocks; ++block) {
+      rows.export_block(block, a.data());
+      groups.export_block(block, b.data());
+      EXPECT_EQ(a, b) << "block " << block;
+    }
+    // Import a block exported from rows, and copy one, in both caches: still the same values.
+    rows.export_block(1, a.data());
+    rows.import_block(3, a.data());
+    groups.import_block(3, a.data());
+    rows.copy_block(0, 2);
+    groups.copy_block(0, 2);
+    EXPECT_EQ(read_all(groups), read_all(rows));
+    groups.export_block(3, b.data());
+    EXPECT_EQ(a, b);
+  }
+}
+
 }  // namespace
 }  // namespace inferd

@@ -24,7 +24,7 @@ inline std::vector<float> all_logits(Transformer& model, const std::vector<std::
   }
   const int64_t blocks_per_seq = (max_len + block_size - 1) / block_size;
   KvCache cache(c.num_layers, blocks_per_seq * static_cast<int64_t>(prompts.size()), block_size, c.kv_dim(),
-                kv_dtype, c.head_dim);
+                kv_dtype, c.head_dim, model.backend().reads_key_groups());
   // Sequence s owns blocks s, s + n, s + 2n, ...: interleaved, so tables are not contiguous.
   std::vector<std::vector<int32_t>> tables(prompts.size());
   for (size_t s = 0; s < prompts.size(); ++s) {

@@ -182,6 +182,9 @@ class CudaBackend final : public CpuKernelOps {
   void attention(const float* q, std::span<const AttentionSequence> sequences,
                  std::span<const int32_t> token_sequence, const KvLayerView& kv, const AttentionShape& shape,
                  float* out) override {
+    // The device kernel reads K in rows (the engine makes this backend's caches so); a grouped K
+    // from elsewhere takes the CPU kernel.
+    if (kv.key_groups) return paged_attention(q, sequences, token_sequence, kv, shape, out, pool_, isa_);
     for (const AttentionSequence& s : sequences) {
       if (s.window > 0 || s.evicted > 0 || s.sink_q != nullptr)  // StreamingLLM windows: the CPU kernel
         return paged_attention(q, sequences, token_sequence, kv, shape, out, pool_, isa_);
