@@ -230,6 +230,7 @@ INFERD_AVX512 __attribute__((always_inline)) inline void scores_avx512(const flo
 // to f32 [kChunk][hd] (VRowsF32), or the cache's rows, converted as they are read (VRowsCache; the
 // same values as load_rows_avx512 gives, so the same bits).
 struct VRowsF32 {
+  static constexpr bool kCostlyLoads = false;
   const float* v;
   int64_t hd;
   INFERD_AVX512 __m512 load(int64_t c, int64_t j, __mmask16 mask) const {
@@ -238,6 +239,9 @@ struct VRowsF32 {
 };
 template <KvDType DT>
 struct VRowsCache {
+  // An 8-bit element costs a widening, a conversion and the scale's multiply: worth a single pass
+  // over V for up to 8 rows (accumulate_v_avx512), which f16 and f32 loads are not (measured).
+  static constexpr bool kCostlyLoads = DT == KvDType::kInt8 || DT == KvDType::kFp8;
   const RowRef* rows;  // [kChunk]: position c's row of this head, and its scale (8-bit dtypes)
   INFERD_AVX512 __m512 load(int64_t c, int64_t j, __mmask16 mask) const {
     const RowRef& r = rows[c];
@@ -310,10 +314,19 @@ INFERD_AVX512 inline void accumulate_v_avx512(const float* pw /*[R][16]*/, const
     common = std::min(common, valid[r]);
     most = std::max(most, valid[r]);
   }
-  for (int64_t j0 = 0; j0 < hd; j0 += 64) {
-    switch ((std::min<int64_t>(64, hd - j0) + 15) / 16) {
-      case 4: accumulate_v_block_avx512<R, 4>(pw, corr, valid, common, most, v, hd, j0, out); break;
-      case 3: accumulate_v_block_avx512<R, 3>(pw, corr, valid, common, most, v, hd, j0, out); break;
+  // At most 16 chains: up to 4 rows over 4 blocks of 16 columns, 5 to 8 rows over 2 (so a GQA group
+  // of 7 loads each V element once, not once per 4 rows: kCostlyLoads only).
+  constexpr int kBlocks = R > 4 ? 2 : 4;
+  for (int64_t j0 = 0; j0 < hd; j0 += 16 * kBlocks) {
+    switch ((std::min<int64_t>(16 * kBlocks, hd - j0) + 15) / 16) {
+      case 4:
+        if constexpr (kBlocks == 4)
+          accumulate_v_block_avx512<R, 4>(pw, corr, valid, common, most, v, hd, j0, out);
+        break;
+      case 3:
+        if constexpr (kBlocks == 4)
+          accumulate_v_block_avx512<R, 3>(pw, corr, valid, common, most, v, hd, j0, out);
+        break;
       case 2: accumulate_v_block_avx512<R, 2>(pw, corr, valid, common, most, v, hd, j0, out); break;
       default: accumulate_v_block_avx512<R, 1>(pw, corr, valid, common, most, v, hd, j0, out); break;
     }
@@ -415,6 +428,13 @@ INFERD_AVX512 __attribute__((always_inline)) inline void chunk_rows_avx512_impl(
     _mm512_store_ps(total, _mm512_fmadd_ps(osum, vcorr, reduce8_avx512<false>(dots)));
     for (int i = 0; i < n; ++i) {
       if (((seen >> i) & 1) != 0) state[r0 + i] = {m[i], total[i]};
+    }
+    switch (VRows::kCostlyLoads ? n : 0) {  // 5 to 8 rows in one pass over V
+      case 8: accumulate_v_avx512<8>(pw, corr, valids, v, hd, outs); continue;
+      case 7: accumulate_v_avx512<7>(pw, corr, valids, v, hd, outs); continue;
+      case 6: accumulate_v_avx512<6>(pw, corr, valids, v, hd, outs); continue;
+      case 5: accumulate_v_avx512<5>(pw, corr, valids, v, hd, outs); continue;
+      default: break;
     }
     for (int i = 0; i < n; i += 4) {
       const float* pwi = pw + 16 * i;
