@@ -115,8 +115,8 @@ void load_rows(const KvLayerView& kv, const std::byte* base, const float* scales
 }
 
 // The keys of the chunk of n positions at `first` (a multiple of kChunk) for the head at `offset`,
-// in a grouped K: where its [hd][16] elements start, and each lane's scale (8-bit dtypes; FP8's
-// 2^8 folded in as in row_ref; 0 past n).
+// in a grouped K: where its [hd][16] elements start, and each lane's scale (8-bit dtypes, else 0;
+// FP8's 2^8 folded in as in row_ref; 0 past n).
 struct KeyGroupRef {
   const std::byte* at;
   float scale[kChunk];
@@ -128,14 +128,9 @@ inline KeyGroupRef key_group_ref(const KvLayerView& kv, const std::byte* base, c
   const int64_t slot = slot_of(kv, block_table, first);
   KeyGroupRef g{base + static_cast<size_t>(key_group_index(slot, offset, kv_dim)) * kv_elem_bytes(kv.dtype),
                 {}};
-  for (int64_t c = 0; c < kChunk; ++c) {
-    float s = c < n ? 1.0f : 0.0f;
-    if (scales != nullptr && c < n) {
-      s = scales[(slot + c) * (kv_dim / hd) + offset / hd];
-      if (kv.dtype == KvDType::kFp8) s *= 256.0f;
-    }
-    g.scale[c] = s;
-  }
+  if (scales == nullptr) return g;  // the scales are the 8-bit dtypes' only
+  const float fp8 = kv.dtype == KvDType::kFp8 ? 256.0f : 1.0f;
+  for (int64_t c = 0; c < n; ++c) g.scale[c] = scales[(slot + c) * (kv_dim / hd) + offset / hd] * fp8;
   return g;
 }
 
