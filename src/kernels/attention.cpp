@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common/check.h"
@@ -460,15 +461,23 @@ INFERD_AVX512 void chunk_rows_cache_v_avx512(const float* const* q, const int64_
 using CacheVChunkFn = void (*)(const float* const*, const int64_t*, int64_t, const float*, const RowRef*,
                                int64_t, float, RowState*, float*);
 
-CacheVChunkFn cache_v_chunk_kernel(KvDType dtype) {
+// make(std::integral_constant<KvDType, dtype>): a kernel instance per KV dtype.
+template <typename Make>
+auto for_kv_dtype(KvDType dtype, Make make) {
+  using C = std::integral_constant<KvDType, KvDType::kF32>;
   switch (dtype) {
-    case KvDType::kF32: return chunk_rows_cache_v_avx512<KvDType::kF32>;
-    case KvDType::kF16: return chunk_rows_cache_v_avx512<KvDType::kF16>;
-    case KvDType::kBF16: return chunk_rows_cache_v_avx512<KvDType::kBF16>;
-    case KvDType::kInt8: return chunk_rows_cache_v_avx512<KvDType::kInt8>;
-    case KvDType::kFp8: return chunk_rows_cache_v_avx512<KvDType::kFp8>;
+    case KvDType::kF32: break;
+    case KvDType::kF16: return make(std::integral_constant<KvDType, KvDType::kF16>{});
+    case KvDType::kBF16: return make(std::integral_constant<KvDType, KvDType::kBF16>{});
+    case KvDType::kInt8: return make(std::integral_constant<KvDType, KvDType::kInt8>{});
+    case KvDType::kFp8: return make(std::integral_constant<KvDType, KvDType::kFp8>{});
   }
-  return nullptr;
+  return make(C{});
+}
+
+CacheVChunkFn cache_v_chunk_kernel(KvDType dtype) {
+  return for_kv_dtype(
+      dtype, [](auto dt) -> CacheVChunkFn { return chunk_rows_cache_v_avx512<decltype(dt)::value>; });
 }
 
 // 16 consecutive elements at p as f32, before an 8-bit dtype's scale (the code, or FP8's code as
@@ -525,14 +534,8 @@ using CacheKvChunkFn = void (*)(const float* const*, const int64_t*, int64_t, co
                                 const RowRef*, int64_t, float, RowState*, float*);
 
 CacheKvChunkFn cache_kv_chunk_kernel(KvDType dtype) {
-  switch (dtype) {
-    case KvDType::kF32: return chunk_rows_cache_kv_avx512<KvDType::kF32>;
-    case KvDType::kF16: return chunk_rows_cache_kv_avx512<KvDType::kF16>;
-    case KvDType::kBF16: return chunk_rows_cache_kv_avx512<KvDType::kBF16>;
-    case KvDType::kInt8: return chunk_rows_cache_kv_avx512<KvDType::kInt8>;
-    case KvDType::kFp8: return chunk_rows_cache_kv_avx512<KvDType::kFp8>;
-  }
-  return nullptr;
+  return for_kv_dtype(
+      dtype, [](auto dt) -> CacheKvChunkFn { return chunk_rows_cache_kv_avx512<decltype(dt)::value>; });
 }
 
 // load_key_group with 16-wide loads: no transpose, the group holds the keys as [hd][16].
