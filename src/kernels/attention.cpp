@@ -68,17 +68,25 @@ inline int64_t slot_of(const KvLayerView& kv, std::span<const int32_t> block_tab
   return static_cast<int64_t>(block_table[static_cast<size_t>(p / bs)]) * bs + p % bs;
 }
 
+// The scale of the head at `offset` in `slot` (8-bit dtypes: scales != null), as the kernels
+// multiply by it: FP8 codes are expanded as f16 (value * 2^-8), so the 2^8 goes into the scale
+// (exact).
+inline float slot_scale(const KvLayerView& kv, const float* scales, int64_t slot, int64_t kv_dim,
+                        int64_t offset, int64_t hd) {
+  return scales[slot * (kv_dim / hd) + offset / hd] * (kv.dtype == KvDType::kFp8 ? 256.0f : 1.0f);
+}
+
+// The head at `offset` of a slot's row (V, or K in rows).
+inline RowRef row_at(const KvLayerView& kv, const std::byte* base, const float* scales, int64_t slot,
+                     int64_t kv_dim, int64_t offset, int64_t hd) {
+  return {base + static_cast<size_t>(slot * kv_dim + offset) * kv_elem_bytes(kv.dtype),
+          scales == nullptr ? 1.0f : slot_scale(kv, scales, slot, kv_dim, offset, hd)};
+}
+
 inline RowRef row_ref(const KvLayerView& kv, const std::byte* base, const float* scales,
                       std::span<const int32_t> block_table, int64_t p, int64_t kv_dim, int64_t offset,
                       int64_t hd) {
-  const int64_t slot = slot_of(kv, block_table, p);
-  RowRef r{base + static_cast<size_t>(slot * kv_dim + offset) * kv_elem_bytes(kv.dtype), 1.0f};
-  if (scales != nullptr) {
-    r.scale = scales[slot * (kv_dim / hd) + offset / hd];
-    // FP8 codes are expanded as f16 (value * 2^-8); the 2^8 goes into the scale (exact).
-    if (kv.dtype == KvDType::kFp8) r.scale *= 256.0f;
-  }
-  return r;
+  return row_at(kv, base, scales, slot_of(kv, block_table, p), kv_dim, offset, hd);
 }
 
 // Element d of a row as f32, the same bits as the vector loads give.
@@ -115,23 +123,20 @@ void load_rows(const KvLayerView& kv, const std::byte* base, const float* scales
   }
 }
 
-// The keys of the chunk of n positions at `first` (a multiple of kChunk) for the head at `offset`,
-// in a grouped K: where its [hd][16] elements start, and each lane's scale (8-bit dtypes, else 0;
-// FP8's 2^8 folded in as in row_ref; 0 past n).
+// The keys of the chunk of n positions whose first sits in `slot` (a multiple of kChunk), for the
+// head at `offset`, in a grouped K: where its [hd][16] elements start, and each lane's scale
+// (slot_scale; 0 past n, and for the dtypes without scales).
 struct KeyGroupRef {
   const std::byte* at;
   float scale[kChunk];
 };
 
 inline KeyGroupRef key_group_ref(const KvLayerView& kv, const std::byte* base, const float* scales,
-                                 std::span<const int32_t> block_table, int64_t first, int64_t n,
-                                 int64_t kv_dim, int64_t offset, int64_t hd) {
-  const int64_t slot = slot_of(kv, block_table, first);
+                                 int64_t slot, int64_t n, int64_t kv_dim, int64_t offset, int64_t hd) {
   KeyGroupRef g{base + static_cast<size_t>(key_group_index(slot, offset, kv_dim)) * kv_elem_bytes(kv.dtype),
                 {}};
-  if (scales == nullptr) return g;  // the scales are the 8-bit dtypes' only
-  const float fp8 = kv.dtype == KvDType::kFp8 ? 256.0f : 1.0f;
-  for (int64_t c = 0; c < n; ++c) g.scale[c] = scales[(slot + c) * (kv_dim / hd) + offset / hd] * fp8;
+  if (scales == nullptr) return g;
+  for (int64_t c = 0; c < n; ++c) g.scale[c] = slot_scale(kv, scales, slot + c, kv_dim, offset, hd);
   return g;
 }
 
@@ -222,6 +227,29 @@ INFERD_AVX512 __attribute__((always_inline)) inline void scores_avx512(const flo
   for (int r = 0; r < R; ++r) out[r] = _mm512_add_ps(s0[r], s1[r]);
 }
 
+// 16 consecutive elements at p as f32 (the lanes of `mask`; the others 0), before an 8-bit dtype's
+// scale (the code, or FP8's code as an f16).
+INFERD_AVX512 __attribute__((always_inline)) inline __m512 load16_unscaled_avx512(KvDType dtype,
+                                                                                  const std::byte* p,
+                                                                                  __mmask16 mask = 0xffff) {
+  switch (dtype) {
+    case KvDType::kF32: return _mm512_maskz_loadu_ps(mask, p);
+    case KvDType::kF16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+    case KvDType::kBF16:
+      return _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
+    case KvDType::kInt8: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, p)));
+    case KvDType::kFp8: {
+      // fp8_e4m3_as_f16_bits on 16 bytes: sign-extended, shifted left by 7, the sign's copy in
+      // bit 14 cleared.
+      const __m256i w = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, p));
+      return _mm512_cvtph_ps(
+          _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbfff))));
+    }
+  }
+  return _mm512_setzero_ps();
+}
+
 // Where the kernels read V[c][j .. j + 15] (the lanes of `mask`) as f32: the chunk's rows converted
 // to f32 [kChunk][hd] (VRowsF32), or the cache's rows, converted as they are read (VRowsCache; the
 // same values as load_rows_avx512 gives, so the same bits).
@@ -241,22 +269,9 @@ struct VRowsCache {
   const RowRef* rows;  // [kChunk]: position c's row of this head, and its scale (8-bit dtypes)
   INFERD_AVX512 __m512 load(int64_t c, int64_t j, __mmask16 mask) const {
     const RowRef& r = rows[c];
-    if constexpr (DT == KvDType::kF32) {
-      return _mm512_maskz_loadu_ps(mask, r.row + 4 * j);
-    } else if constexpr (DT == KvDType::kF16) {
-      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, r.row + 2 * j));
-    } else if constexpr (DT == KvDType::kBF16) {
-      return _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, r.row + 2 * j)), 16));
-    } else if constexpr (DT == KvDType::kInt8) {
-      return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, r.row + j))),
-                           _mm512_set1_ps(r.scale));
-    } else {  // FP8 E4M3, as load16_avx512 expands it
-      const __m256i w = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, r.row + j));
-      const __m512 f = _mm512_cvtph_ps(
-          _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbfff))));
-      return _mm512_mul_ps(f, _mm512_set1_ps(r.scale));
-    }
+    const __m512 x = load16_unscaled_avx512(DT, r.row + static_cast<size_t>(j) * kv_elem_bytes(DT), mask);
+    if constexpr (kCostlyLoads) return _mm512_mul_ps(x, _mm512_set1_ps(r.scale));
+    return x;
   }
 };
 
@@ -478,28 +493,6 @@ auto for_kv_dtype(KvDType dtype, Make make) {
 CacheVChunkFn cache_v_chunk_kernel(KvDType dtype) {
   return for_kv_dtype(
       dtype, [](auto dt) -> CacheVChunkFn { return chunk_rows_cache_v_avx512<decltype(dt)::value>; });
-}
-
-// 16 consecutive elements at p as f32, before an 8-bit dtype's scale (the code, or FP8's code as
-// an f16).
-INFERD_AVX512 inline __m512 load16_unscaled_avx512(KvDType dtype, const std::byte* p) {
-  switch (dtype) {
-    case KvDType::kF32: return _mm512_loadu_ps(p);
-    case KvDType::kF16: return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    case KvDType::kBF16:
-      return _mm512_castsi512_ps(_mm512_slli_epi32(
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-    case KvDType::kInt8:
-      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-    case KvDType::kFp8: {
-      // fp8_e4m3_as_f16_bits on 16 bytes: sign-extended, shifted left by 7, the sign's copy in
-      // bit 14 cleared.
-      const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      return _mm512_cvtph_ps(
-          _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbfff))));
-    }
-  }
-  return _mm512_setzero_ps();
 }
 
 // 16 values from element d of one K/V row, as f32.
@@ -794,10 +787,10 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       // transposed from rows otherwise.
       const auto load_keys_avx512 = [&](int64_t first, int64_t n, float* out) {
         if (kv.key_groups) {
-          load_key_group_avx512(
-              kv.dtype,
-              key_group_ref(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd), n, hd,
-              out);
+          load_key_group_avx512(kv.dtype,
+                                key_group_ref(kv, key_base, kv.key_scale, slot_of(kv, seq.block_table, first),
+                                              n, kv_dim, offset, hd),
+                                n, hd, out);
         } else {
           load_transposed_avx512(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
                                  out);
@@ -838,26 +831,16 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
           RowRef v_rows[kChunk];
           if (kv.key_groups) {  // the chunk is one group: its positions are 16 slots in a row
             const int64_t slot = slot_of(kv, seq.block_table, first);
-            const size_t elem = kv_elem_bytes(kv.dtype);
-            const float fp8 = kv.dtype == KvDType::kFp8 ? 256.0f : 1.0f;  // as row_ref
-            for (int64_t c = 0; c < n; ++c) {
-              v_rows[c] = {value_base + static_cast<size_t>((slot + c) * kv_dim + offset) * elem,
-                           kv.value_scale == nullptr
-                               ? 1.0f
-                               : kv.value_scale[(slot + c) * (kv_dim / hd) + offset / hd] * fp8};
-            }
-          } else {
             for (int64_t c = 0; c < n; ++c)
-              v_rows[c] =
-                  row_ref(kv, value_base, kv.value_scale, seq.block_table, first + c, kv_dim, offset, hd);
-          }
-          if (kv.key_groups) {
-            cache_kv_fn(
-                in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows,
-                key_group_ref(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd),
-                v_rows, hd, shape.scale, state.data(), rows_out.data());
+              v_rows[c] = row_at(kv, value_base, kv.value_scale, slot + c, kv_dim, offset, hd);
+            cache_kv_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows,
+                        key_group_ref(kv, key_base, kv.key_scale, slot, n, kv_dim, offset, hd), v_rows, hd,
+                        shape.scale, state.data(), rows_out.data());
             continue;
           }
+          for (int64_t c = 0; c < n; ++c)
+            v_rows[c] =
+                row_ref(kv, value_base, kv.value_scale, seq.block_table, first + c, kv_dim, offset, hd);
           load_keys_avx512(first, n, kt.data());
           cache_v_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(), v_rows, hd,
                      shape.scale, state.data(), rows_out.data());
@@ -871,10 +854,10 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
 #endif
         {
           if (kv.key_groups) {
-            load_key_group(
-                kv.dtype,
-                key_group_ref(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd), n,
-                hd, kt.data());
+            load_key_group(kv.dtype,
+                           key_group_ref(kv, key_base, kv.key_scale, slot_of(kv, seq.block_table, first), n,
+                                         kv_dim, offset, hd),
+                           n, hd, kt.data());
           } else {
             load_rows(kv, key_base, kv.key_scale, seq.block_table, first, n, kv_dim, offset, hd,
                       krows.data());
