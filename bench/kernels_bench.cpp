@@ -295,7 +295,7 @@ void BM_FloatMatmul(benchmark::State& state) {
 BENCHMARK(BM_FloatMatmul)
     ->ArgsProduct({{static_cast<int64_t>(DType::kF32), static_cast<int64_t>(DType::kF16),
                     static_cast<int64_t>(DType::kBF16), static_cast<int64_t>(DType::kF8_E4M3)},
-                   {1, 16, 512}})
+                   {1, 4, 16, 512}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 void BM_FloatMatmulDown(benchmark::State& state) {

@@ -1033,6 +1033,10 @@ struct FloatTileArgs {
   // apart (a zero after an odd k).
   const uint16_t* xb = nullptr;
   int64_t kb = 0;
+  // The pair kernels (float_pair_kernel): a second tile of the same k for the same tokens, and its
+  // results.
+  const std::byte* tile_b = nullptr;
+  float* out_b = nullptr;
 };
 
 // The BF16 sums (see above), one fma at a time.
@@ -1091,39 +1095,62 @@ INFERD_VNNI inline __m512 load_weights16(const std::byte* p) {
   }
 }
 
-template <DType DT, int NT>
-INFERD_VNNI void float_tile_avx512(const FloatTileArgs& a) {
+// The fmas of tiles [T] for tokens [NT]: T = 2 is a pair of tiles (a.tile, a.tile_b) in one pass,
+// each activation broadcast feeding one fma per tile. With one tile, the broadcasts (one per
+// fma) held the kernel at 85-89 % of the fma peak on Zen 5 (a micro-benchmark, one thread);
+// two tiles by 6 tokens (24 accumulators) came within a few per cent of it. Every (token, row)
+// runs the same two chains in the same order either way, so the bits do not depend on T or NT.
+template <DType DT>
+INFERD_VNNI inline void load_weight_pair(const std::byte* p, __m512& w0, __m512& w1) {
   constexpr size_t step = float_elem_bytes<DT>() * kQuantTileRows;
-  __m512 acc[NT][2];
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  if constexpr (DT == DType::kF8_E4M3) {
+    // k and k + 1 are 32 consecutive bytes: expand them in one 512-bit register.
+    const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512i h =
+        _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(static_cast<short>(0xbfff)));
+    w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  } else {
+    w0 = load_weights16<DT>(p);
+    w1 = load_weights16<DT>(p + step);
+  }
+}
+
+template <DType DT, int T, int NT>
+INFERD_VNNI void float_tile_avx512(const FloatTileArgs& a) {
+  static_assert(T == 1 || (T == 2 && DT != DType::kF8_E4M3));
+  constexpr size_t step = float_elem_bytes<DT>() * kQuantTileRows;
+  const std::byte* const tile[2] = {a.tile, a.tile_b};
+  float* const out[2] = {a.out, a.out_b};
+  __m512 acc[T][NT][2];
+  for (int j = 0; j < T; ++j)
+    for (int t = 0; t < NT; ++t) acc[j][t][0] = acc[j][t][1] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 2 <= a.k; k += 2) {
-    __m512 w0, w1;
-    if constexpr (DT == DType::kF8_E4M3) {
-      // k and k + 1 are 32 consecutive bytes: expand them in one 512-bit register.
-      const __m512i w =
-          _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.tile + k * step)));
-      const __m512i h =
-          _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(static_cast<short>(0xbfff)));
-      w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-      w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-    } else {
-      w0 = load_weights16<DT>(a.tile + static_cast<size_t>(k) * step);
-      w1 = load_weights16<DT>(a.tile + static_cast<size_t>(k + 1) * step);
-    }
+    __m512 w0[T], w1[T];
+    for (int j = 0; j < T; ++j) load_weight_pair<DT>(tile[j] + static_cast<size_t>(k) * step, w0[j], w1[j]);
     for (int t = 0; t < NT; ++t) {
-      acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a.x[t * a.k + k]), acc[t][0]);
-      acc[t][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(a.x[t * a.k + k + 1]), acc[t][1]);
+      const __m512 x0 = _mm512_set1_ps(a.x[t * a.k + k]);
+      const __m512 x1 = _mm512_set1_ps(a.x[t * a.k + k + 1]);
+      for (int j = 0; j < T; ++j) {
+        acc[j][t][0] = _mm512_fmadd_ps(w0[j], x0, acc[j][t][0]);
+        acc[j][t][1] = _mm512_fmadd_ps(w1[j], x1, acc[j][t][1]);
+      }
     }
   }
   if (k < a.k) {
-    const __m512 w0 = load_weights16<DT>(a.tile + static_cast<size_t>(k) * step);
-    for (int t = 0; t < NT; ++t) acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a.x[t * a.k + k]), acc[t][0]);
+    for (int j = 0; j < T; ++j) {
+      const __m512 w0 = load_weights16<DT>(tile[j] + static_cast<size_t>(k) * step);
+      for (int t = 0; t < NT; ++t)
+        acc[j][t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a.x[t * a.k + k]), acc[j][t][0]);
+    }
   }
-  for (int t = 0; t < NT; ++t) {
-    __m512 sum = _mm512_add_ps(acc[t][0], acc[t][1]);
-    if constexpr (DT == DType::kF8_E4M3) sum = _mm512_mul_ps(sum, _mm512_loadu_ps(a.row_scale));
-    _mm512_storeu_ps(a.out + t * kQuantTileRows, sum);
+  for (int j = 0; j < T; ++j) {
+    for (int t = 0; t < NT; ++t) {
+      __m512 sum = _mm512_add_ps(acc[j][t][0], acc[j][t][1]);
+      if constexpr (DT == DType::kF8_E4M3) sum = _mm512_mul_ps(sum, _mm512_loadu_ps(a.row_scale));
+      _mm512_storeu_ps(out[j] + t * kQuantTileRows, sum);
+    }
   }
 }
 #endif
@@ -1192,38 +1219,61 @@ INFERD_AVX512_BF16 inline __m512 dp_broadcast(__m512 acc, __m512bh w, const uint
 #endif
 }
 
-template <int NT>
+// T = 2: a pair of tiles (a.tile, a.tile_b) in one pass. A token's activation pair is then
+// broadcast into a register once for the two tiles' instructions: the memory-operand broadcast
+// of T = 1 is one load per instruction, and those loads held one tile by 8 tokens at 71-78 % of
+// the instruction's peak on Zen 5 (a micro-benchmark, one thread), where two tiles by 6 tokens
+// ran at 95 %. The chains are the same instructions in the same order, so the bits do not depend
+// on T or NT.
+template <int T, int NT>
 INFERD_AVX512_BF16 void bf16_tile_dp_avx512(const FloatTileArgs& a) {
-  __m512 acc[NT][2];
+  static_assert(T == 1 || T == 2);
+  const std::byte* const tile[2] = {a.tile, a.tile_b};
+  float* const out[2] = {a.out, a.out_b};
+  __m512 acc[T][NT][2];
   const uint16_t* row[NT];
   for (int t = 0; t < NT; ++t) {
-    acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    for (int j = 0; j < T; ++j) acc[j][t][0] = acc[j][t][1] = _mm512_setzero_ps();
     row[t] = a.xb + t * a.kb;
   }
   const int64_t full = a.k / 2;
   int64_t p = 0;
-  for (; p + 2 <= full; p += 2) {                         // two pairs per iteration: one per chain
-    if (NT <= 2 && p + kBf16PrefetchPairs + 2 <= full) {  // decode streams the tile once
+  for (; p + 2 <= full; p += 2) {                                   // two pairs per iteration: one per chain
+    if (T == 1 && NT <= 2 && p + kBf16PrefetchPairs + 2 <= full) {  // decode streams the tile once
       _mm_prefetch(reinterpret_cast<const char*>(a.tile + static_cast<size_t>(p + kBf16PrefetchPairs) * 64),
                    _MM_HINT_T0);
       _mm_prefetch(
           reinterpret_cast<const char*>(a.tile + static_cast<size_t>(p + kBf16PrefetchPairs + 1) * 64),
           _MM_HINT_T0);
     }
-    const __m512bh w0 = load_pair(a.tile + static_cast<size_t>(p) * 64);
-    const __m512bh w1 = load_pair(a.tile + static_cast<size_t>(p + 1) * 64);
+    __m512bh w0[T], w1[T];
+    for (int j = 0; j < T; ++j) {
+      w0[j] = load_pair(tile[j] + static_cast<size_t>(p) * 64);
+      w1[j] = load_pair(tile[j] + static_cast<size_t>(p + 1) * 64);
+    }
     for (int t = 0; t < NT; ++t) {
-      acc[t][0] = dp_broadcast(acc[t][0], w0, row[t], p);
-      acc[t][1] = dp_broadcast(acc[t][1], w1, row[t], p + 1);
+      if constexpr (T == 1) {
+        acc[0][t][0] = dp_broadcast(acc[0][t][0], w0[0], row[t], p);
+        acc[0][t][1] = dp_broadcast(acc[0][t][1], w1[0], row[t], p + 1);
+      } else {
+        const __m512bh x0 = x_pair(row[t] + 2 * p), x1 = x_pair(row[t] + 2 * p + 2);
+        for (int j = 0; j < T; ++j) {
+          acc[j][t][0] = _mm512_dpbf16_ps(acc[j][t][0], w0[j], x0);
+          acc[j][t][1] = _mm512_dpbf16_ps(acc[j][t][1], w1[j], x1);
+        }
+      }
     }
   }
   if (2 * p < a.k) {  // a last pair (full, or an odd K's last input, its partner a stored zero)
-    const __m512bh wp = load_pair(a.tile + static_cast<size_t>(p) * 64);
-    for (int t = 0; t < NT; ++t)  // p is even here: chain 0 (a constant index keeps acc in registers)
-      acc[t][0] = _mm512_dpbf16_ps(acc[t][0], wp, x_pair(a.xb + t * a.kb + 2 * p));
+    for (int j = 0; j < T; ++j) {
+      const __m512bh wp = load_pair(tile[j] + static_cast<size_t>(p) * 64);
+      for (int t = 0; t < NT; ++t)  // p is even here: chain 0 (a constant index keeps acc in registers)
+        acc[j][t][0] = _mm512_dpbf16_ps(acc[j][t][0], wp, x_pair(row[t] + 2 * p));
+    }
   }
-  for (int t = 0; t < NT; ++t)
-    _mm512_storeu_ps(a.out + t * kQuantTileRows, _mm512_add_ps(acc[t][0], acc[t][1]));
+  for (int j = 0; j < T; ++j)
+    for (int t = 0; t < NT; ++t)
+      _mm512_storeu_ps(out[j] + t * kQuantTileRows, _mm512_add_ps(acc[j][t][0], acc[j][t][1]));
 }
 
 // x [tokens][k] rounded to bf16 (f32_to_bf16's bits: nearest even, NaN kept) into out [tokens][kb].
@@ -1272,9 +1322,10 @@ FloatTileFn float_tile_kernel(Isa isa, int num_tokens) {
 #if defined(__x86_64__)
   if constexpr (DT == DType::kBF16) {
     if (static_cast<int>(isa) >= static_cast<int>(Isa::kVnni) && cpu_has_avx512_bf16()) {
-      static constexpr FloatTileFn table[kMaxTokens] = {
-          bf16_tile_dp_avx512<1>, bf16_tile_dp_avx512<2>, bf16_tile_dp_avx512<3>, bf16_tile_dp_avx512<4>,
-          bf16_tile_dp_avx512<5>, bf16_tile_dp_avx512<6>, bf16_tile_dp_avx512<7>, bf16_tile_dp_avx512<8>};
+      static constexpr FloatTileFn table[kMaxTokens] = {bf16_tile_dp_avx512<1, 1>, bf16_tile_dp_avx512<1, 2>,
+                                                        bf16_tile_dp_avx512<1, 3>, bf16_tile_dp_avx512<1, 4>,
+                                                        bf16_tile_dp_avx512<1, 5>, bf16_tile_dp_avx512<1, 6>,
+                                                        bf16_tile_dp_avx512<1, 7>, bf16_tile_dp_avx512<1, 8>};
       return table[num_tokens - 1];
     }
     if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
@@ -1286,10 +1337,10 @@ FloatTileFn float_tile_kernel(Isa isa, int num_tokens) {
     return float_tile_scalar<DT>;
   }
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
-    static constexpr FloatTileFn table[kMaxTokens] = {float_tile_avx512<DT, 1>, float_tile_avx512<DT, 2>,
-                                                      float_tile_avx512<DT, 3>, float_tile_avx512<DT, 4>,
-                                                      float_tile_avx512<DT, 5>, float_tile_avx512<DT, 6>,
-                                                      float_tile_avx512<DT, 7>, float_tile_avx512<DT, 8>};
+    static constexpr FloatTileFn table[kMaxTokens] = {
+        float_tile_avx512<DT, 1, 1>, float_tile_avx512<DT, 1, 2>, float_tile_avx512<DT, 1, 3>,
+        float_tile_avx512<DT, 1, 4>, float_tile_avx512<DT, 1, 5>, float_tile_avx512<DT, 1, 6>,
+        float_tile_avx512<DT, 1, 7>, float_tile_avx512<DT, 1, 8>};
     return table[num_tokens - 1];
   }
 #else
@@ -1306,6 +1357,46 @@ FloatTileFn float_tile_kernel(Isa isa, DType dtype, int num_tokens) {
     case DType::kF8_E4M3: return float_tile_kernel<DType::kF8_E4M3>(isa, num_tokens);
     default: return float_tile_kernel<DType::kBF16>(isa, num_tokens);
   }
+}
+
+// Tokens per call of the pair kernels (two tiles x 6 tokens x 2 chains: 24 accumulators), and the
+// fewest tokens of a matmul that runs them. Below that the weights stream from memory once per
+// token group anyway, and one tile per call keeps the stream that decode's timing was measured on.
+constexpr int kPairTokens = 6;
+constexpr int64_t kPairMinTokens = 4;
+
+// The pair kernel (two tiles per call) of `isa` for num_tokens (1..kPairTokens), or null where there
+// is none: F32 and F16 weights on AVX-512, BF16 on AVX512-BF16's dot products (the AMX-BF16 path,
+// amx_bf16_path, takes its own). F8_E4M3 has none: its expansion to f32 (a widening, a shift, a
+// mask and two conversions per 32 weights) is its limit, not the broadcasts, and two tiles per
+// call measured no faster.
+FloatTileFn float_pair_kernel(Isa isa, DType dtype, int num_tokens) {
+#if defined(__x86_64__)
+  if (dtype == DType::kBF16) {
+    if (static_cast<int>(isa) < static_cast<int>(Isa::kVnni) || !cpu_has_avx512_bf16()) return nullptr;
+    static constexpr FloatTileFn table[kPairTokens] = {bf16_tile_dp_avx512<2, 1>, bf16_tile_dp_avx512<2, 2>,
+                                                       bf16_tile_dp_avx512<2, 3>, bf16_tile_dp_avx512<2, 4>,
+                                                       bf16_tile_dp_avx512<2, 5>, bf16_tile_dp_avx512<2, 6>};
+    return table[num_tokens - 1];
+  }
+  if (static_cast<int>(isa) < static_cast<int>(Isa::kAvx512)) return nullptr;
+  auto pick = [&]<DType DT>(std::integral_constant<DType, DT>) -> FloatTileFn {
+    static constexpr FloatTileFn table[kPairTokens] = {
+        float_tile_avx512<DT, 2, 1>, float_tile_avx512<DT, 2, 2>, float_tile_avx512<DT, 2, 3>,
+        float_tile_avx512<DT, 2, 4>, float_tile_avx512<DT, 2, 5>, float_tile_avx512<DT, 2, 6>};
+    return table[num_tokens - 1];
+  };
+  switch (dtype) {
+    case DType::kF32: return pick(std::integral_constant<DType, DType::kF32>{});
+    case DType::kF16: return pick(std::integral_constant<DType, DType::kF16>{});
+    default: return nullptr;
+  }
+#else
+  (void)isa;
+  (void)dtype;
+  (void)num_tokens;
+  return nullptr;
+#endif
 }
 
 using TileFn = void (*)(const TileArgs&);
@@ -1460,7 +1551,14 @@ struct TokenGroups {
   int tail = kMaxTokens;
 };
 
-TokenGroups token_groups(Isa isa, const PackedWeight& w) {
+// Whether a float matmul of `tokens` by w runs two tiles per kernel call (float_pair_kernel).
+bool pairs_tiles(Isa isa, const PackedWeight& w, int64_t tokens) {
+  return w.is_float() && tokens >= kPairMinTokens && !amx_bf16_path(isa, w) &&
+         float_pair_kernel(isa, w.dtype(), 1) != nullptr;
+}
+
+TokenGroups token_groups(Isa isa, const PackedWeight& w, int64_t tokens) {
+  if (pairs_tiles(isa, w, tokens)) return {kPairTokens, kPairTokens};
   if (amx_bf16_path(isa, w)) return {kAmxTokens, kAmxTokens};
   if (isa == Isa::kAmx && !w.is_float()) return {kAmxTokens, kMaxTokens};
   return {};
@@ -1469,7 +1567,7 @@ TokenGroups token_groups(Isa isa, const PackedWeight& w) {
 // Whether a matmul of `tokens` by w runs AMX tiles.
 bool uses_amx(Isa isa, const PackedWeight& w, int64_t tokens) {
   if (amx_bf16_path(isa, w)) return tokens > 0;
-  return token_groups(isa, w).full == kAmxTokens && tokens >= kAmxTokens;
+  return token_groups(isa, w, tokens).full == kAmxTokens && tokens >= kAmxTokens;
 }
 
 // Sets up what the calling thread's kernels for w need (AMX: the tile configuration).
@@ -1850,48 +1948,81 @@ Epilogues epilogues(Isa isa) {
   return e;
 }
 
-// Work unit u of w (a tile, or a gate/up tile pair of a SwiGLU weight) for every group of up to
-// 8 tokens: run_tile(tile, first_token, num_tokens, out), results written into the outputs.
-// Tokens go to the kernel in groups of `groups.full`, a smaller rest in groups of up to `groups.tail`.
-// out / out_up: [kAmxTokens * kQuantTileRows] scratch.
-template <typename RunTile>
-void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw, int64_t u, int64_t tokens,
-              const Epilogues& e, TokenGroups groups, RunTile& run_tile, float* out, float* out_up) {
-  // The part this unit's rows belong to, and the unit's first row in it.
+// Where tile i of w (not a SwiGLU weight) writes: its part's output, and its first row and number
+// of rows there.
+struct TileRows {
+  const QuantMatmulOutput* o;
+  int64_t row0;
+  int rows;
+};
+
+TileRows tile_rows(const PackedWeight& w, const QuantMatmulOutput* outputs, int64_t i) {
   size_t part = 0;
-  int64_t row0 = 0;
-  if (w.swiglu()) {
-    row0 = u * kQuantTileRows;
-  } else {
-    while (u >= w.part_first_tile(part) + w.part_tiles(part)) ++part;
-    row0 = (u - w.part_first_tile(part)) * kQuantTileRows;
-  }
-  const int rows = static_cast<int>(std::min<int64_t>(kQuantTileRows, w.part_rows(part) - row0));
-  const QuantMatmulOutput& o = outputs[w.swiglu() ? 0 : part];
+  while (i >= w.part_first_tile(part) + w.part_tiles(part)) ++part;
+  const int64_t row0 = (i - w.part_first_tile(part)) * kQuantTileRows;
+  return {&outputs[part], row0,
+          static_cast<int>(std::min<int64_t>(kQuantTileRows, w.part_rows(part) - row0))};
+}
+
+void store_tile(const Epilogues& e, const TileRows& d, const float* out, int64_t t0, int nt) {
+  e.store(out, nt, d.rows, d.o->y + t0 * d.o->ld + d.row0, d.o->ld,
+          d.o->bias != nullptr ? d.o->bias + d.row0 : nullptr);
+}
+
+// Runs no pair kernel: the drive of a weight whose kernels take one tile per call.
+struct NoPairs {};
+
+// Work unit u of w (a tile, or a gate/up tile pair of a SwiGLU weight; with `run_pair`, tiles 2u
+// and 2u + 1 of other weights) for every group of tokens: run_tile(tile, first_token, num_tokens,
+// out) or run_pair(tile, tile_b, first_token, num_tokens, out, out_b), results written into the
+// outputs. Tokens go to the kernel in groups of `groups.full`, a smaller rest in groups of up to
+// `groups.tail`. out / out_up: [kAmxTokens * kQuantTileRows] scratch.
+template <typename RunTile, typename RunPair>
+void run_unit(const PackedWeight& w, const QuantMatmulOutput* outputs, bool raw, int64_t u, int64_t tokens,
+              const Epilogues& e, TokenGroups groups, RunTile& run_tile, RunPair& run_pair, float* out,
+              float* out_up) {
+  constexpr bool kPairs = !std::is_same_v<RunPair, NoPairs>;
+  // The rows this unit writes (a SwiGLU weight's gate/up pair writes one tile's rows).
+  const int64_t first = w.swiglu() ? 0 : (kPairs ? 2 * u : u);
+  const TileRows a =
+      w.swiglu()
+          ? TileRows{&outputs[0], u * kQuantTileRows,
+                     static_cast<int>(std::min<int64_t>(kQuantTileRows, w.part_rows(0) - u * kQuantTileRows))}
+          : tile_rows(w, outputs, first);
+  const bool second = kPairs && !w.swiglu() && first + 1 < w.tiles();
+  const TileRows b = second ? tile_rows(w, outputs, first + 1) : a;
   for (int64_t t0 = 0; t0 < tokens;) {
     const int nt = static_cast<int>(tokens - t0 >= groups.full ? groups.full
                                                                : std::min<int64_t>(groups.tail, tokens - t0));
-    float* y = o.y + t0 * o.ld + row0;
-    if (raw) {  // a SwiGLU weight's gate and up as they are, into two outputs
-      const QuantMatmulOutput& up = outputs[1];
-      run_tile(w.tile(2 * u), t0, nt, out);
-      run_tile(w.tile(2 * u + 1), t0, nt, out_up);
-      e.store(out, nt, rows, y, o.ld, nullptr);
-      e.store(out_up, nt, rows, up.y + t0 * up.ld + row0, up.ld, nullptr);
-    } else if (w.swiglu()) {
-      run_tile(w.tile(2 * u), t0, nt, out);
-      run_tile(w.tile(2 * u + 1), t0, nt, out_up);
-      e.swiglu(out, out_up, nt, rows, y, o.ld);
+    float* y = a.o->y + t0 * a.o->ld + a.row0;
+    if (w.swiglu()) {
+      if constexpr (kPairs) {
+        run_pair(w.tile(2 * u), w.tile(2 * u + 1), t0, nt, out, out_up);
+      } else {
+        run_tile(w.tile(2 * u), t0, nt, out);
+        run_tile(w.tile(2 * u + 1), t0, nt, out_up);
+      }
+      if (raw) {  // gate and up as they are, into two outputs
+        const QuantMatmulOutput& up = outputs[1];
+        e.store(out, nt, a.rows, y, a.o->ld, nullptr);
+        e.store(out_up, nt, a.rows, up.y + t0 * up.ld + a.row0, up.ld, nullptr);
+      } else {
+        e.swiglu(out, out_up, nt, a.rows, y, a.o->ld);
+      }
+    } else if (second) {
+      if constexpr (kPairs) run_pair(w.tile(first), w.tile(first + 1), t0, nt, out, out_up);
+      store_tile(e, a, out, t0, nt);
+      store_tile(e, b, out_up, t0, nt);
     } else {
-      run_tile(w.tile(u), t0, nt, out);
-      e.store(out, nt, rows, y, o.ld, o.bias != nullptr ? o.bias + row0 : nullptr);
+      run_tile(w.tile(first), t0, nt, out);
+      store_tile(e, a, out, t0, nt);
     }
     t0 += nt;
   }
 }
 
-int64_t num_units(const PackedWeight& w) {
-  return w.swiglu() ? w.tiles() / 2 : w.tiles();
+int64_t num_units(const PackedWeight& w, bool pairs) {
+  return w.swiglu() ? w.tiles() / 2 : (pairs ? (w.tiles() + 1) / 2 : w.tiles());
 }
 
 // Units per range of a matmul split over `threads`: a whole number of ranges per thread (so
@@ -1907,20 +2038,22 @@ int64_t range_units(int64_t units, int64_t work_per_unit, int threads) {
   return std::max<int64_t>(1, (units + ranges - 1) / ranges);
 }
 
-// Runs run_unit over every unit of w, split over the pool.
-template <typename RunTile>
+// Runs run_unit over every unit of w, split over the pool; with run_pair (not NoPairs), two tiles
+// per kernel call.
+template <typename RunTile, typename RunPair = NoPairs>
 void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, int64_t tokens,
-           ThreadPool& pool, Isa isa, RunTile run_tile) {
+           ThreadPool& pool, Isa isa, RunTile run_tile, RunPair run_pair = {}) {
   const bool raw = w.swiglu() && outputs.size() == 2;
   INFERD_CHECK(raw || outputs.size() == (w.swiglu() ? 1 : w.num_parts()));
   if (tokens == 0) return;
   const Epilogues e = epilogues(isa);
-  const TokenGroups groups = token_groups(isa, w);
+  const TokenGroups groups = token_groups(isa, w, tokens);
+  constexpr bool kPairs = !std::is_same_v<RunPair, NoPairs>;
   // Units are taken in ranges of about an eighth of a thread's share: the two threads of a core
   // (or a thread the host pauses) do not run at the same speed, and a static halving left the
   // faster one spinning for 3-8 % of a decode step. Each unit's rows come from one thread's
   // arithmetic, whichever it is, so the result does not depend on the split.
-  const int64_t units = num_units(w);
+  const int64_t units = num_units(w, kPairs);
   const int64_t grain = range_units(
       units, static_cast<int64_t>(w.num_bytes() / static_cast<size_t>(units)) * tokens, pool.num_threads());
   pool.parallel_for_dynamic(units, grain, [&](int64_t begin, int64_t end) {
@@ -1928,7 +2061,7 @@ void drive(const PackedWeight& w, std::span<const QuantMatmulOutput> outputs, in
     alignas(64) float out_up[kAmxTokens * kQuantTileRows];
     prepare_thread(isa, w, tokens);
     for (int64_t u = begin; u < end; ++u)
-      run_unit(w, outputs.data(), raw, u, tokens, e, groups, run_tile, out, out_up);
+      run_unit(w, outputs.data(), raw, u, tokens, e, groups, run_tile, run_pair, out, out_up);
   });
 }
 
@@ -2028,6 +2161,25 @@ void run_float_tile(Isa isa, const PackedWeight& w, const FloatActivations& a, c
   float_tile_kernel(isa, w.dtype(), nt)(args);
 }
 
+// The pair kernel of `isa` (pairs_tiles) over tokens t0 .. t0 + nt of two tiles of w.
+void run_float_pair(Isa isa, const PackedWeight& w, const FloatActivations& a, const std::byte* tile,
+                    const std::byte* tile_b, int64_t t0, int nt, float* out, float* out_b) {
+  INFERD_CHECK(tile_header_bytes(w.dtype()) == 0);
+  const int64_t k = w.cols();
+  FloatTileArgs args{.tile = tile,
+                     .row_scale = nullptr,
+                     .k = k,
+                     .x = a.x + t0 * k,
+                     .num_tokens = nt,
+                     .out = out,
+                     .end = nullptr,
+                     .xb = a.xb != nullptr ? a.xb + t0 * a.kb : nullptr,
+                     .kb = a.kb,
+                     .tile_b = tile_b,
+                     .out_b = out_b};
+  float_pair_kernel(isa, w.dtype(), nt)(args);
+}
+
 // BF16 weights: the row length of their rounded activations (k rounded up to even); 0 otherwise.
 int64_t bf16_row(const PackedWeight& w, int64_t k, Isa isa) {
   if (!w.is_float() || w.dtype() != DType::kBF16) return 0;
@@ -2077,9 +2229,17 @@ void float_matmul(const float* x, int64_t tokens, const PackedWeight& w,
   thread_local std::vector<uint16_t> rounded;  // the caller's; workers read it through xb
   const int64_t kb = bf16_row(w, k, isa);
   const uint16_t* xb = kb > 0 ? activations_as_bf16(x, tokens, k, kb, rounded, pool, isa) : nullptr;
-  drive(w, outputs, tokens, pool, isa, [&](const std::byte* tile, int64_t t0, int nt, float* out) {
+  auto run_tile = [&](const std::byte* tile, int64_t t0, int nt, float* out) {
     run_float_tile(isa, w, {x, xb, kb}, tile, t0, nt, out);
-  });
+  };
+  if (pairs_tiles(isa, w, tokens)) {
+    drive(w, outputs, tokens, pool, isa, run_tile,
+          [&](const std::byte* tile, const std::byte* tile_b, int64_t t0, int nt, float* out, float* out_b) {
+            run_float_pair(isa, w, {x, xb, kb}, tile, tile_b, t0, nt, out, out_b);
+          });
+  } else {
+    drive(w, outputs, tokens, pool, isa, run_tile);
+  }
 }
 
 void packed_matmul(const float* x, int64_t tokens, const PackedWeight& w, QuantizedActivations& scratch,
@@ -2101,7 +2261,7 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
     INFERD_CHECK(grp.tokens == 0 || (grp.w->is_float() ? grp.x_f32 != nullptr
                                                        : grp.x != nullptr && grp.x->k() == grp.w->cols() &&
                                                              grp.x->tokens() >= grp.tokens));
-    first[g + 1] = first[g] + (grp.tokens > 0 ? num_units(*grp.w) : 0);
+    first[g + 1] = first[g] + (grp.tokens > 0 ? num_units(*grp.w, pairs_tiles(isa, *grp.w, grp.tokens)) : 0);
     if (grp.tokens > 0) work += static_cast<int64_t>(grp.w->num_bytes()) * grp.tokens;
   }
   if (first.back() == 0) return;
@@ -2148,7 +2308,18 @@ void packed_matmul_groups(std::span<const PackedMatmulGroup> groups, ThreadPool&
         prepare_thread(isa, w, grp.tokens);
         configured = true;
       }
-      run_unit(w, &grp.out, false, u - first[g], grp.tokens, e, token_groups(isa, w), run_tile, out, out_up);
+      const TokenGroups tg = token_groups(isa, w, grp.tokens);
+      if (pairs_tiles(isa, w, grp.tokens)) {
+        auto run_pair = [&](const std::byte* tile, const std::byte* tile_b, int64_t t0, int nt, float* o,
+                            float* o_b) {
+          run_float_pair(isa, w, {grp.x_f32, group_xb[g], bf16_row(w, w.cols(), isa)}, tile, tile_b, t0, nt,
+                         o, o_b);
+        };
+        run_unit(w, &grp.out, false, u - first[g], grp.tokens, e, tg, run_tile, run_pair, out, out_up);
+      } else {
+        NoPairs none;
+        run_unit(w, &grp.out, false, u - first[g], grp.tokens, e, tg, run_tile, none, out, out_up);
+      }
     }
   });
 }

@@ -373,6 +373,59 @@ TEST(FloatMatmulTest, SwigluWithTwoOutputsGivesGateAndUpAsTheSeparateMatmuls) {
   }
 }
 
+// Float weights run two tiles per kernel call from kPairMinTokens tokens on: a fused Q, K, V
+// weight whose pairs of tiles straddle its parts (tiles 0-1 Q, 2-3 Q's last and K, 4-5 V) gives
+// each part, bias included, the bits of the part alone (whose tiles pair differently), and of
+// each token alone (one tile per call), on every path.
+TEST(FloatMatmulTest, FusedPartsEqualSeparateMatmulsAndTokensAlone) {
+  ThreadPool pool(2);
+  std::mt19937 rng(31);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8_E4M3}) {
+    SCOPED_TRACE(dtype_info(dtype).name);
+    const int64_t cols = 75;
+    std::vector<std::byte> sq, sk, sv;
+    TensorView q = test::random_tensor(dtype, 40, cols, rng, &sq);
+    TensorView k = test::random_tensor(dtype, 7, cols, rng, &sk);
+    TensorView v = test::random_tensor(dtype, 21, cols, rng, &sv);
+    auto bias = test::random_floats(40 + 7 + 21, rng);
+    const TensorView* all[] = {&q, &k, &v};
+    auto fused = PackedWeight::pack(all);
+    ASSERT_TRUE(fused.has_value());
+    ASSERT_EQ(fused->tiles(), 3 + 1 + 2);
+    const TensorView* views[] = {&q, &k, &v};
+    const float* biases[] = {bias.data(), bias.data() + 40, bias.data() + 47};
+    for (Isa isa : paths()) {
+      for (int64_t tokens : {19, 5, 4}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " T=" + std::to_string(tokens));
+        auto x = test::random_floats(static_cast<size_t>(tokens * cols), rng);
+        std::vector<float> yq(static_cast<size_t>(tokens * 40)), yk(static_cast<size_t>(tokens * 7)),
+            yv(static_cast<size_t>(tokens * 21));
+        std::vector<float>* ys[] = {&yq, &yk, &yv};
+        const QuantMatmulOutput outs[3] = {
+            {yq.data(), 40, biases[0]}, {yk.data(), 7, biases[1]}, {yv.data(), 21, biases[2]}};
+        float_matmul(x.data(), tokens, *fused, outs, pool, isa);
+        for (int p = 0; p < 3; ++p) {
+          const TensorView* one[] = {views[p]};
+          auto alone = PackedWeight::pack(one);
+          ASSERT_TRUE(alone.has_value());
+          const int64_t rows = views[p]->num_rows();
+          std::vector<float> y(static_cast<size_t>(tokens * rows));
+          const QuantMatmulOutput o{y.data(), rows, biases[p]};
+          float_matmul(x.data(), tokens, *alone, {&o, 1}, pool, isa);
+          ASSERT_EQ(y, *ys[p]) << "part " << p;
+          for (int64_t t = 0; t < tokens; ++t) {
+            std::vector<float> one_token(static_cast<size_t>(rows));
+            const QuantMatmulOutput ot{one_token.data(), rows, biases[p]};
+            float_matmul(x.data() + t * cols, 1, *alone, {&ot, 1}, pool, isa);
+            ASSERT_TRUE(std::equal(one_token.begin(), one_token.end(), y.begin() + t * rows))
+                << "part " << p << " token " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
 // One AMX-INT8 kernel for the guard's lifetime; the one before after.
 class ScopedAmxInt8Kernel final {
  public:
