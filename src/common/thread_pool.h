@@ -20,6 +20,10 @@
 
 namespace inferd {
 
+// Rows of per-row work (a norm, a quantization, a rotation of one token) below which a job's
+// hand-off costs more than splitting them saves: smaller batches (decode) run on the caller.
+inline constexpr int64_t kPoolRows = 16;
+
 class ThreadPool final {
  public:
   // Starts `num_threads - 1` workers; the calling thread is the last worker. num_threads >= 1.

@@ -100,17 +100,25 @@ class CpuBackend final : public CpuKernelOps {
     if (const auto* p = dynamic_cast<const PackedLinear*>(&w); p != nullptr && !p->packed.is_float()) {
       // Block-quantized weights: int8 activations, the norm fused into their quantization.
       if (norm_weight != nullptr) {
-        quantized_.quantize_rms_norm(x, norm_weight, eps, tokens, k, isa_);
+        quantized_.quantize_rms_norm(x, norm_weight, eps, tokens, k, isa_, &pool_);
       } else {
-        quantized_.quantize(x, tokens, k, isa_);
+        quantized_.quantize(x, tokens, k, isa_, &pool_);
       }
       return quant_matmul(quantized_, p->packed, outputs, pool_, isa_);
     }
     const float* in = x;
     if (norm_weight != nullptr) {
       grow(normed_, tokens * k);
-      rms_norm(x, norm_weight, normed_.data(), tokens, k, eps);
-      in = normed_.data();
+      float* y = normed_.data();
+      auto rows = [&](int64_t begin, int64_t end) {
+        rms_norm(x + begin * k, norm_weight, y + begin * k, end - begin, k, eps);
+      };
+      if (tokens >= kPoolRows) {
+        pool_.parallel_for(tokens, rows);
+      } else {
+        rows(0, tokens);
+      }
+      in = y;
     }
     if (const auto* p = dynamic_cast<const PackedLinear*>(&w))
       return float_matmul(in, tokens, p->packed, outputs, pool_, isa_);
@@ -152,7 +160,7 @@ class CpuBackend final : public CpuKernelOps {
       if (p->packed.is_float()) {
         pg.x_f32 = g.x;
       } else if (g.tokens > 0) {
-        grouped_quantized_[i].quantize(g.x, g.tokens, g.k, isa_);
+        grouped_quantized_[i].quantize(g.x, g.tokens, g.k, isa_, &pool_);
         pg.x = &grouped_quantized_[i];
       }
       packed_groups_.push_back(pg);
@@ -179,6 +187,8 @@ class CpuBackend final : public CpuKernelOps {
     inferd::silu_mul(gate, up, out, n);
   }
 
+  ThreadPool* row_pool() override { return &pool_; }
+
  private:
   void split_linear(const float* x, int64_t tokens, int64_t k, const float* norm_weight, float eps,
                     const SplitLinear& s, std::span<const LinearOutput> outputs) {
@@ -190,9 +200,9 @@ class CpuBackend final : public CpuKernelOps {
     });
     if (shared) {
       if (norm_weight != nullptr) {
-        quantized_.quantize_rms_norm(x, norm_weight, eps, tokens, k, isa_);
+        quantized_.quantize_rms_norm(x, norm_weight, eps, tokens, k, isa_, &pool_);
       } else {
-        quantized_.quantize(x, tokens, k, isa_);
+        quantized_.quantize(x, tokens, k, isa_, &pool_);
       }
     }
     auto run = [&](const SplitLinear::Piece& p, std::span<const LinearOutput> outs) {

@@ -97,6 +97,10 @@ class Backend {
                        int64_t pos, const float* inv_freq, RopePairing pairing, float scale) = 0;
   // out = silu(gate) * up, n values.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // The pool over which the model may split per-token work that calls rms_norm() and rope_qk()
+  // (and writes the host KV cache) from several threads at once; null where those ops must run on
+  // the engine thread alone (a device backend's stream and staging buffers).
+  virtual ThreadPool* row_pool() { return nullptr; }
   // y[t] += scale * (x[t] A^T) B^T for the rows of each group of each output (kernels/lora.h):
   // many LoRA adapters' updates of the linear layers reading x in one call. Engine thread only.
   virtual void lora_update(const float* x, int64_t ldx, int64_t k, std::span<const LoraOutput> outputs) = 0;

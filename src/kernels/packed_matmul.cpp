@@ -1653,28 +1653,47 @@ QuantizedActivations::RowFn QuantizedActivations::row_function(Isa isa) {
   return quantize_activations_reference;
 }
 
-void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k, Isa isa) {
-  reserve(tokens, k);
-  const RowFn row_fn = row_function(isa);
-  for (int64_t t = 0; t < tokens; ++t) {
+void QuantizedActivations::quantize_rows(const float* x, const float* weight, float eps, int64_t begin,
+                                         int64_t end, RowFn row_fn, float* normed) {
+  for (int64_t t = begin; t < end; ++t) {
+    const float* row = x + t * k_;
+    if (weight != nullptr) {
+      rms_norm(row, weight, normed, k_, eps);
+      row = normed;
+    }
     const int64_t bt = t * blocks();
-    row_fn(x + t * k, k, q_.get() + t * k, scale_.data() + bt, sum_.data() + bt, scaled_sum_.data() + bt,
+    row_fn(row, k_, q_.get() + t * k_, scale_.data() + bt, sum_.data() + bt, scaled_sum_.data() + bt,
            half_sum_.data() + 2 * bt);
   }
 }
 
-void QuantizedActivations::quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens,
-                                             int64_t k, Isa isa) {
-  reserve(tokens, k);
+void QuantizedActivations::quantize_split(const float* x, const float* weight, float eps, int64_t tokens,
+                                          Isa isa, ThreadPool* pool) {
   const RowFn row_fn = row_function(isa);
-  thread_local std::vector<float> row;
-  if (static_cast<int64_t>(row.size()) < k) row.resize(static_cast<size_t>(k));
-  for (int64_t t = 0; t < tokens; ++t) {
-    rms_norm(x + t * k, weight, row.data(), k, eps);
-    const int64_t bt = t * blocks();
-    row_fn(row.data(), k, q_.get() + t * k, scale_.data() + bt, sum_.data() + bt, scaled_sum_.data() + bt,
-           half_sum_.data() + 2 * bt);
+  const auto k = static_cast<size_t>(k_);
+  if (pool == nullptr || tokens < kPoolRows) {
+    if (weight != nullptr && row_.size() < k) row_.resize(k);
+    return quantize_rows(x, weight, eps, 0, tokens, row_fn, row_.data());
   }
+  if (weight != nullptr) {
+    normed_.prepare(*pool, [&](std::vector<float>& v) {
+      if (v.size() < k) v.resize(k);
+    });
+  }
+  pool->parallel_for(tokens, [&](int64_t begin, int64_t end) {
+    quantize_rows(x, weight, eps, begin, end, row_fn, weight != nullptr ? normed_.mine().data() : nullptr);
+  });
+}
+
+void QuantizedActivations::quantize(const float* x, int64_t tokens, int64_t k, Isa isa, ThreadPool* pool) {
+  reserve(tokens, k);
+  quantize_split(x, nullptr, 0.0f, tokens, isa, pool);
+}
+
+void QuantizedActivations::quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens,
+                                             int64_t k, Isa isa, ThreadPool* pool) {
+  reserve(tokens, k);
+  quantize_split(x, weight, eps, tokens, isa, pool);
 }
 
 namespace {

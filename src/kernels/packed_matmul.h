@@ -66,12 +66,15 @@ inline constexpr int64_t kQuantBlockValues = 32;
 class QuantizedActivations final {
  public:
   // Quantizes x [tokens, k]; k must be a multiple of 32. Allocates only when larger than before.
-  // `isa` picks the path (tests); every path gives the reference's bits.
-  void quantize(const float* x, int64_t tokens, int64_t k, Isa isa = active_isa());
+  // `isa` picks the path (tests); every path gives the reference's bits. With a pool, a batch of
+  // kPoolRows tokens or more is split over its threads (each row is quantized alone: the same
+  // bits either way).
+  void quantize(const float* x, int64_t tokens, int64_t k, Isa isa = active_isa(),
+                ThreadPool* pool = nullptr);
   // quantize() of rms_norm(x) row by row, each normalised row quantized while in L1 (the same
   // bits as rms_norm then quantize). x: [tokens, k]; weight: [k].
   void quantize_rms_norm(const float* x, const float* weight, float eps, int64_t tokens, int64_t k,
-                         Isa isa = active_isa());
+                         Isa isa = active_isa(), ThreadPool* pool = nullptr);
 
   int64_t tokens() const { return tokens_; }
   int64_t k() const { return k_; }
@@ -88,9 +91,18 @@ class QuantizedActivations final {
   using RowFn = void (*)(const float*, int64_t, int8_t*, float*, int32_t*, float*, int32_t*);
   static RowFn row_function(Isa isa);
 
+  // rows [begin, end) of quantize() or, with weight, of quantize_rms_norm().
+  void quantize_rows(const float* x, const float* weight, float eps, int64_t begin, int64_t end, RowFn row_fn,
+                     float* normed);
+  void quantize_split(const float* x, const float* weight, float eps, int64_t tokens, Isa isa,
+                      ThreadPool* pool);
+
   int64_t tokens_ = 0;
   int64_t k_ = 0;
   size_t capacity_ = 0;
+  // quantize_rms_norm's normalised row: the calling thread's, and each pool thread's.
+  std::vector<float> row_;
+  PerThread<std::vector<float>> normed_;
   std::unique_ptr<int8_t[], void (*)(void*)> q_{nullptr, nullptr};
   std::vector<float> scale_;
   std::vector<int32_t> sum_;

@@ -330,24 +330,35 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
                                     [](const AttentionSequence& s) { return s.window > 0; });
   if (windowed && sink_q_.size() < static_cast<size_t>(n * c.q_dim()))
     sink_q_.resize(static_cast<size_t>(n * c.q_dim()));
-  for (int64_t t = 0; t < n; ++t) {
-    float* q = &q_[t * c.q_dim()];
-    float* k = &k_[t * c.kv_dim()];
-    if (c.qk_norm) {
-      backend_->rms_norm(q, l.q_norm.data(), q, c.num_heads, hd, eps);
-      backend_->rms_norm(k, l.k_norm.data(), k, c.num_kv_heads, hd, eps);
+  // Each token's Q/K norms, rotation and KV write touch only its own rows and slot: a prompt's
+  // tokens split over the pool where the backend allows it (the same bits either way).
+  auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* q = &q_[t * c.q_dim()];
+      float* k = &k_[t * c.kv_dim()];
+      if (c.qk_norm) {
+        backend_->rms_norm(q, l.q_norm.data(), q, c.num_heads, hd, eps);
+        backend_->rms_norm(k, l.k_norm.data(), k, c.num_kv_heads, hd, eps);
+      }
+      const int64_t pos = b.positions[static_cast<size_t>(t)];
+      const AttentionSequence& seq =
+          b.sequences[static_cast<size_t>(b.token_sequence[static_cast<size_t>(t)])];
+      if (seq.window > 0) {  // the sink's query: rotated at the position StreamingLLM gives the token
+        float* sq = &sink_q_[static_cast<size_t>(t * c.q_dim())];
+        std::copy_n(q, c.q_dim(), sq);
+        backend_->rope_qk(sq, c.num_heads, nullptr, 0, hd, pos - sink_gap(seq, pos),
+                          token_inv_freq_[static_cast<size_t>(t)], c.rope_pairing, rope_.attention_factor());
+      }
+      backend_->rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, token_inv_freq_[static_cast<size_t>(t)],
+                        c.rope_pairing, rope_.attention_factor());
+      cache.write(layer_index, b.slot_mapping[static_cast<size_t>(t)], k, &v_[t * c.kv_dim()]);
     }
-    const int64_t pos = b.positions[static_cast<size_t>(t)];
-    const AttentionSequence& seq = b.sequences[static_cast<size_t>(b.token_sequence[static_cast<size_t>(t)])];
-    if (seq.window > 0) {  // the sink's query: rotated at the position StreamingLLM gives the token
-      float* sq = &sink_q_[static_cast<size_t>(t * c.q_dim())];
-      std::copy_n(q, c.q_dim(), sq);
-      backend_->rope_qk(sq, c.num_heads, nullptr, 0, hd, pos - sink_gap(seq, pos),
-                        token_inv_freq_[static_cast<size_t>(t)], c.rope_pairing, rope_.attention_factor());
-    }
-    backend_->rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, token_inv_freq_[static_cast<size_t>(t)],
-                      c.rope_pairing, rope_.attention_factor());
-    cache.write(layer_index, b.slot_mapping[static_cast<size_t>(t)], k, &v_[t * c.kv_dim()]);
+  };
+  ThreadPool* pool = backend_->row_pool();
+  if (pool != nullptr && n >= kPoolRows) {
+    pool->parallel_for(n, rows);
+  } else {
+    rows(0, n);
   }
   const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   std::span<const AttentionSequence> sequences = b.sequences;

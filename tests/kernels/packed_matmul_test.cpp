@@ -114,6 +114,38 @@ TEST(QuantizeActivationsTest, FusedRmsNormEqualsNormThenQuantize) {
   }
 }
 
+// A batch split over a pool's threads (kPoolRows tokens or more) gives every row the bits of
+// the caller's own pass, for the plain and the fused-norm quantization, with a thread count that
+// does not divide the rows.
+TEST(QuantizeActivationsTest, PoolSplitEqualsOneThread) {
+  std::mt19937 rng(13);
+  ThreadPool pool(3);
+  for (const int64_t tokens : {kPoolRows, int64_t{37}}) {
+    const int64_t k = 896;
+    auto x = test::random_floats(static_cast<size_t>(tokens * k), rng);
+    auto weight = test::random_floats(static_cast<size_t>(k), rng);
+    for (const bool norm : {false, true}) {
+      QuantizedActivations split, alone;
+      if (norm) {
+        split.quantize_rms_norm(x.data(), weight.data(), 1e-6f, tokens, k, active_isa(), &pool);
+        alone.quantize_rms_norm(x.data(), weight.data(), 1e-6f, tokens, k, active_isa());
+      } else {
+        split.quantize(x.data(), tokens, k, active_isa(), &pool);
+        alone.quantize(x.data(), tokens, k, active_isa());
+      }
+      const auto nb = static_cast<size_t>(k / kQuantBlockValues);
+      for (int64_t t = 0; t < tokens; ++t) {
+        SCOPED_TRACE(testing::Message() << "tokens " << tokens << " norm " << norm << " row " << t);
+        ASSERT_EQ(0, std::memcmp(split.q(t), alone.q(t), static_cast<size_t>(k)));
+        ASSERT_EQ(0, std::memcmp(split.scale(t), alone.scale(t), nb * sizeof(float)));
+        ASSERT_EQ(0, std::memcmp(split.sum(t), alone.sum(t), nb * sizeof(int32_t)));
+        ASSERT_EQ(0, std::memcmp(split.scaled_sum(t), alone.scaled_sum(t), nb * sizeof(float)));
+        ASSERT_EQ(0, std::memcmp(split.half_sum(t), alone.half_sum(t), 2 * nb * sizeof(int32_t)));
+      }
+    }
+  }
+}
+
 struct Shape {
   int64_t tokens, rows, k;
 };
