@@ -1,5 +1,7 @@
 #include "kernels/f32_kernels.h"
 
+#include <cstring>
+
 #include "common/half.h"
 #include "kernels/simd.h"
 #include "tensor/dequantize.h"
@@ -33,9 +35,26 @@ void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
-constexpr F32Kernels kScalarKernels{dot_scalar, dot4_scalar, dequantize_row, f16_to_f32_scalar};
+void f32_to_f16_scalar(const float* src, int64_t n, std::byte* dst, size_t stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = f32_to_f16(src[i]);
+    std::memcpy(dst + static_cast<size_t>(i) * stride, &h, sizeof h);
+  }
+}
+
+constexpr F32Kernels kScalarKernels{dot_scalar, dot4_scalar, dequantize_row, f16_to_f32_scalar,
+                                    f32_to_f16_scalar};
 
 #if defined(__x86_64__)
+
+// `lanes` f16 values (bits) to dst, `stride` bytes apart.
+void put_f16(const uint16_t* h, int lanes, std::byte* dst, size_t stride) {
+  if (stride == sizeof(uint16_t)) {
+    std::memcpy(dst, h, static_cast<size_t>(lanes) * sizeof(uint16_t));
+    return;
+  }
+  for (int j = 0; j < lanes; ++j) std::memcpy(dst + static_cast<size_t>(j) * stride, &h[j], sizeof(uint16_t));
+}
 
 // ---------------------------------------------------------------------------------------------
 // AVX2 + FMA path: per row 4 accumulators of 8 lanes (32 values per step), masked tail.
@@ -92,6 +111,25 @@ INFERD_AVX2 void f16_to_f32_avx2(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
+// vcvtps2ph rounds to nearest even as f32_to_f16 does, and gives inf past the largest f16 and
+// f16 subnormals where it does; a NaN keeps its payload's top bits, so NaN lanes are set to
+// f32_to_f16's quiet NaN (sign | 0x7e00).
+INFERD_AVX2 void f32_to_f16_avx2(const float* src, int64_t n, std::byte* dst, size_t stride) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    alignas(16) uint16_t h[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(h),
+                    _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (const int nan = _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)); nan != 0) {
+      for (int j = 0; j < 8; ++j)
+        if ((nan >> j) & 1) h[j] = f32_to_f16(src[i + j]);
+    }
+    put_f16(h, 8, dst + static_cast<size_t>(i) * stride, stride);
+  }
+  f32_to_f16_scalar(src + i, n - i, dst + static_cast<size_t>(i) * stride, stride);
+}
+
 INFERD_AVX2 void dequantize_row_avx2(DType dtype, const std::byte* src, float* dst, int64_t num_values) {
   const int64_t blocks = num_values / 32;
   switch (dtype) {
@@ -135,7 +173,7 @@ INFERD_AVX2 void dequantize_row_avx2(DType dtype, const std::byte* src, float* d
   }
 }
 
-constexpr F32Kernels kAvx2Kernels{dot_avx2, dot4_avx2, dequantize_row_avx2, f16_to_f32_avx2};
+constexpr F32Kernels kAvx2Kernels{dot_avx2, dot4_avx2, dequantize_row_avx2, f16_to_f32_avx2, f32_to_f16_avx2};
 
 // ---------------------------------------------------------------------------------------------
 // AVX-512 path: per row 4 accumulators of 16 lanes (64 values per step), masked tail.
@@ -184,6 +222,28 @@ INFERD_AVX512 void f16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n)
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
   for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+INFERD_AVX512 void f32_to_f16_avx512(const float* src, int64_t n, std::byte* dst, size_t stride) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(src + i);
+    __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); nan != 0) {  // sign | 0x7e00
+      const __m256i sign =
+          _mm256_and_si256(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)),
+                           _mm256_set1_epi16(static_cast<short>(0x8000)));
+      h = _mm256_mask_blend_epi16(nan, h, _mm256_or_si256(sign, _mm256_set1_epi16(0x7e00)));
+    }
+    if (stride == sizeof(uint16_t)) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + static_cast<size_t>(i) * stride), h);
+    } else {
+      alignas(32) uint16_t lanes[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), h);
+      put_f16(lanes, 16, dst + static_cast<size_t>(i) * stride, stride);
+    }
+  }
+  f32_to_f16_scalar(src + i, n - i, dst + static_cast<size_t>(i) * stride, stride);
 }
 
 INFERD_AVX512 void dequantize_row_avx512(DType dtype, const std::byte* src, float* dst, int64_t num_values) {
@@ -239,7 +299,8 @@ INFERD_AVX512 void dequantize_row_avx512(DType dtype, const std::byte* src, floa
   }
 }
 
-constexpr F32Kernels kAvx512Kernels{dot_avx512, dot4_avx512, dequantize_row_avx512, f16_to_f32_avx512};
+constexpr F32Kernels kAvx512Kernels{dot_avx512, dot4_avx512, dequantize_row_avx512, f16_to_f32_avx512,
+                                    f32_to_f16_avx512};
 
 #endif  // __x86_64__
 

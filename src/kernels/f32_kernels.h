@@ -24,6 +24,9 @@ struct F32Kernels {
   void (*dequantize_row)(DType dtype, const std::byte* src, float* dst, int64_t num_values);
   // dst[i] = f16 src[i] as f32 (exact).
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  // The f16 bits of src[i] (f32_to_f16: nearest, ties to even; a NaN as its quiet NaN) at
+  // dst + i * stride: the KV cache's rows (stride 2) and its keys in groups of 16 slots.
+  void (*f32_to_f16)(const float* src, int64_t n, std::byte* dst, size_t stride);
 };
 
 // The kernels of one path; a path above detected_isa() must not be called.

@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "kernels/f32_kernels.h"
 
 namespace inferd {
 
@@ -98,12 +99,7 @@ void store(std::byte* dst, size_t stride, const float* src, int64_t n, KvDType d
       }
       for (int64_t i = 0; i < n; ++i) std::memcpy(dst + static_cast<size_t>(i) * stride, &src[i], 4);
       return;
-    case KvDType::kF16:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = f32_to_f16(src[i]);
-        std::memcpy(dst + static_cast<size_t>(i) * stride, &h, 2);
-      }
-      return;
+    case KvDType::kF16: return f32_kernels().f32_to_f16(src, n, dst, stride);
     case KvDType::kBF16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = f32_to_bf16(src[i]);

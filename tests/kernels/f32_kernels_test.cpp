@@ -84,6 +84,37 @@ TEST(F32KernelsTest, DequantizeRowIsBitIdenticalToScalarDecoder) {
   }
 }
 
+// f32 -> f16 on every path gives f32_to_f16's bits at any element stride: random bit patterns
+// (NaNs with payloads, infinities, f32 subnormals), every f16 value, the halfway points between
+// neighbours (ties to even), the overflow edge, over a length no vector width divides.
+TEST(F32KernelsTest, F32ToF16GivesTheScalarBitsAtAnyStride) {
+  std::mt19937 rng(21);
+  std::vector<float> src;
+  for (int i = 0; i < 4001; ++i) src.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  for (uint32_t h = 0; h < 0x7c00; h += 7) {
+    const float v = f16_to_f32(static_cast<uint16_t>(h)), next = f16_to_f32(static_cast<uint16_t>(h + 1));
+    src.push_back(v);
+    src.push_back(-(v + (next - v) / 2));  // exactly halfway (f32 holds it)
+  }
+  for (float v : {65504.0f, 65519.0f, 65519.996f, 65520.0f, 1e-8f, 2.9802322e-8f, 5.9604645e-8f, -0.0f})
+    src.push_back(v);
+  const auto n = static_cast<int64_t>(src.size());
+  for (const size_t stride : {size_t{2}, size_t{6}, size_t{32}}) {
+    std::vector<std::byte> want(static_cast<size_t>(n) * stride, std::byte{0x5a});
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = f32_to_f16(src[static_cast<size_t>(i)]);
+      std::memcpy(want.data() + static_cast<size_t>(i) * stride, &h, 2);
+    }
+    for (Isa isa : runnable_paths()) {
+      std::vector<std::byte> got(want.size(), std::byte{0x5a});  // the bytes between stay untouched
+      f32_kernels(isa).f32_to_f16(src.data(), n, got.data(), stride);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " stride " << stride << " byte " << i << " of value "
+                                   << src[i / stride];
+    }
+  }
+}
+
 TEST(F32KernelsTest, F16ConversionIsExactForEveryValue) {
   std::vector<uint16_t> all(65536 + 5);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
