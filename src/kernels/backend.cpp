@@ -179,7 +179,8 @@ class CpuBackend final : public CpuKernelOps {
   }
 
   void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
-               const float* inv_freq, RopePairing pairing, float scale) override {
+               const float* inv_freq, RopePairing pairing, float scale, const float* cos_sin) override {
+    if (cos_sin != nullptr) return rope_qk_table(q, num_q_heads, k, num_kv_heads, head_dim, cos_sin, pairing);
     inferd::rope_qk(q, num_q_heads, k, num_kv_heads, head_dim, pos, inv_freq, pairing, scale);
   }
 

@@ -93,8 +93,11 @@ class Backend {
   virtual void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n,
                         float eps) = 0;
   // RoPE of every query and key head of one token at `pos`, cos and sin multiplied by `scale`.
+  // cos_sin: null, or rope_cos_sin's values for (pos, inv_freq, scale), which the backend may
+  // take instead of computing them (a prompt's tokens compute them once for every layer).
   virtual void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim,
-                       int64_t pos, const float* inv_freq, RopePairing pairing, float scale) = 0;
+                       int64_t pos, const float* inv_freq, RopePairing pairing, float scale,
+                       const float* cos_sin) = 0;
   // out = silu(gate) * up, n values.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   // The pool over which the model may split per-token work that calls rms_norm() and rope_qk()

@@ -60,6 +60,41 @@ void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int6
   }
 }
 
+void rope_cos_sin(int64_t pos, const float* inv_freq, int64_t head_dim, float scale, float* cos_sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    cos_sin[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+    cos_sin[half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
+  }
+}
+
+void rope_qk_table(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim,
+                   const float* cos_sin, RopePairing pairing) {
+  const int64_t half = head_dim / 2;
+  const float* cs = cos_sin;
+  const float* sn = cos_sin + half;
+  // Head by head, pair by pair: NeoX pairs (i, i + half) are two contiguous runs, which the
+  // compiler vectorises.
+  auto rotate = [&](float* v) {
+    if (pairing == RopePairing::kNeox) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * cs[i] - b * sn[i];
+        v[i + half] = b * cs[i] + a * sn[i];
+      }
+    } else {
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * cs[i] - b * sn[i];
+        v[2 * i + 1] = b * cs[i] + a * sn[i];
+      }
+    }
+  };
+  for (int64_t h = 0; h < num_q_heads; ++h) rotate(q + h * head_dim);
+  for (int64_t h = 0; h < num_kv_heads; ++h) rotate(k + h * head_dim);
+}
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

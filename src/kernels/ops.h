@@ -26,6 +26,14 @@ void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t pos, const floa
 void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
              const float* inv_freq, RopePairing pairing, float scale = 1.0f);
 
+// The cosines and sines rope_qk rotates a token at `pos` by, times `scale`: cos_sin[i] and
+// cos_sin[head_dim / 2 + i] for pair i. A prompt's tokens take them once for every layer.
+void rope_cos_sin(int64_t pos, const float* inv_freq, int64_t head_dim, float scale, float* cos_sin);
+
+// rope_qk with the rotation's cosines and sines from rope_cos_sin (bit-identical to rope_qk).
+void rope_qk_table(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim,
+                   const float* cos_sin, RopePairing pairing);
+
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 

@@ -144,6 +144,7 @@ void Transformer::reserve(int64_t n) {
   grow(proj_, c.hidden_size);
   if (c.rope_scaling.type == RopeScalingType::kDynamic) grow(own_inv_freq_, rope_.size());
   token_inv_freq_.resize(static_cast<size_t>(n));
+  grow(token_cos_sin_, n * c.head_dim);
   capacity_ = n;
 }
 
@@ -156,6 +157,20 @@ void Transformer::prepare_rope(std::span<const int32_t> positions) {
     float* row = &own_inv_freq_[t * static_cast<size_t>(rope_.size())];
     rope_.compute(positions[t], row);
     token_inv_freq_[t] = row;
+  }
+  // Each token's rotation, once for every layer (each row alone: the same bits however split).
+  const int64_t hd = config().head_dim;
+  const auto n = static_cast<int64_t>(positions.size());
+  auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      rope_cos_sin(positions[static_cast<size_t>(t)], token_inv_freq_[static_cast<size_t>(t)], hd,
+                   rope_.attention_factor(), &token_cos_sin_[static_cast<size_t>(t * hd)]);
+  };
+  ThreadPool* pool = backend_->row_pool();
+  if (pool != nullptr && n >= kPoolRows) {
+    pool->parallel_for(n, rows);
+  } else {
+    rows(0, n);
   }
 }
 
@@ -347,10 +362,12 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
         float* sq = &sink_q_[static_cast<size_t>(t * c.q_dim())];
         std::copy_n(q, c.q_dim(), sq);
         backend_->rope_qk(sq, c.num_heads, nullptr, 0, hd, pos - sink_gap(seq, pos),
-                          token_inv_freq_[static_cast<size_t>(t)], c.rope_pairing, rope_.attention_factor());
+                          token_inv_freq_[static_cast<size_t>(t)], c.rope_pairing, rope_.attention_factor(),
+                          nullptr);
       }
       backend_->rope_qk(q, c.num_heads, k, c.num_kv_heads, hd, pos, token_inv_freq_[static_cast<size_t>(t)],
-                        c.rope_pairing, rope_.attention_factor());
+                        c.rope_pairing, rope_.attention_factor(),
+                        &token_cos_sin_[static_cast<size_t>(t * hd)]);
       cache.write(layer_index, b.slot_mapping[static_cast<size_t>(t)], k, &v_[t * c.kv_dim()]);
     }
   };

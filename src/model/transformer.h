@@ -162,6 +162,7 @@ class Transformer final {
   const ModelWeights& weights_;
   std::unique_ptr<Backend> backend_;
   RopeFrequencies rope_;
+  std::vector<float> token_cos_sin_;          // [T][head_dim] each token's rope_cos_sin, for every layer
   std::vector<const float*> token_inv_freq_;  // [T] each token's frequencies: rope_'s or a row below
   std::vector<float> own_inv_freq_;           // [T, head_dim / 2] tokens with their own (dynamic NTK)
   std::vector<LayerLinears> layers_;

@@ -461,7 +461,14 @@ TEST(BackendOpsTest, NormRopeActivationAndEmbeddingMatchTheirReferences) {
         std::vector<float> q = q0, k = k0;
         const int64_t pos = 1234;
         const float scale = pairing == RopePairing::kNeox ? 1.0f : 1.125f;  // YaRN's attention factor
-        b->rope_qk(q.data(), heads, k.data(), kv_heads, hd, pos, inv_freq.data(), pairing, scale);
+        b->rope_qk(q.data(), heads, k.data(), kv_heads, hd, pos, inv_freq.data(), pairing, scale, nullptr);
+        // With the angles' table the caller computed: the same bits.
+        std::vector<float> cos_sin(static_cast<size_t>(hd)), qt = q0, kt = k0;
+        rope_cos_sin(pos, inv_freq.data(), hd, scale, cos_sin.data());
+        b->rope_qk(qt.data(), heads, kt.data(), kv_heads, hd, pos, inv_freq.data(), pairing, scale,
+                   cos_sin.data());
+        EXPECT_EQ(qt, q) << label(kind, isa);
+        EXPECT_EQ(kt, k) << label(kind, isa);
         for (auto [got, orig, nh] : {std::tuple{&q, &q0, heads}, std::tuple{&k, &k0, kv_heads}}) {
           std::vector<double> want(orig->size());
           for (int64_t h = 0; h < nh; ++h) {

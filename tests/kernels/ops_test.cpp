@@ -96,5 +96,28 @@ TEST(OpsTest, RopeQkEqualsSeparateRotations) {
   }
 }
 
+// The rotation from a table of the angles' cosines and sines (computed once per token for every
+// layer) equals rope_qk bit for bit: both pairings, a scale, an odd number of heads.
+TEST(OpsTest, RopeQkTableEqualsRopeQk) {
+  std::mt19937 rng(5);
+  for (const int64_t hd : {64, 128, 6}) {
+    auto inv = rope_inverse_frequencies(hd, 1000000.0);
+    for (RopePairing pairing : {RopePairing::kNeox, RopePairing::kInterleaved}) {
+      for (int64_t pos : {0, 1, 37, 4095, 131071}) {
+        const float scale = pos % 2 == 0 ? 1.0f : 1.0693f;
+        auto q = test::random_floats(static_cast<size_t>(7 * hd), rng);
+        auto k = test::random_floats(static_cast<size_t>(3 * hd), rng);
+        auto q2 = q, k2 = k;
+        rope_qk(q.data(), 7, k.data(), 3, hd, pos, inv.data(), pairing, scale);
+        std::vector<float> cos_sin(static_cast<size_t>(hd));
+        rope_cos_sin(pos, inv.data(), hd, scale, cos_sin.data());
+        rope_qk_table(q2.data(), 7, k2.data(), 3, hd, cos_sin.data(), pairing);
+        EXPECT_EQ(q, q2) << hd << " " << pos;
+        EXPECT_EQ(k, k2) << hd << " " << pos;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd

@@ -285,8 +285,9 @@ class CudaBackend final : public CpuKernelOps {
     from_device(y, normed_.as<float>(), rows * n);
   }
 
+  // The device computes its own angles from pos (cos_sin, the host's copy of them, is not needed).
   void rope_qk(float* q, int64_t num_q_heads, float* k, int64_t num_kv_heads, int64_t head_dim, int64_t pos,
-               const float* inv_freq, RopePairing pairing, float scale) override {
+               const float* inv_freq, RopePairing pairing, float scale, const float* /*cos_sin*/) override {
     float* dq = to_device(x_, q, num_q_heads * head_dim);
     float* dk = to_device(k_, k, num_kv_heads * head_dim);
     const int64_t* dpos = to_device(pos_dev_, &pos, 1);
