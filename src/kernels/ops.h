@@ -5,10 +5,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
+
 namespace inferd {
 
-// y = x / sqrt(mean(x^2) + eps) * weight, over one row of n values. y may alias x.
+// y = x / sqrt(mean(x^2) + eps) * weight, over one row of n values. y may alias x. The sum of
+// squares is taken in double in 16 interleaved partial sums and a fixed tree, so every ISA path
+// (`isa`: tests; active_isa() otherwise) gives the same bits.
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
+void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps, Isa isa);
 
 // Inverse frequencies theta^(-2i/head_dim), i < head_dim/2, rounded as Hugging Face does in f32.
 std::vector<float> rope_inverse_frequencies(int64_t head_dim, double theta);

@@ -27,6 +27,23 @@ TEST(OpsTest, RmsNormMatchesDefinition) {
   }
 }
 
+// Every path's norm has the scalar path's bits (its sum of squares in the same 16 lanes and tree),
+// at lengths around the vector width.
+TEST(OpsTest, RmsNormSameBitsOnEveryPath) {
+  std::mt19937 rng(6);
+  for (int64_t n : {1, 7, 15, 16, 17, 31, 33, 576, 896, 1001}) {
+    auto x = test::random_floats(static_cast<size_t>(n), rng, -30, 30);
+    auto w = test::random_floats(static_cast<size_t>(n), rng);
+    std::vector<float> want(static_cast<size_t>(n));
+    rms_norm(x.data(), w.data(), want.data(), n, 1e-6f, Isa::kScalar);
+    for (Isa isa : test::runnable_paths()) {
+      std::vector<float> got(static_cast<size_t>(n));
+      rms_norm(x.data(), w.data(), got.data(), n, 1e-6f, isa);
+      EXPECT_EQ(got, want) << isa_name(isa) << " n " << n;
+    }
+  }
+}
+
 TEST(OpsTest, RopeNeoxMatchesRotateHalfFormula) {
   const int64_t hd = 8;
   auto inv = rope_inverse_frequencies(hd, 10000.0);
