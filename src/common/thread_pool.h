@@ -115,4 +115,16 @@ class PerThread final {
   std::vector<T> items_;
 };
 
+// fn(begin, end) over the rows [0, n): split over `pool` (parallel_for) from kPoolRows rows on,
+// else one call on the calling thread (also without a pool). For per-row work whose rows do not
+// depend on each other.
+template <typename Fn>
+void for_rows(ThreadPool* pool, int64_t n, Fn&& fn) {
+  if (pool != nullptr && n >= kPoolRows) {
+    pool->parallel_for(n, fn);
+  } else {
+    fn(int64_t{0}, n);
+  }
+}
+
 }  // namespace inferd

@@ -110,14 +110,9 @@ class CpuBackend final : public CpuKernelOps {
     if (norm_weight != nullptr) {
       grow(normed_, tokens * k);
       float* y = normed_.data();
-      auto rows = [&](int64_t begin, int64_t end) {
+      for_rows(&pool_, tokens, [&](int64_t begin, int64_t end) {
         rms_norm(x + begin * k, norm_weight, y + begin * k, end - begin, k, eps);
-      };
-      if (tokens >= kPoolRows) {
-        pool_.parallel_for(tokens, rows);
-      } else {
-        rows(0, tokens);
-      }
+      });
       in = y;
     }
     if (const auto* p = dynamic_cast<const PackedLinear*>(&w))

@@ -1671,17 +1671,20 @@ void QuantizedActivations::quantize_split(const float* x, const float* weight, f
                                           Isa isa, ThreadPool* pool) {
   const RowFn row_fn = row_function(isa);
   const auto k = static_cast<size_t>(k_);
-  if (pool == nullptr || tokens < kPoolRows) {
-    if (weight != nullptr && row_.size() < k) row_.resize(k);
-    return quantize_rows(x, weight, eps, 0, tokens, row_fn, row_.data());
-  }
-  if (weight != nullptr) {
-    normed_.prepare(*pool, [&](std::vector<float>& v) {
+  const bool split = pool != nullptr && tokens >= kPoolRows;
+  if (weight != nullptr) {  // the normalised rows: the caller's alone, or every pool thread's
+    auto grow = [&](std::vector<float>& v) {
       if (v.size() < k) v.resize(k);
-    });
+    };
+    if (split) {
+      normed_.prepare(*pool, grow);
+    } else {
+      grow(row_);
+    }
   }
-  pool->parallel_for(tokens, [&](int64_t begin, int64_t end) {
-    quantize_rows(x, weight, eps, begin, end, row_fn, weight != nullptr ? normed_.mine().data() : nullptr);
+  for_rows(split ? pool : nullptr, tokens, [&](int64_t begin, int64_t end) {
+    float* normed = weight == nullptr ? nullptr : split ? normed_.mine().data() : row_.data();
+    quantize_rows(x, weight, eps, begin, end, row_fn, normed);
   });
 }
 
@@ -2222,13 +2225,9 @@ const uint16_t* activations_as_bf16(const float* x, int64_t tokens, int64_t k, i
   const auto need = static_cast<size_t>((tokens + kAmxTokens - 1) * kb);
   if (buf.size() < need) buf.resize(need);
   uint16_t* out = buf.data();
-  if (tokens < 16) {
-    round_to_bf16(x, tokens, k, kb, out, isa);
-  } else {
-    pool.parallel_for(tokens, [&](int64_t begin, int64_t end) {
-      round_to_bf16(x + begin * k, end - begin, k, kb, out + begin * kb, isa);
-    });
-  }
+  for_rows(&pool, tokens, [&](int64_t begin, int64_t end) {
+    round_to_bf16(x + begin * k, end - begin, k, kb, out + begin * kb, isa);
+  });
   return out;
 }
 

@@ -166,12 +166,7 @@ void Transformer::prepare_rope(std::span<const int32_t> positions) {
       rope_cos_sin(positions[static_cast<size_t>(t)], token_inv_freq_[static_cast<size_t>(t)], hd,
                    rope_.attention_factor(), &token_cos_sin_[static_cast<size_t>(t * hd)]);
   };
-  ThreadPool* pool = backend_->row_pool();
-  if (pool != nullptr && n >= kPoolRows) {
-    pool->parallel_for(n, rows);
-  } else {
-    rows(0, n);
-  }
+  for_rows(backend_->row_pool(), n, rows);
 }
 
 Status Transformer::validate(const ForwardBatch& b, const KvCache& cache, size_t logits_size,
@@ -371,12 +366,7 @@ Status Transformer::attention_block(const LayerWeights& l, int64_t layer_index, 
       cache.write(layer_index, b.slot_mapping[static_cast<size_t>(t)], k, &v_[t * c.kv_dim()]);
     }
   };
-  ThreadPool* pool = backend_->row_pool();
-  if (pool != nullptr && n >= kPoolRows) {
-    pool->parallel_for(n, rows);
-  } else {
-    rows(0, n);
-  }
+  for_rows(backend_->row_pool(), n, rows);
   const AttentionShape shape{c.num_heads, c.num_kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   std::span<const AttentionSequence> sequences = b.sequences;
   if (windowed) {
