@@ -1236,10 +1236,12 @@ INFERD_AVX512_BF16 void bf16_tile_dp_avx512(const FloatTileArgs& a) {
     for (int j = 0; j < T; ++j) acc[j][t][0] = acc[j][t][1] = _mm512_setzero_ps();
     row[t] = a.xb + t * a.kb;
   }
-  const int64_t full = a.k / 2;
+  // Pairs of inputs, an odd K's last input paired with a zero (stored in the tile and in the
+  // rounded activations' row).
+  const int64_t pairs = (a.k + 1) / 2;
   int64_t p = 0;
-  for (; p + 2 <= full; p += 2) {                                   // two pairs per iteration: one per chain
-    if (T == 1 && NT <= 2 && p + kBf16PrefetchPairs + 2 <= full) {  // decode streams the tile once
+  for (; p + 2 <= pairs; p += 2) {                                   // two pairs per iteration: one per chain
+    if (T == 1 && NT <= 2 && p + kBf16PrefetchPairs + 2 <= pairs) {  // decode streams the tile once
       _mm_prefetch(reinterpret_cast<const char*>(a.tile + static_cast<size_t>(p + kBf16PrefetchPairs) * 64),
                    _MM_HINT_T0);
       _mm_prefetch(
@@ -1264,7 +1266,7 @@ INFERD_AVX512_BF16 void bf16_tile_dp_avx512(const FloatTileArgs& a) {
       }
     }
   }
-  if (2 * p < a.k) {  // a last pair (full, or an odd K's last input, its partner a stored zero)
+  if (p < pairs) {  // a last pair, p even
     for (int j = 0; j < T; ++j) {
       const __m512bh wp = load_pair(tile[j] + static_cast<size_t>(p) * 64);
       for (int t = 0; t < NT; ++t)  // p is even here: chain 0 (a constant index keeps acc in registers)

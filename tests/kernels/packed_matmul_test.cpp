@@ -630,7 +630,7 @@ TEST(FloatMatmulTest, EveryPathMatchesScalarAndTheDoubleProduct) {
   std::mt19937 rng(21);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8_E4M3}) {
     for (Shape s : {Shape{1, 1, 1}, Shape{3, 17, 37}, Shape{9, 16, 64}, Shape{12, 33, 100}, Shape{1, 40, 896},
-                    Shape{20, 17, 101}}) {
+                    Shape{20, 17, 101}, Shape{29, 35, 67}}) {
       SCOPED_TRACE(std::string(dtype_info(dtype).name) + " T=" + std::to_string(s.tokens) +
                    " N=" + std::to_string(s.rows) + " K=" + std::to_string(s.k));
       std::vector<std::byte> storage;
