@@ -269,9 +269,8 @@ BENCHMARK(BM_F32Matmul)
 // activations rounded to bf16), what float models run by default.
 // Qwen2.5-0.5B's gate/up shape (4864 x 896); BM_FloatMatmulDown: its down projection (896 x
 // 4864), where a tile's K is 5.4x longer.
-void float_matmul_bench(benchmark::State& state, int64_t n, int64_t k) {
+void float_matmul_bench(benchmark::State& state, int64_t n, int64_t k, int64_t tokens) {
   const auto dtype = static_cast<DType>(state.range(0));
-  const int64_t tokens = state.range(1);
   RandomWeight w = random_weight(dtype, n, k);
   const TensorView* parts[] = {&w.view};
   auto packed = PackedWeight::pack(parts);
@@ -290,7 +289,7 @@ void float_matmul_bench(benchmark::State& state, int64_t n, int64_t k) {
   report_matmul(state, dtype, tokens, n, k, packed->num_bytes());
 }
 void BM_FloatMatmul(benchmark::State& state) {
-  float_matmul_bench(state, 4864, 896);
+  float_matmul_bench(state, 4864, 896, state.range(1));
 }
 BENCHMARK(BM_FloatMatmul)
     ->ArgsProduct({{static_cast<int64_t>(DType::kF32), static_cast<int64_t>(DType::kF16),
@@ -299,10 +298,25 @@ BENCHMARK(BM_FloatMatmul)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 void BM_FloatMatmulDown(benchmark::State& state) {
-  float_matmul_bench(state, 896, 4864);
+  float_matmul_bench(state, 896, 4864, state.range(1));
 }
 BENCHMARK(BM_FloatMatmulDown)
     ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kBF16)}, {512}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The two register blockings of the F32 / F16 fma kernels (FloatBlocking: 0 pairs of tiles, 1
+// one wide tile) at 512 tokens on the gate/up shape, whichever this CPU defaults to.
+void BM_FloatBlocking(benchmark::State& state) {
+  const FloatBlocking saved = float_blocking();
+  set_float_blocking(static_cast<FloatBlocking>(state.range(1)));
+  float_matmul_bench(state, 4864, 896, 512);
+  set_float_blocking(saved);
+  state.SetLabel(std::string(dtype_info(static_cast<DType>(state.range(0))).name) + " T=512 " +
+                 (state.range(1) == 0 ? "pairs" : "wide"));
+}
+BENCHMARK(BM_FloatBlocking)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kF32), static_cast<int64_t>(DType::kF16)}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

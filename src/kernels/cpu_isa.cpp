@@ -106,6 +106,27 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
+bool cpu_splits_512bit_ops() {
+#if defined(__x86_64__)
+  static const bool splits = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (static_cast<int>(detected_isa()) < static_cast<int>(Isa::kAvx512) ||
+        !__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+      return false;
+    // "AuthenticAMD" in EBX, EDX, ECX; the family is CPUID.1:EAX's base family (bits 8..11)
+    // plus its extended family (bits 20..27) where the base is 0xf.
+    const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+    if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned base = eax >> 8 & 0xfu;
+    const unsigned family = base == 0xfu ? base + (eax >> 20 & 0xffu) : base;
+    return family == 0x19u;
+  }();
+  return splits;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_amx_bf16() {
 #if defined(__x86_64__)
   static const bool has = [] {

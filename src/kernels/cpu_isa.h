@@ -22,6 +22,11 @@ Isa detected_isa();
 // and above, and compute the same sums with fmas elsewhere.
 bool cpu_has_avx512_bf16();
 
+// Whether the CPU runs a 512-bit vector instruction as two 256-bit halves, so that it retires
+// one 512-bit fma per cycle where Zen 5 and the Xeons retire two: AMD's family 0x19 (Zen 4, the
+// only one of that family with AVX-512). The float prefill kernels pick their register blocking
+// by it (packed_matmul.h, FloatBlocking).
+bool cpu_splits_512bit_ops();
 // Whether the AMX path may use AMX-BF16 tiles (the CPU has them; implies detected_isa() == kAmx).
 bool cpu_has_amx_bf16();
 

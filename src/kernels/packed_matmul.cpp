@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include <sys/mman.h>
 
@@ -25,8 +26,9 @@ namespace inferd {
 
 namespace {
 
-constexpr int kMaxTokens = 8;   // tokens per pass over a tile's weights
-constexpr int kAmxTokens = 16;  // the same on the AMX path (one tile of activations)
+constexpr int kMaxTokens = 8;    // tokens per pass over a tile's weights
+constexpr int kWideTokens = 12;  // the same for F32 and F16 under FloatBlocking::kWide
+constexpr int kAmxTokens = 16;   // the same on the AMX path (one tile of activations)
 constexpr int64_t kPrefetchBlocks = 6;
 constexpr size_t kAlign = 64;
 
@@ -1339,11 +1341,12 @@ FloatTileFn float_tile_kernel(Isa isa, int num_tokens) {
     return float_tile_scalar<DT>;
   }
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
-    static constexpr FloatTileFn table[kMaxTokens] = {
-        float_tile_avx512<DT, 1, 1>, float_tile_avx512<DT, 1, 2>, float_tile_avx512<DT, 1, 3>,
-        float_tile_avx512<DT, 1, 4>, float_tile_avx512<DT, 1, 5>, float_tile_avx512<DT, 1, 6>,
-        float_tile_avx512<DT, 1, 7>, float_tile_avx512<DT, 1, 8>};
-    return table[num_tokens - 1];
+    // Up to kWideTokens (FloatBlocking::kWide, F32 and F16); F8_E4M3 takes up to kMaxTokens.
+    static constexpr auto table = []<size_t... I>(std::index_sequence<I...>) {
+      return std::array<FloatTileFn, sizeof...(I)>{float_tile_avx512<DT, 1, static_cast<int>(I) + 1>...};
+    }
+    (std::make_index_sequence < DT == DType::kF8_E4M3 ? kMaxTokens : kWideTokens > {});
+    return table[static_cast<size_t>(num_tokens - 1)];
   }
 #else
   (void)isa;
@@ -1534,6 +1537,9 @@ class AmxWeightCache final {
 // -1 until first read: INFERD_AMX_INT8, or set_amx_int8_kernel.
 std::atomic<int> g_amx_int8_kernel{-1};
 
+// -1 until first read: INFERD_FLOAT_BLOCKING or the CPU's default, or set_float_blocking.
+std::atomic<int> g_float_blocking{-1};
+
 // Identifies one AMX matmul call (a cache entry of an earlier call never matches).
 uint64_t next_amx_call() {
   static std::atomic<uint64_t> counter{0};
@@ -1553,14 +1559,22 @@ struct TokenGroups {
   int tail = kMaxTokens;
 };
 
+// Whether a float matmul of `tokens` by w runs one tile for up to kWideTokens tokens per kernel
+// call (FloatBlocking::kWide).
+bool wide_tiles(Isa isa, const PackedWeight& w, int64_t tokens) {
+  return w.is_float() && (w.dtype() == DType::kF32 || w.dtype() == DType::kF16) && tokens >= kPairMinTokens &&
+         static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512) && float_blocking() == FloatBlocking::kWide;
+}
+
 // Whether a float matmul of `tokens` by w runs two tiles per kernel call (float_pair_kernel).
 bool pairs_tiles(Isa isa, const PackedWeight& w, int64_t tokens) {
-  return w.is_float() && tokens >= kPairMinTokens && !amx_bf16_path(isa, w) &&
+  return w.is_float() && tokens >= kPairMinTokens && !amx_bf16_path(isa, w) && !wide_tiles(isa, w, tokens) &&
          float_pair_kernel(isa, w.dtype(), 1) != nullptr;
 }
 
 TokenGroups token_groups(Isa isa, const PackedWeight& w, int64_t tokens) {
   if (pairs_tiles(isa, w, tokens)) return {kPairTokens, kPairTokens};
+  if (wide_tiles(isa, w, tokens)) return {kWideTokens, kWideTokens};
   if (amx_bf16_path(isa, w)) return {kAmxTokens, kAmxTokens};
   if (isa == Isa::kAmx && !w.is_float()) return {kAmxTokens, kMaxTokens};
   return {};
@@ -1620,6 +1634,29 @@ AmxInt8Kernel amx_int8_kernel() {
 
 void set_amx_int8_kernel(AmxInt8Kernel kernel) {
   g_amx_int8_kernel.store(static_cast<int>(kernel), std::memory_order_relaxed);
+}
+
+FloatBlocking float_blocking() {
+  int b = g_float_blocking.load(std::memory_order_relaxed);
+  if (b < 0) {
+    b = static_cast<int>(cpu_splits_512bit_ops() ? FloatBlocking::kWide : FloatBlocking::kPairs);
+    if (const char* env = std::getenv("INFERD_FLOAT_BLOCKING"); env != nullptr) {
+      const std::string_view v(env);
+      if (v == "pairs" || v == "wide") {
+        b = static_cast<int>(v == "wide" ? FloatBlocking::kWide : FloatBlocking::kPairs);
+      } else {
+        log_warning(std::string("INFERD_FLOAT_BLOCKING=") + env +
+                    " is not one of pairs|wide; using the CPU's default");
+      }
+    }
+    int expected = -1;
+    if (!g_float_blocking.compare_exchange_strong(expected, b, std::memory_order_relaxed)) b = expected;
+  }
+  return static_cast<FloatBlocking>(b);
+}
+
+void set_float_blocking(FloatBlocking blocking) {
+  g_float_blocking.store(static_cast<int>(blocking), std::memory_order_relaxed);
 }
 
 void quantize_activations_reference(const float* x, int64_t k, int8_t* q, float* scale, int32_t* sum,

@@ -185,6 +185,23 @@ enum class AmxInt8Kernel { kPipelined, kPingPong };
 AmxInt8Kernel amx_int8_kernel();
 void set_amx_int8_kernel(AmxInt8Kernel kernel);
 
+// How the AVX-512 fma kernels of F32 and F16 weights block their registers for 4 tokens and more
+// (both give the same bits: every output's two chains are the same instructions in the same order):
+// - kPairs: two tiles of 16 rows per call, up to 6 tokens; one activation broadcast per two fmas.
+//   Where 512-bit fmas issue two per cycle (Zen 5, the Xeons) the broadcasts of one tile per call
+//   held the fmas back (BENCHMARKS.md, "Two tiles per kernel call").
+// - kWide: one tile per call, up to 12 tokens; one weight conversion (F16 to f32) per 24 fmas
+//   instead of two per 24. Where a 512-bit fma takes a whole cycle (Zen 4,
+//   cpu_splits_512bit_ops) the conversions, not the broadcasts, held the pairs back
+//   (BENCHMARKS.md, "Float prefill on Zen 4").
+// The default is kWide where cpu_splits_512bit_ops(), kPairs elsewhere; INFERD_FLOAT_BLOCKING=
+// pairs|wide picks one (read once, at first use); set_float_blocking overrides it (tests,
+// benchmarks), from one thread with no matmul running. BF16 keeps its pairs of tiles and F8_E4M3
+// its one tile of up to 8 tokens either way.
+enum class FloatBlocking { kPairs, kWide };
+FloatBlocking float_blocking();
+void set_float_blocking(FloatBlocking blocking);
+
 // y = x w^T (+ bias) for every part of a block-quantized w: outputs[p] receives part p. With a
 // SwiGLU-packed w, one output receives silu(gate) * up ([tokens, intermediate]), or two outputs
 // receive gate and up as they are (bit-identical to what the fused epilogue starts from). Runs the active

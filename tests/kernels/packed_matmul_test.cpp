@@ -405,15 +405,38 @@ TEST(FloatMatmulTest, SwigluWithTwoOutputsGivesGateAndUpAsTheSeparateMatmuls) {
   }
 }
 
-// Float weights run two tiles per kernel call from kPairMinTokens tokens on: a fused Q, K, V
-// weight whose pairs of tiles straddle its parts (tiles 0-1 Q, 2-3 Q's last and K, 4-5 V) gives
-// each part, bias included, the bits of the part alone (whose tiles pair differently), and of
-// each token alone (one tile per call), on every path.
+// One float register blocking for the guard's lifetime; the one before after.
+class ScopedFloatBlocking final {
+ public:
+  explicit ScopedFloatBlocking(FloatBlocking blocking) : saved_(float_blocking()) {
+    set_float_blocking(blocking);
+  }
+  ~ScopedFloatBlocking() { set_float_blocking(saved_); }
+  ScopedFloatBlocking(const ScopedFloatBlocking&) = delete;
+  ScopedFloatBlocking& operator=(const ScopedFloatBlocking&) = delete;
+
+ private:
+  FloatBlocking saved_;
+};
+
+const char* blocking_name(FloatBlocking b) {
+  return b == FloatBlocking::kPairs ? "pairs" : "wide";
+}
+
+// Float weights run two tiles per kernel call from kPairMinTokens tokens on (FloatBlocking::kPairs;
+// BF16 always), or one tile for up to 12 tokens (kWide, F32 and F16): a fused Q, K, V weight whose
+// pairs of tiles straddle its parts (tiles 0-1 Q, 2-3 Q's last and K, 4-5 V) gives each part, bias
+// included, the bits of the part alone (whose tiles pair differently), and of each token alone
+// (one tile per call), on every path and with either blocking.
 TEST(FloatMatmulTest, FusedPartsEqualSeparateMatmulsAndTokensAlone) {
   ThreadPool pool(2);
   std::mt19937 rng(31);
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8_E4M3}) {
-    SCOPED_TRACE(dtype_info(dtype).name);
+  for (auto [dtype, blocking] :
+       {std::pair{DType::kF32, FloatBlocking::kPairs}, std::pair{DType::kF32, FloatBlocking::kWide},
+        std::pair{DType::kF16, FloatBlocking::kPairs}, std::pair{DType::kF16, FloatBlocking::kWide},
+        std::pair{DType::kBF16, FloatBlocking::kWide}, std::pair{DType::kF8_E4M3, FloatBlocking::kWide}}) {
+    SCOPED_TRACE(std::string(dtype_info(dtype).name) + " " + blocking_name(blocking));
+    const ScopedFloatBlocking scoped(blocking);
     const int64_t cols = 75;
     std::vector<std::byte> sq, sk, sv;
     TensorView q = test::random_tensor(dtype, 40, cols, rng, &sq);
@@ -427,7 +450,7 @@ TEST(FloatMatmulTest, FusedPartsEqualSeparateMatmulsAndTokensAlone) {
     const TensorView* views[] = {&q, &k, &v};
     const float* biases[] = {bias.data(), bias.data() + 40, bias.data() + 47};
     for (Isa isa : paths()) {
-      for (int64_t tokens : {19, 5, 4}) {
+      for (int64_t tokens : {27, 19, 5, 4}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " T=" + std::to_string(tokens));
         auto x = test::random_floats(static_cast<size_t>(tokens * cols), rng);
         std::vector<float> yq(static_cast<size_t>(tokens * 40)), yk(static_cast<size_t>(tokens * 7)),
@@ -623,8 +646,8 @@ TEST(QuantMatmulTest, PackedBlockFormatsAreNoLargerThanTheFile) {
 }
 
 // Float weights: every path bit-identical (for BF16 the vdpbf16ps path, where the CPU has it,
-// and the fma paths), within f32 rounding of the double product, odd sizes included; a token's
-// outputs do not depend on the batch.
+// and the fma paths; F32 and F16 with either register blocking), within f32 rounding of the double
+// product, odd sizes included; a token's outputs do not depend on the batch.
 TEST(FloatMatmulTest, EveryPathMatchesScalarAndTheDoubleProduct) {
   ThreadPool pool(3);
   std::mt19937 rng(21);
@@ -649,16 +672,19 @@ TEST(FloatMatmulTest, EveryPathMatchesScalarAndTheDoubleProduct) {
       const auto want = reference(w, xr, s.tokens, bias.data());
       std::vector<float> scalar(static_cast<size_t>(s.tokens * s.rows)), active;
       for (Isa isa : paths()) {
-        std::vector<float> got(scalar.size());
-        const QuantMatmulOutput out{got.data(), s.rows, bias.data()};
-        float_matmul(x.data(), s.tokens, *packed, {&out, 1}, pool, isa);
-        if (isa == Isa::kScalar) scalar = got;
-        if (isa == active_isa()) active = got;
-        // AMX-BF16 tiles round their pair sums their own way: within the bound, not the same bits.
-        if (!(dtype == DType::kBF16 && isa == Isa::kAmx && cpu_has_amx_bf16())) {
-          ASSERT_EQ(scalar, got) << isa_name(isa);
+        for (FloatBlocking blocking : {FloatBlocking::kPairs, FloatBlocking::kWide}) {
+          const ScopedFloatBlocking scoped(blocking);
+          std::vector<float> got(scalar.size());
+          const QuantMatmulOutput out{got.data(), s.rows, bias.data()};
+          float_matmul(x.data(), s.tokens, *packed, {&out, 1}, pool, isa);
+          if (isa == Isa::kScalar) scalar = got;
+          if (isa == active_isa()) active = got;
+          // AMX-BF16 tiles round their pair sums their own way: within the bound, not the same bits.
+          if (!(dtype == DType::kBF16 && isa == Isa::kAmx && cpu_has_amx_bf16())) {
+            ASSERT_EQ(scalar, got) << isa_name(isa) << " " << blocking_name(blocking);
+          }
+          expect_near_product(got, want);
         }
-        expect_near_product(got, want);
       }
       // Token by token gives the batch's bits (on the path the engine runs).
       for (int64_t t = 0; t < s.tokens; ++t) {
