@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -1540,6 +1541,31 @@ std::atomic<int> g_amx_int8_kernel{-1};
 // -1 until first read: INFERD_FLOAT_BLOCKING or the CPU's default, or set_float_blocking.
 std::atomic<int> g_float_blocking{-1};
 
+// The setting in `slot`, read from the environment at first use: the index in `names` of
+// variable `var`'s value, or `fallback` where it is unset or names none of them (said once).
+int env_setting(std::atomic<int>& slot, const char* var, std::initializer_list<std::string_view> names,
+                int fallback) {
+  int v = slot.load(std::memory_order_relaxed);
+  if (v >= 0) return v;
+  v = fallback;
+  if (const char* env = std::getenv(var); env != nullptr) {
+    const auto it = std::find(names.begin(), names.end(), std::string_view(env));
+    if (it != names.end()) {
+      v = static_cast<int>(it - names.begin());
+    } else {
+      std::string all;
+      for (std::string_view n : names) {
+        if (!all.empty()) all.push_back('|');
+        all.append(n);
+      }
+      log_warning(std::string(var) + "=" + env + " is not one of " + all + "; using " +
+                  std::string(names.begin()[fallback]));
+    }
+  }
+  int expected = -1;
+  return slot.compare_exchange_strong(expected, v, std::memory_order_relaxed) ? v : expected;
+}
+
 // Identifies one AMX matmul call (a cache entry of an earlier call never matches).
 uint64_t next_amx_call() {
   static std::atomic<uint64_t> counter{0};
@@ -1619,17 +1645,9 @@ TileFn tile_kernel(Isa isa, DType dtype, int num_tokens) {
 }  // namespace
 
 AmxInt8Kernel amx_int8_kernel() {
-  int k = g_amx_int8_kernel.load(std::memory_order_relaxed);
-  if (k < 0) {
-    const char* env = std::getenv("INFERD_AMX_INT8");
-    k = env != nullptr && std::string_view(env) == "pingpong" ? 1 : 0;
-    if (env != nullptr && k == 0 && std::string_view(env) != "pipelined")
-      log_warning(std::string("INFERD_AMX_INT8=") + env +
-                  " is not one of pipelined|pingpong; using pipelined");
-    int expected = -1;
-    if (!g_amx_int8_kernel.compare_exchange_strong(expected, k, std::memory_order_relaxed)) k = expected;
-  }
-  return static_cast<AmxInt8Kernel>(k);
+  return static_cast<AmxInt8Kernel>(env_setting(g_amx_int8_kernel, "INFERD_AMX_INT8",
+                                                {"pipelined", "pingpong"},
+                                                static_cast<int>(AmxInt8Kernel::kPipelined)));
 }
 
 void set_amx_int8_kernel(AmxInt8Kernel kernel) {
@@ -1637,22 +1655,9 @@ void set_amx_int8_kernel(AmxInt8Kernel kernel) {
 }
 
 FloatBlocking float_blocking() {
-  int b = g_float_blocking.load(std::memory_order_relaxed);
-  if (b < 0) {
-    b = static_cast<int>(cpu_splits_512bit_ops() ? FloatBlocking::kWide : FloatBlocking::kPairs);
-    if (const char* env = std::getenv("INFERD_FLOAT_BLOCKING"); env != nullptr) {
-      const std::string_view v(env);
-      if (v == "pairs" || v == "wide") {
-        b = static_cast<int>(v == "wide" ? FloatBlocking::kWide : FloatBlocking::kPairs);
-      } else {
-        log_warning(std::string("INFERD_FLOAT_BLOCKING=") + env +
-                    " is not one of pairs|wide; using the CPU's default");
-      }
-    }
-    int expected = -1;
-    if (!g_float_blocking.compare_exchange_strong(expected, b, std::memory_order_relaxed)) b = expected;
-  }
-  return static_cast<FloatBlocking>(b);
+  const FloatBlocking cpu = cpu_splits_512bit_ops() ? FloatBlocking::kWide : FloatBlocking::kPairs;
+  return static_cast<FloatBlocking>(
+      env_setting(g_float_blocking, "INFERD_FLOAT_BLOCKING", {"pairs", "wide"}, static_cast<int>(cpu)));
 }
 
 void set_float_blocking(FloatBlocking blocking) {

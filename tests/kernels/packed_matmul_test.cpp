@@ -405,19 +405,20 @@ TEST(FloatMatmulTest, SwigluWithTwoOutputsGivesGateAndUpAsTheSeparateMatmuls) {
   }
 }
 
-// One float register blocking for the guard's lifetime; the one before after.
-class ScopedFloatBlocking final {
+// A kernel setting (get / set) held at one value for the guard's lifetime; the one before after.
+template <typename T, T (*Get)(), void (*Set)(T)>
+class ScopedSetting final {
  public:
-  explicit ScopedFloatBlocking(FloatBlocking blocking) : saved_(float_blocking()) {
-    set_float_blocking(blocking);
-  }
-  ~ScopedFloatBlocking() { set_float_blocking(saved_); }
-  ScopedFloatBlocking(const ScopedFloatBlocking&) = delete;
-  ScopedFloatBlocking& operator=(const ScopedFloatBlocking&) = delete;
+  explicit ScopedSetting(T value) : saved_(Get()) { Set(value); }
+  ~ScopedSetting() { Set(saved_); }
+  ScopedSetting(const ScopedSetting&) = delete;
+  ScopedSetting& operator=(const ScopedSetting&) = delete;
 
  private:
-  FloatBlocking saved_;
+  T saved_;
 };
+using ScopedFloatBlocking = ScopedSetting<FloatBlocking, float_blocking, set_float_blocking>;
+using ScopedAmxInt8Kernel = ScopedSetting<AmxInt8Kernel, amx_int8_kernel, set_amx_int8_kernel>;
 
 const char* blocking_name(FloatBlocking b) {
   return b == FloatBlocking::kPairs ? "pairs" : "wide";
@@ -480,20 +481,6 @@ TEST(FloatMatmulTest, FusedPartsEqualSeparateMatmulsAndTokensAlone) {
     }
   }
 }
-
-// One AMX-INT8 kernel for the guard's lifetime; the one before after.
-class ScopedAmxInt8Kernel final {
- public:
-  explicit ScopedAmxInt8Kernel(AmxInt8Kernel kernel) : saved_(amx_int8_kernel()) {
-    set_amx_int8_kernel(kernel);
-  }
-  ~ScopedAmxInt8Kernel() { set_amx_int8_kernel(saved_); }
-  ScopedAmxInt8Kernel(const ScopedAmxInt8Kernel&) = delete;
-  ScopedAmxInt8Kernel& operator=(const ScopedAmxInt8Kernel&) = delete;
-
- private:
-  AmxInt8Kernel saved_;
-};
 
 // The AMX path (groups of 16 tokens on AMX-INT8 tiles, the rest on the VNNI kernel) gives the
 // VNNI path's bits for every type, including a weight packed at the address of one freed just
