@@ -1343,10 +1343,11 @@ FloatTileFn float_tile_kernel(Isa isa, int num_tokens) {
   }
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
     // Up to kWideTokens (FloatBlocking::kWide, F32 and F16); F8_E4M3 takes up to kMaxTokens.
+    constexpr size_t kTableTokens = DT == DType::kF8_E4M3 ? kMaxTokens : kWideTokens;
     static constexpr auto table = []<size_t... I>(std::index_sequence<I...>) {
       return std::array<FloatTileFn, sizeof...(I)>{float_tile_avx512<DT, 1, static_cast<int>(I) + 1>...};
     }
-    (std::make_index_sequence < DT == DType::kF8_E4M3 ? kMaxTokens : kWideTokens > {});
+    (std::make_index_sequence<kTableTokens>{});
     return table[static_cast<size_t>(num_tokens - 1)];
   }
 #else
@@ -1655,6 +1656,9 @@ void set_amx_int8_kernel(AmxInt8Kernel kernel) {
 }
 
 FloatBlocking float_blocking() {
+  // Settled after the first read; only that read asks the CPU for its default.
+  if (const int v = g_float_blocking.load(std::memory_order_relaxed); v >= 0)
+    return static_cast<FloatBlocking>(v);
   const FloatBlocking cpu = cpu_splits_512bit_ops() ? FloatBlocking::kWide : FloatBlocking::kPairs;
   return static_cast<FloatBlocking>(
       env_setting(g_float_blocking, "INFERD_FLOAT_BLOCKING", {"pairs", "wide"}, static_cast<int>(cpu)));
