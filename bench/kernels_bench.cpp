@@ -301,7 +301,7 @@ void BM_FloatMatmulDown(benchmark::State& state) {
   float_matmul_bench(state, 896, 4864, state.range(1));
 }
 BENCHMARK(BM_FloatMatmulDown)
-    ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kBF16)}, {512}})
+    ->ArgsProduct({{static_cast<int64_t>(DType::kF16), static_cast<int64_t>(DType::kBF16)}, {512, 4096}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -401,6 +401,7 @@ BENCHMARK(BM_Attention)
     ->ArgsProduct({{1}, {512, 4096}, {1, 0}})
     ->Args({512, 512, 1})
     ->Args({512, 512, 0})
+    ->Args({4096, 4096, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
