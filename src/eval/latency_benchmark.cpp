@@ -24,10 +24,11 @@ using Clock = std::chrono::steady_clock;
 
 // Runs one request to completion; returns the seconds of its steps after the first `skip`, and
 // adds the collectives' seconds of those steps (by `collectives`, when given) to *in_collectives.
-// *timed_steps (when given): how many steps the timing covered.
-double run_request(Engine& engine, RequestSpec spec, int64_t skip,
-                   const std::function<double()>& collectives = {}, double* in_collectives = nullptr,
-                   int64_t* timed_steps = nullptr) {
+// *timed_steps (when given): how many steps the timing covered. A request the engine refuses or
+// fails is an error: its time would measure nothing.
+Expected<double> run_request(Engine& engine, RequestSpec spec, int64_t skip,
+                             const std::function<double()>& collectives = {},
+                             double* in_collectives = nullptr, int64_t* timed_steps = nullptr) {
   const auto clock = [&] { return collectives ? collectives() : 0.0; };
   engine.add(std::move(spec));
   int64_t step = 0;
@@ -38,7 +39,8 @@ double run_request(Engine& engine, RequestSpec spec, int64_t skip,
       t0 = Clock::now();
       c0 = clock();
     }
-    engine.step();
+    for (const StepOutput& out : engine.step())
+      if (!out.error.empty()) return invalid_argument("the benchmark's request failed: " + out.error);
   }
   if (in_collectives != nullptr) *in_collectives += clock() - c0;
   if (timed_steps != nullptr) *timed_steps = step - std::min(step, skip);
@@ -59,7 +61,8 @@ RequestSpec spec_of(int64_t prompt_len, int64_t max_tokens, int64_t vocab, std::
 Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const LatencyBenchOptions& o) {
   INFERD_RETURN_IF_ERROR(o.validate());
   const ModelConfig& c = model.config();
-  const int64_t context = std::max(o.prompt_tokens + 1, o.depth + o.gen_tokens + 2);
+  // The warm-up's prompt and its two tokens; the depth, its n tokens and the first.
+  const int64_t context = std::max(o.prompt_tokens + 2, o.depth + o.gen_tokens + 2);
   const bool streaming = o.streaming.enabled();
   if (!streaming && context > c.max_position_embeddings)
     return invalid_argument("-p / -n / -d need " + std::to_string(context) + " positions; the model has " +
@@ -88,14 +91,17 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
   std::mt19937_64 rng(o.seed);
   // Warm-up (as llama-bench's): a prompt of the measured length, so weights and every buffer a
   // step of that size uses are touched before the timed runs.
-  run_request(engine, spec_of(std::max<int64_t>(o.prompt_tokens, 1), 2, c.vocab_size, rng), 0);
+  INFERD_RETURN_IF_ERROR(
+      run_request(engine, spec_of(std::max<int64_t>(o.prompt_tokens, 1), 2, c.vocab_size, rng), 0).status());
   LatencyBenchResult r;
   double pp_seconds = 0, pp_collectives = 0, tg_seconds = 0, tg_collectives = 0;
   for (int32_t rep = 0; rep < o.repetitions; ++rep) {
     if (o.prompt_tokens > 0) {
       // max_tokens 1: the request ends in the step that computes the prompt.
-      const double s = run_request(engine, spec_of(o.prompt_tokens, 1, c.vocab_size, rng), 0,
-                                   o.collective_seconds, &pp_collectives);
+      auto timed = run_request(engine, spec_of(o.prompt_tokens, 1, c.vocab_size, rng), 0,
+                               o.collective_seconds, &pp_collectives);
+      INFERD_RETURN_IF_ERROR(timed.status());
+      const double s = *timed;
       pp_seconds += s;
       r.prompt_tokens_per_second.push_back(static_cast<double>(o.prompt_tokens) / s);
     }
@@ -108,8 +114,10 @@ Expected<LatencyBenchResult> run_latency_benchmark(Transformer& model, const Lat
                                  : e.scheduler.max_num_batched_tokens;
       RequestSpec spec = spec_of(ctx, o.gen_tokens + 1, c.vocab_size, rng);
       spec.streaming = o.streaming;
-      const double s = run_request(engine, std::move(spec), (ctx + budget - 1) / budget, o.collective_seconds,
-                                   &tg_collectives, &r.generation_steps);
+      auto timed = run_request(engine, std::move(spec), (ctx + budget - 1) / budget, o.collective_seconds,
+                               &tg_collectives, &r.generation_steps);
+      INFERD_RETURN_IF_ERROR(timed.status());
+      const double s = *timed;
       tg_seconds += s;
       r.generation_tokens_per_second.push_back(static_cast<double>(o.gen_tokens) / s);
     }
