@@ -30,7 +30,7 @@ namespace {
 // its own running max, sum and output, and a second pass merges a row's segments in order. A
 // context within one segment is computed as before, in one pass.
 constexpr int64_t kChunk = 16;
-constexpr int64_t kTileTokens = 8;
+constexpr int64_t kTileTokens = 16;
 constexpr int64_t kSegment = 512;
 static_assert(kSegment % kChunk == 0);
 static_assert(kChunk == kKeyGroup, "a chunk's keys are one group of a grouped K");
@@ -191,10 +191,11 @@ __attribute__((always_inline)) inline void chunk_rows_generic(const float* const
 
 #if defined(__x86_64__)
 
-// e^x for x <= 0 (scores minus their running max); lanes below -87 give 0.
+// e^x for x <= 0 (scores minus their running max); lanes below -87 (or NaN) give 0. The lanes it
+// keeps are in [-87, 0], where exp_avx512's clamp changes nothing, so it is left out.
 INFERD_AVX512 inline __m512 exp_nonpositive(__m512 x) {
-  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), exp_avx512(x));
+  const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+  return _mm512_maskz_mov_ps(kept, exp_avx512_unclamped(x));
 }
 
 // Per row, always the same operations: scores as two fma chains over even and odd d, added;
@@ -371,6 +372,81 @@ INFERD_AVX512 inline __m512 reduce8_avx512(const __m512* a) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), e);
 }
 
+// One chunk's online-softmax step for n <= 8 rows (rows r0 .. r0 + n - 1 of the item; `dots` their
+// unscaled scores, `limit` and `state` from row r0 on): per row its weights pw[i][0 .. 15] (0 past its
+// valid positions), the factor corr[i] its output is to be multiplied by first, and its number of
+// valid positions; the rows' maxima and sums are reduced together.
+struct SoftmaxStep {
+  alignas(64) float pw[8 * 16];
+  alignas(64) float corr[16];
+  int64_t valid[8];
+};
+
+INFERD_AVX512 __attribute__((always_inline)) inline void softmax_step_avx512(__m512* dots, int n,
+                                                                             const int64_t* limit,
+                                                                             float scale, RowState* state,
+                                                                             SoftmaxStep& out) {
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  alignas(64) float old_max[16], old_sum[16], m[16], total[16];
+  __mmask16 live[8];
+  for (int i = 0; i < 8; ++i) {
+    if (i >= n) {
+      dots[i] = neg_inf;
+      live[i] = 0;
+      continue;
+    }
+    const int64_t valid = std::max<int64_t>(limit[i], 0);
+    out.valid[i] = valid;
+    live[i] = valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
+    dots[i] = _mm512_mask_blend_ps(live[i], neg_inf, _mm512_mul_ps(dots[i], _mm512_set1_ps(scale)));
+    old_max[i] = state[i].max;
+    old_sum[i] = state[i].sum;
+  }
+  for (int i = n; i < 16; ++i) old_max[i] = -INFINITY, old_sum[i] = 0.0f;
+  const __m512 omax = _mm512_load_ps(old_max), osum = _mm512_load_ps(old_sum);
+  const __m512 vm = _mm512_max_ps(omax, reduce8_avx512<true>(dots));
+  // A row with nothing seen yet and nothing here stays as it is (probabilities 0, factor 1).
+  const __mmask16 seen = _mm512_cmp_ps_mask(vm, neg_inf, _CMP_NEQ_OQ);
+  const __mmask16 moved = _mm512_cmp_ps_mask(vm, omax, _CMP_NEQ_OQ);
+  const __mmask16 had = _mm512_cmp_ps_mask(omax, neg_inf, _CMP_NEQ_OQ);
+  // exp(old max - new max) where the max moved; exactly 1 where it did not.
+  const __m512 vcorr =
+      _mm512_mask_blend_ps(moved, _mm512_set1_ps(1.0f),
+                           exp_nonpositive(_mm512_mask_blend_ps(had, neg_inf, _mm512_sub_ps(omax, vm))));
+  _mm512_store_ps(m, vm);
+  _mm512_store_ps(out.corr, vcorr);
+  for (int i = 0; i < 8; ++i) {
+    if (i >= n) {
+      dots[i] = _mm512_setzero_ps();
+      continue;
+    }
+    const auto keep = static_cast<__mmask16>(((seen >> i) & 1) != 0 ? live[i] : 0);
+    dots[i] = _mm512_maskz_mov_ps(keep, exp_nonpositive(_mm512_sub_ps(dots[i], _mm512_set1_ps(m[i]))));
+    _mm512_store_ps(out.pw + 16 * i, dots[i]);
+  }
+  _mm512_store_ps(total, _mm512_fmadd_ps(osum, vcorr, reduce8_avx512<false>(dots)));
+  for (int i = 0; i < n; ++i) {
+    if (((seen >> i) & 1) != 0) state[i] = {m[i], total[i]};
+  }
+}
+
+// The scores of n <= 8 rows against one chunk's keys.
+template <typename KCols>
+INFERD_AVX512 __attribute__((always_inline)) inline void scores_rows_avx512(const float* const* q, int n,
+                                                                            const KCols& k, int64_t hd,
+                                                                            __m512* dots) {
+  switch (n) {
+    case 8: scores_avx512<8>(q, k, hd, dots); break;
+    case 7: scores_avx512<7>(q, k, hd, dots); break;
+    case 6: scores_avx512<6>(q, k, hd, dots); break;
+    case 5: scores_avx512<5>(q, k, hd, dots); break;
+    case 4: scores_avx512<4>(q, k, hd, dots); break;
+    case 3: scores_avx512<3>(q, k, hd, dots); break;
+    case 2: scores_avx512<2>(q, k, hd, dots); break;
+    default: scores_avx512<1>(q, k, hd, dots); break;
+  }
+}
+
 // A chunk's lanes past a row's valid positions never reach its softmax (their scores become -inf
 // before the max), so KCols may give anything there.
 template <typename KCols, typename VRows>
@@ -378,68 +454,18 @@ INFERD_AVX512 __attribute__((always_inline)) inline void chunk_rows_avx512_impl(
     const float* const* q, const int64_t* limit, int64_t rows, const KCols& k, const VRows& v, int64_t hd,
     float scale, RowState* state, float* o) {
   static_assert(kChunk == 16);
-  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   constexpr int kRows = 8;  // 16 score chains in flight
   for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
     const int n = static_cast<int>(std::min<int64_t>(kRows, rows - r0));
     __m512 dots[kRows];
-    switch (n) {
-      case 8: scores_avx512<8>(q + r0, k, hd, dots); break;
-      case 7: scores_avx512<7>(q + r0, k, hd, dots); break;
-      case 6: scores_avx512<6>(q + r0, k, hd, dots); break;
-      case 5: scores_avx512<5>(q + r0, k, hd, dots); break;
-      case 4: scores_avx512<4>(q + r0, k, hd, dots); break;
-      case 3: scores_avx512<3>(q + r0, k, hd, dots); break;
-      case 2: scores_avx512<2>(q + r0, k, hd, dots); break;
-      default: scores_avx512<1>(q + r0, k, hd, dots); break;
-    }
-    // The online softmax of the n rows, their maxima and sums reduced together.
-    alignas(64) float pw[kRows * 16];
-    alignas(64) float old_max[16], old_sum[16], m[16], corr[16], total[16];
+    scores_rows_avx512(q + r0, n, k, hd, dots);
+    SoftmaxStep step;
+    softmax_step_avx512(dots, n, limit + r0, scale, state + r0, step);
     float* outs[kRows];
-    int64_t valids[kRows];
-    __mmask16 live[kRows];
-    for (int i = 0; i < kRows; ++i) {
-      if (i >= n) {
-        dots[i] = neg_inf;
-        live[i] = 0;
-        continue;
-      }
-      const int64_t r = r0 + i;
-      const int64_t valid = std::max<int64_t>(limit[r], 0);
-      valids[i] = valid;
-      live[i] = valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
-      dots[i] = _mm512_mask_blend_ps(live[i], neg_inf, _mm512_mul_ps(dots[i], _mm512_set1_ps(scale)));
-      old_max[i] = state[r].max;
-      old_sum[i] = state[r].sum;
-      outs[i] = o + r * hd;
-    }
-    for (int i = n; i < 16; ++i) old_max[i] = -INFINITY, old_sum[i] = 0.0f;
-    const __m512 omax = _mm512_load_ps(old_max), osum = _mm512_load_ps(old_sum);
-    const __m512 vm = _mm512_max_ps(omax, reduce8_avx512<true>(dots));
-    // A row with nothing seen yet and nothing here stays as it is (probabilities 0, factor 1).
-    const __mmask16 seen = _mm512_cmp_ps_mask(vm, neg_inf, _CMP_NEQ_OQ);
-    const __mmask16 moved = _mm512_cmp_ps_mask(vm, omax, _CMP_NEQ_OQ);
-    const __mmask16 had = _mm512_cmp_ps_mask(omax, neg_inf, _CMP_NEQ_OQ);
-    // exp(old max - new max) where the max moved; exactly 1 where it did not.
-    const __m512 vcorr =
-        _mm512_mask_blend_ps(moved, _mm512_set1_ps(1.0f),
-                             exp_nonpositive(_mm512_mask_blend_ps(had, neg_inf, _mm512_sub_ps(omax, vm))));
-    _mm512_store_ps(m, vm);
-    _mm512_store_ps(corr, vcorr);
-    for (int i = 0; i < kRows; ++i) {
-      if (i >= n) {
-        dots[i] = _mm512_setzero_ps();
-        continue;
-      }
-      const auto keep = static_cast<__mmask16>(((seen >> i) & 1) != 0 ? live[i] : 0);
-      dots[i] = _mm512_maskz_mov_ps(keep, exp_nonpositive(_mm512_sub_ps(dots[i], _mm512_set1_ps(m[i]))));
-      _mm512_store_ps(pw + 16 * i, dots[i]);
-    }
-    _mm512_store_ps(total, _mm512_fmadd_ps(osum, vcorr, reduce8_avx512<false>(dots)));
-    for (int i = 0; i < n; ++i) {
-      if (((seen >> i) & 1) != 0) state[r0 + i] = {m[i], total[i]};
-    }
+    for (int i = 0; i < n; ++i) outs[i] = o + (r0 + i) * hd;
+    const float* pw = step.pw;
+    const float* corr = step.corr;
+    const int64_t* valids = step.valid;
     switch (VRows::kCostlyLoads ? n : 0) {  // 5 to 8 rows in one pass over V
       case 8: accumulate_v_avx512<8>(pw, corr, valids, v, hd, outs); continue;
       case 7: accumulate_v_avx512<7>(pw, corr, valids, v, hd, outs); continue;
@@ -454,6 +480,104 @@ INFERD_AVX512 __attribute__((always_inline)) inline void chunk_rows_avx512_impl(
         case 3: accumulate_v_avx512<3>(pwi, corr + i, valids + i, v, hd, outs + i); break;
         case 2: accumulate_v_avx512<2>(pwi, corr + i, valids + i, v, hd, outs + i); break;
         default: accumulate_v_avx512<1>(pwi, corr + i, valids + i, v, hd, outs + i); break;
+      }
+    }
+  }
+}
+
+// accumulate_v_block_avx512 over several chunks in turn, the R x NB output blocks kept in registers
+// between them: for each chunk, out = out * corr + its fma chains, the same operations in the same
+// order as one call per chunk, without storing and loading the output in between.
+template <int R, int NB>
+INFERD_AVX512 inline void accumulate_v_chunks_block_avx512(const SoftmaxStep* steps, const float* v,
+                                                           int64_t chunks, int i0, int64_t hd, int64_t j0,
+                                                           float* const* out) {
+  __mmask16 mask[NB];
+  for (int b = 0; b < NB; ++b) {
+    const int64_t left = hd - j0 - 16 * b;
+    mask[b] = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+  }
+  __m512 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_maskz_loadu_ps(mask[b], out[r] + j0 + 16 * b);
+  for (int64_t j = 0; j < chunks; ++j, v += kChunk * hd) {
+    const SoftmaxStep& step = steps[j];
+    const float* pw = step.pw + 16 * i0;
+    const int64_t* valid = step.valid + i0;
+    int64_t common = valid[0], most = valid[0];
+    for (int r = 1; r < R; ++r) {
+      common = std::min(common, valid[r]);
+      most = std::max(most, valid[r]);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 corr = _mm512_set1_ps(step.corr[i0 + r]);
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_mul_ps(acc[r][b], corr);
+    }
+    const VRowsF32 rows{v, hd};
+    int64_t c = 0;
+    for (; c < common; ++c) {
+      __m512 vc[NB];
+      for (int b = 0; b < NB; ++b) vc[b] = rows.load(c, j0 + 16 * b, mask[b]);
+      for (int r = 0; r < R; ++r) {
+        const __m512 p = _mm512_set1_ps(pw[r * 16 + c]);
+        for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(p, vc[b], acc[r][b]);
+      }
+    }
+    for (; c < most; ++c) {  // positions some of the rows do not see (the causal diagonal)
+      __m512 vc[NB];
+      for (int b = 0; b < NB; ++b) vc[b] = rows.load(c, j0 + 16 * b, mask[b]);
+      for (int r = 0; r < R; ++r) {
+        const __m512 p = _mm512_set1_ps(pw[r * 16 + c]);
+        const auto live = static_cast<__mmask16>(c < valid[r] ? 0xffff : 0);
+        for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_mask3_fmadd_ps(p, vc[b], acc[r][b], live);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) _mm512_mask_storeu_ps(out[r] + j0 + 16 * b, mask[b], acc[r][b]);
+}
+
+template <int R>
+INFERD_AVX512 inline void accumulate_v_chunks_avx512(const SoftmaxStep* steps, const float* v, int64_t chunks,
+                                                     int i0, int64_t hd, float* const* out) {
+  for (int64_t j0 = 0; j0 < hd; j0 += 64) {
+    switch ((std::min<int64_t>(64, hd - j0) + 15) / 16) {
+      case 4: accumulate_v_chunks_block_avx512<R, 4>(steps, v, chunks, i0, hd, j0, out); break;
+      case 3: accumulate_v_chunks_block_avx512<R, 3>(steps, v, chunks, i0, hd, j0, out); break;
+      case 2: accumulate_v_chunks_block_avx512<R, 2>(steps, v, chunks, i0, hd, j0, out); break;
+      default: accumulate_v_chunks_block_avx512<R, 1>(steps, v, chunks, i0, hd, j0, out); break;
+    }
+  }
+}
+
+// Up to kBatchChunks chunks in turn for the same rows (a prompt's tile): the bits of one
+// chunk_rows_avx512 call per chunk, in the chunks' order. Each group of 8 rows takes its softmax
+// steps over all the chunks first (their scores, maxima, sums and weights), then the V sums with
+// its output rows held in registers across the chunks. q[j]: chunk j's query rows (the sink's
+// keys take their own queries); limit[j * limit_stride + r]; k: [chunks][hd][kChunk]; v:
+// [chunks][kChunk][hd], all as f32.
+constexpr int64_t kBatchChunks = 8;
+
+INFERD_AVX512 void chunks_rows_avx512(const float* const* const* q, const int64_t* limit,
+                                      int64_t limit_stride, int64_t chunks, int64_t rows, const float* k,
+                                      const float* v, int64_t hd, float scale, RowState* state, float* o) {
+  constexpr int kRows = 8;
+  SoftmaxStep steps[kBatchChunks];
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int n = static_cast<int>(std::min<int64_t>(kRows, rows - r0));
+    for (int64_t j = 0; j < chunks; ++j) {
+      __m512 dots[kRows];
+      scores_rows_avx512(q[j] + r0, n, KColsF32{k + j * hd * kChunk}, hd, dots);
+      softmax_step_avx512(dots, n, limit + j * limit_stride + r0, scale, state + r0, steps[j]);
+    }
+    float* outs[kRows];
+    for (int i = 0; i < n; ++i) outs[i] = o + (r0 + i) * hd;
+    for (int i = 0; i < n; i += 4) {
+      switch (std::min(4, n - i)) {
+        case 4: accumulate_v_chunks_avx512<4>(steps, v, chunks, i, hd, outs + i); break;
+        case 3: accumulate_v_chunks_avx512<3>(steps, v, chunks, i, hd, outs + i); break;
+        case 2: accumulate_v_chunks_avx512<2>(steps, v, chunks, i, hd, outs + i); break;
+        default: accumulate_v_chunks_avx512<1>(steps, v, chunks, i, hd, outs + i); break;
       }
     }
   }
@@ -730,15 +854,22 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
     std::vector<const float*> qrows, sink_qrows;
     std::vector<int64_t> pos, limit, lowest;
   };
+  // A prompt's tile takes its chunks kBatchChunks at a time (chunks_rows_avx512): their K and V
+  // converted side by side, each with its rows' limits.
+#if defined(__x86_64__)
+  const int64_t batch_chunks = vector_transpose ? kBatchChunks : 1;
+#else
+  const int64_t batch_chunks = 1;
+#endif
   thread_local PerThread<Scratch> scratch_list;  // the caller's; workers reach it by reference
   PerThread<Scratch>& scratch = scratch_list;
   scratch.prepare(pool, [&](Scratch& s) {
     const auto max_rows = static_cast<size_t>(kTileTokens * group);
-    if (s.kt.size() < static_cast<size_t>(hd * kChunk)) {
-      s.kt.resize(static_cast<size_t>(hd * kChunk));
+    if (s.kt.size() < static_cast<size_t>(batch_chunks * hd * kChunk)) {
+      s.kt.resize(static_cast<size_t>(batch_chunks * hd * kChunk));
       s.vc.resize(s.kt.size());
-      s.krows.resize(s.kt.size());
     }
+    if (s.krows.size() < static_cast<size_t>(hd * kChunk)) s.krows.resize(static_cast<size_t>(hd * kChunk));
     if (s.rows_out.size() < max_rows * static_cast<size_t>(hd))
       s.rows_out.resize(max_rows * static_cast<size_t>(hd));
     if (s.state.size() < max_rows) {
@@ -746,9 +877,10 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       s.qrows.resize(max_rows);
       s.sink_qrows.resize(max_rows);
       s.pos.resize(max_rows);
-      s.limit.resize(max_rows);
       s.lowest.resize(max_rows);
     }
+    if (s.limit.size() < max_rows * static_cast<size_t>(batch_chunks))
+      s.limit.resize(max_rows * static_cast<size_t>(batch_chunks));
   });
   pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end) {
     Scratch& mine = scratch.mine();
@@ -758,6 +890,7 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
     std::vector<int64_t>&pos = mine.pos, &limit = mine.limit, &lowest = mine.lowest;
     const auto* key_base = static_cast<const std::byte*>(kv.key);
     const auto* value_base = static_cast<const std::byte*>(kv.value);
+    const int64_t limit_stride = kTileTokens * group;
     for (int64_t it = begin; it < end; ++it) {
       const Item& item = items[static_cast<size_t>(it)];
       const AttentionSequence& seq = sequences[static_cast<size_t>(item.sequence)];
@@ -804,6 +937,15 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
       // The first two chunks (the loop asks for each later one two chunks ahead).
       prefetch_chunk(kv, seq, seg_begin, seg_end, kv_dim, offset, hd);
       prefetch_chunk(kv, seq, seg_begin + kChunk, seg_end, kv_dim, offset, hd);
+      // A prompt tile's chunks gathered so far for chunks_rows_avx512 (more than 8 rows).
+      const float* const* batch_q[kBatchChunks];
+      int64_t batched = 0;
+      const auto run_batch = [&] {
+        if (batched == 0) return;
+        chunks_rows_avx512(batch_q, limit.data(), limit_stride, batched, rows, kt.data(), vc.data(), hd,
+                           shape.scale, state.data(), rows_out.data());
+        batched = 0;
+      };
 #endif
       for (int64_t c0 = seg_begin; c0 < seg_end; c0 += kChunk) {
         const int64_t n = std::min(kChunk, seg_end - c0);
@@ -812,10 +954,15 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
         // slots may have been given back.
         const bool in_sink = c0 < seq.sink_len;
         bool seen = false;
+#if defined(__x86_64__)
+        int64_t* lim = limit.data() + batched * limit_stride;
+#else
+        int64_t* lim = limit.data();
+#endif
         for (int64_t r = 0; r < rows; ++r) {
           const auto i = static_cast<size_t>(r);
-          limit[i] = !in_sink && c0 < lowest[i] ? 0 : std::min(n, pos[i] + 1 - c0);
-          seen = seen || limit[i] > 0;
+          lim[r] = !in_sink && c0 < lowest[i] ? 0 : std::min(n, pos[i] + 1 - c0);
+          seen = seen || lim[r] > 0;
         }
         if (!seen) continue;
         const int64_t first = in_sink ? c0 : c0 - seq.evicted;  // index into the block table
@@ -833,7 +980,7 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
             const int64_t slot = slot_of(kv, seq.block_table, first);
             for (int64_t c = 0; c < n; ++c)
               v_rows[c] = row_at(kv, value_base, kv.value_scale, slot + c, kv_dim, offset, hd);
-            cache_kv_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows,
+            cache_kv_fn(in_sink ? sink_qrows.data() : qrows.data(), lim, rows,
                         key_group_ref(kv, key_base, kv.key_scale, slot, n, kv_dim, offset, hd), v_rows, hd,
                         shape.scale, state.data(), rows_out.data());
             continue;
@@ -842,15 +989,18 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
             v_rows[c] =
                 row_ref(kv, value_base, kv.value_scale, seq.block_table, first + c, kv_dim, offset, hd);
           load_keys_avx512(first, n, kt.data());
-          cache_v_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(), v_rows, hd,
+          cache_v_fn(in_sink ? sink_qrows.data() : qrows.data(), lim, rows, kt.data(), v_rows, hd,
                      shape.scale, state.data(), rows_out.data());
           continue;
         }
         if (vector_transpose) {
-          load_keys_avx512(first, n, kt.data());
+          load_keys_avx512(first, n, kt.data() + batched * hd * kChunk);
           load_rows_avx512(kv, value_base, kv.value_scale, seq.block_table, first, n, kv_dim, offset, hd,
-                           vc.data());
-        } else
+                           vc.data() + batched * kChunk * hd);
+          batch_q[batched] = in_sink ? sink_qrows.data() : qrows.data();
+          if (++batched == kBatchChunks) run_batch();
+          continue;
+        }
 #endif
         {
           if (kv.key_groups) {
@@ -868,9 +1018,12 @@ void paged_attention(const float* q, std::span<const AttentionSequence> sequence
           }
           load_rows(kv, value_base, kv.value_scale, seq.block_table, first, n, kv_dim, offset, hd, vc.data());
         }
-        chunk_fn(in_sink ? sink_qrows.data() : qrows.data(), limit.data(), rows, kt.data(), vc.data(), hd,
-                 shape.scale, state.data(), rows_out.data());
+        chunk_fn(in_sink ? sink_qrows.data() : qrows.data(), lim, rows, kt.data(), vc.data(), hd, shape.scale,
+                 state.data(), rows_out.data());
       }
+#if defined(__x86_64__)
+      run_batch();
+#endif
       if (item.num_segments > 1) {  // this segment's rows, for the merge below
         float* dst = partials.data() + item.partial;
         for (int64_t r = 0; r < rows; ++r, dst += hd + 2) {

@@ -23,11 +23,8 @@
 
 namespace inferd {
 
-// e^x, x clamped to [-87, 88]: range reduction to [-ln2/2, ln2/2] (n = round(x / ln2)), a degree-6
-// polynomial (Cephes' expf coefficients, about 2 ulp) and exact scaling by 2^n. packed_matmul.cpp's
-// exp_poly (kernels/exp_poly.h) is its scalar mirror, operation for operation.
-INFERD_AVX512 inline __m512 exp_avx512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+// exp_avx512 without its clamp: for x already in [-87, 88] (the same bits there).
+INFERD_AVX512 inline __m512 exp_avx512_unclamped(__m512 x) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -40,6 +37,13 @@ INFERD_AVX512 inline __m512 exp_avx512(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
+}
+
+// e^x, x clamped to [-87, 88]: range reduction to [-ln2/2, ln2/2] (n = round(x / ln2)), a degree-6
+// polynomial (Cephes' expf coefficients, about 2 ulp) and exact scaling by 2^n. packed_matmul.cpp's
+// exp_poly (kernels/exp_poly.h) is its scalar mirror, operation for operation.
+INFERD_AVX512 inline __m512 exp_avx512(__m512 x) {
+  return exp_avx512_unclamped(_mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f)));
 }
 
 }  // namespace inferd

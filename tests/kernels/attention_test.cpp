@@ -137,7 +137,7 @@ TEST(AttentionTest, PagedMatchesNaiveWithShuffledBlocksAndGqa) {
   check_against_naive({6, 2, 10, 1.0f / std::sqrt(10.0f)}, {{5, 7}, {17, 1}, {0, 3}}, 4, 77);
 }
 
-// Contexts spanning several 16-position chunks, tiles of 8 query tokens cut mid-prompt, Qwen's
+// Contexts spanning several 16-position chunks, tiles of 16 query tokens cut mid-prompt, Qwen's
 // head size and a GQA group of 7.
 TEST(AttentionTest, PagedMatchesNaiveAcrossChunksAndTiles) {
   check_against_naive({14, 2, 64, 0.125f}, {{0, 21}, {50, 1}, {33, 9}, {3, 2}}, 16, 5);
@@ -301,7 +301,7 @@ TEST(AttentionTest, KeysInGroupsGiveTheBitsOfKeysInRows) {
     for (const Case& c : cases) {
       const AttentionShape& shape = c.shape;
       const int64_t kv_dim = shape.num_kv_heads * shape.head_dim, q_dim = shape.num_heads * shape.head_dim;
-      // Sequences: a prompt of 21 after 5 cached (tiles of 8 and a partial chunk), a decode at
+      // Sequences: a prompt of 21 after 5 cached (tiles of 16 and a partial chunk), a decode at
       // position 700 (two segments), a decode at 37, and a windowed decode at 299 with a sink of 16
       // whose positions 16 .. 175 were given back.
       struct Seq {
