@@ -276,25 +276,23 @@ struct VRowsCache {
   }
 };
 
-// out[r] = out[r] * corr[r] + sum_{c < valid[r]} pw[r][c] * V[c] for R rows, over NB blocks of 16
-// columns starting at column j0: R x NB independent fma chains (one per row and block, each over c
-// in order; a position past a row's valid ones leaves its chains as they are), so that the fma
-// latency is hidden and the V loads are shared by the rows.
-template <int R, int NB, typename VRows>
-INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/, const float* corr,
-                                                    const int64_t* valid, int64_t common, int64_t most,
-                                                    const VRows& v, int64_t hd, int64_t j0,
-                                                    float* const* out) {
-  __mmask16 mask[NB];
+// The lanes of NB blocks of 16 columns from j0 that fall inside a row of hd.
+template <int NB>
+INFERD_AVX512 __attribute__((always_inline)) inline void column_masks(int64_t hd, int64_t j0,
+                                                                      __mmask16* mask) {
   for (int b = 0; b < NB; ++b) {
     const int64_t left = hd - j0 - 16 * b;
     mask[b] = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
   }
-  __m512 acc[R][NB];
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b)
-      acc[r][b] =
-          _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[b], out[r] + j0 + 16 * b), _mm512_set1_ps(corr[r]));
+}
+
+// acc[r][b] += sum_{c < valid[r]} pw[r][c] * V[c][j0 + 16 b ..] for R rows and NB blocks of 16
+// columns: one fma chain per row and block over the chunk's positions in order (`common`: the
+// positions every row sees; up to `most`, masked for the rows that do not).
+template <int R, int NB, typename VRows>
+INFERD_AVX512 __attribute__((always_inline)) inline void fma_chunk_avx512(
+    const float* pw, const int64_t* valid, int64_t common, int64_t most, const VRows& v, int64_t j0,
+    const __mmask16* mask, __m512 (&acc)[R][NB]) {
   int64_t c = 0;
   for (; c < common; ++c) {
     __m512 vc[NB];
@@ -313,6 +311,25 @@ INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/,
       for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_mask3_fmadd_ps(p, vc[b], acc[r][b], live);
     }
   }
+}
+
+// out[r] = out[r] * corr[r] + sum_{c < valid[r]} pw[r][c] * V[c] for R rows, over NB blocks of 16
+// columns starting at column j0: R x NB independent fma chains (one per row and block, each over c
+// in order; a position past a row's valid ones leaves its chains as they are), so that the fma
+// latency is hidden and the V loads are shared by the rows.
+template <int R, int NB, typename VRows>
+INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/, const float* corr,
+                                                    const int64_t* valid, int64_t common, int64_t most,
+                                                    const VRows& v, int64_t hd, int64_t j0,
+                                                    float* const* out) {
+  __mmask16 mask[NB];
+  column_masks<NB>(hd, j0, mask);
+  __m512 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      acc[r][b] =
+          _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[b], out[r] + j0 + 16 * b), _mm512_set1_ps(corr[r]));
+  fma_chunk_avx512<R, NB>(pw, valid, common, most, v, j0, mask, acc);
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b) _mm512_mask_storeu_ps(out[r] + j0 + 16 * b, mask[b], acc[r][b]);
 }
@@ -493,10 +510,7 @@ INFERD_AVX512 inline void accumulate_v_chunks_block_avx512(const SoftmaxStep* st
                                                            int64_t chunks, int i0, int64_t hd, int64_t j0,
                                                            float* const* out) {
   __mmask16 mask[NB];
-  for (int b = 0; b < NB; ++b) {
-    const int64_t left = hd - j0 - 16 * b;
-    mask[b] = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-  }
+  column_masks<NB>(hd, j0, mask);
   __m512 acc[R][NB];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_maskz_loadu_ps(mask[b], out[r] + j0 + 16 * b);
@@ -513,25 +527,7 @@ INFERD_AVX512 inline void accumulate_v_chunks_block_avx512(const SoftmaxStep* st
       const __m512 corr = _mm512_set1_ps(step.corr[i0 + r]);
       for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_mul_ps(acc[r][b], corr);
     }
-    const VRowsF32 rows{v, hd};
-    int64_t c = 0;
-    for (; c < common; ++c) {
-      __m512 vc[NB];
-      for (int b = 0; b < NB; ++b) vc[b] = rows.load(c, j0 + 16 * b, mask[b]);
-      for (int r = 0; r < R; ++r) {
-        const __m512 p = _mm512_set1_ps(pw[r * 16 + c]);
-        for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(p, vc[b], acc[r][b]);
-      }
-    }
-    for (; c < most; ++c) {  // positions some of the rows do not see (the causal diagonal)
-      __m512 vc[NB];
-      for (int b = 0; b < NB; ++b) vc[b] = rows.load(c, j0 + 16 * b, mask[b]);
-      for (int r = 0; r < R; ++r) {
-        const __m512 p = _mm512_set1_ps(pw[r * 16 + c]);
-        const auto live = static_cast<__mmask16>(c < valid[r] ? 0xffff : 0);
-        for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_mask3_fmadd_ps(p, vc[b], acc[r][b], live);
-      }
-    }
+    fma_chunk_avx512<R, NB>(pw, valid, common, most, VRowsF32{v, hd}, j0, mask, acc);
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b) _mm512_mask_storeu_ps(out[r] + j0 + 16 * b, mask[b], acc[r][b]);
