@@ -318,10 +318,9 @@ INFERD_AVX512 __attribute__((always_inline)) inline void fma_chunk_avx512(
 // in order; a position past a row's valid ones leaves its chains as they are), so that the fma
 // latency is hidden and the V loads are shared by the rows.
 template <int R, int NB, typename VRows>
-INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/, const float* corr,
-                                                    const int64_t* valid, int64_t common, int64_t most,
-                                                    const VRows& v, int64_t hd, int64_t j0,
-                                                    float* const* out) {
+INFERD_AVX512 __attribute__((always_inline)) inline void accumulate_v_block_avx512(
+    const float* pw /*[R][16]*/, const float* corr, const int64_t* valid, int64_t common, int64_t most,
+    const VRows& v, int64_t hd, int64_t j0, float* const* out) {
   __mmask16 mask[NB];
   column_masks<NB>(hd, j0, mask);
   __m512 acc[R][NB];
@@ -335,9 +334,11 @@ INFERD_AVX512 inline void accumulate_v_block_avx512(const float* pw /*[R][16]*/,
 }
 
 template <int R, typename VRows>
-INFERD_AVX512 inline void accumulate_v_avx512(const float* pw /*[R][16]*/, const float* corr,
-                                              const int64_t* valid, const VRows& v, int64_t hd,
-                                              float* const* out) {
+INFERD_AVX512 __attribute__((always_inline)) inline void accumulate_v_avx512(const float* pw /*[R][16]*/,
+                                                                             const float* corr,
+                                                                             const int64_t* valid,
+                                                                             const VRows& v, int64_t hd,
+                                                                             float* const* out) {
   int64_t common = valid[0], most = valid[0];
   for (int r = 1; r < R; ++r) {
     common = std::min(common, valid[r]);
